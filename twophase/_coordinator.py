@@ -1,0 +1,473 @@
+"""The coordinator: the driver-side state machine of both commit protocols.
+
+One :class:`Coordinator` per run of a query and sink. It is engine-neutral:
+Spark (``twophase._spark``) and the test kit's local runner
+(``twophase.testing.LocalRunner``) both hand it a :class:`BatchExecution` that
+runs the participants. See ``docs/protocol.md`` for the diagrams.
+
+Protocol A (coordinated) per batch::
+
+    recover -> [already committed? return] -> phase 1 (executors prepare)
+      -> record decision (commit point) -> phase 2 (commit every handle)
+      -> sweep orphans of the batch -> record committed
+
+Protocol B (markers) per batch::
+
+    recover -> [already committed? return] -> [staging] -> [replay check against
+    markers, before writing] -> record intent -> phase 1 (executors commit with
+    markers) -> record committed
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from ._log import CoordinatorLog
+from ._metrics import BatchMetrics
+from ._participant import TaskPlan, TaskResult
+from ._sink import MarkerCommitSink, TwoPhaseCommitSink, _SinkBase
+from ._types import (
+    CommitProtocol,
+    Fingerprint,
+    Marker,
+    RecoveryContext,
+    SinkContext,
+    TransactionHandle,
+)
+from .errors import CommitFailedError, NondeterministicBatchError, TwoPhaseError
+
+__all__ = [
+    "COORDINATED_STEPS",
+    "MARKER_STEPS",
+    "BatchExecution",
+    "Coordinator",
+    "StepListener",
+    "match_markers",
+]
+
+_log = logging.getLogger("twophase.coordinator")
+
+#: Driver-side steps of protocol A, in order, at which a listener is called
+#: (and at which the test kit can simulate a crash).
+COORDINATED_STEPS = (
+    "start",
+    "recovered",
+    "phase1_done",
+    "decided",
+    "committed_handle",
+    "phase2_done",
+    "recorded_committed",
+)
+#: Driver-side steps of protocol B, in order.
+MARKER_STEPS = (
+    "start",
+    "recovered",
+    "staged",
+    "intent_recorded",
+    "phase1_done",
+    "recorded_committed",
+)
+
+StepListener = Callable[[str, int, "int | None"], None]
+
+
+class BatchExecution(Protocol):
+    """What the coordinator needs from the engine that runs a batch.
+
+    Implemented for Spark (``mapInArrow`` over the batch DataFrame) and by the
+    test kit (partitions held in memory).
+    """
+
+    @property
+    def batch_id(self) -> int:
+        """Return the micro-batch id."""
+        ...
+
+    def schema(self) -> pa.Schema:
+        """Return the Arrow schema participants will receive."""
+        ...
+
+    def num_partitions(self) -> int:
+        """Return the number of partitions (participant slots)."""
+        ...
+
+    def limit_partitions(self, limit: int) -> None:
+        """Reduce the number of partitions to at most ``limit`` (coalesce)."""
+        ...
+
+    def stage(self, location: str) -> None:
+        """Materialise the batch at ``location`` (or reuse a complete copy) and read from it."""
+        ...
+
+    def drop_staged(self, location: str) -> None:
+        """Delete a staged copy once its batch is committed."""
+        ...
+
+    def fingerprints(self) -> dict[int, Fingerprint]:
+        """Fingerprint every non-empty partition, pinning the layout for the write."""
+        ...
+
+    def run_participants(self, sink: _SinkBase[Any, Any], plan: TaskPlan) -> list[TaskResult]:
+        """Run phase 1: one participant per partition; return every result."""
+        ...
+
+    def close(self) -> None:
+        """Release what the execution holds (cached data)."""
+        ...
+
+
+def match_markers(
+    markers: Sequence[Marker], replayed: Mapping[int, Fingerprint], *, sink: str, batch_id: int
+) -> tuple[frozenset[int], dict[int, Fingerprint]]:
+    """Match committed markers with the fingerprints of a replayed batch.
+
+    Fingerprints are compared as multisets: every committed fingerprint must be
+    found among the replayed partitions (as many times as it was committed).
+
+    Parameters
+    ----------
+    markers
+        Markers of the batch's committed partitions.
+    replayed
+        Partition id -> fingerprint of the replay's non-empty partitions.
+    sink, batch_id
+        For the error message.
+
+    Returns
+    -------
+    tuple
+        (partitions to skip, fingerprint each remaining partition must have).
+
+    Raises
+    ------
+    NondeterministicBatchError
+        A committed partition is not part of the replay.
+    """
+    committed = Counter(m.fingerprint for m in markers)
+    by_fingerprint: dict[Fingerprint, list[int]] = {}
+    for pid in sorted(replayed):
+        by_fingerprint.setdefault(replayed[pid], []).append(pid)
+    skip: set[int] = set()
+    missing: list[tuple[Fingerprint, int]] = []
+    for fingerprint, count in sorted(committed.items()):
+        candidates = by_fingerprint.get(fingerprint, [])
+        if len(candidates) < count:
+            missing.append((fingerprint, count - len(candidates)))
+        skip.update(candidates[:count])
+    if missing:
+        committed_rows = sum(m.fingerprint.count for m in markers)
+        replayed_rows = sum(f.count for f in replayed.values())
+        detail = ", ".join(f"{fp} x{n}" for fp, n in missing[:5])
+        raise NondeterministicBatchError(
+            f"replay of batch {batch_id} does not match what was already committed: "
+            f"{len(markers)} partition(s) with {committed_rows} rows are committed, but "
+            f"{sum(n for _, n in missing)} of them (fingerprints {detail}) are not among "
+            f"the {len(replayed)} replayed partitions ({replayed_rows} rows). Nothing was "
+            "written. The input of the batch changed between runs (non-deterministic "
+            "functions, a shuffle whose partition contents changed, or a source that "
+            "does not replay the same rows). Fix: make the pipeline deterministic up to "
+            "the sink, or set staging=True on the sink so that replays read the staged "
+            "copy of each batch",
+            sink=sink,
+            batch_id=batch_id,
+        )
+    expected = {pid: fp for pid, fp in replayed.items() if pid not in skip}
+    return frozenset(skip), expected
+
+
+class Coordinator:
+    """Drives one sink through the commit protocol, batch by batch, on the driver.
+
+    Parameters
+    ----------
+    sink
+        The sink.
+    log
+        The coordinator log of the sink identity (not yet claimed).
+    context
+        Query id, run id and identity.
+    sleep
+        Injectable sleep for retry backoff (the test kit's settable clock).
+    """
+
+    def __init__(
+        self,
+        sink: _SinkBase[Any, Any],
+        log: CoordinatorLog,
+        context: SinkContext,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.sink = sink
+        self.log = log
+        self.context = context
+        self.identity = context.identity
+        self._sleep = sleep
+        self._opened = False
+        self._recovered_committed = 0
+        self._recovered_aborted = 0
+
+    # ------------------------------------------------------------ helpers
+    def _step(self, step: str, batch_id: int, index: int | None = None) -> None:
+        listener = self.sink._step_listener
+        if listener is not None:
+            listener(step, batch_id, index)
+
+    def _retrying(self, fn: Callable[[], None], counter: list[int]) -> None:
+        def on_retry(failures: int, exc: BaseException) -> None:
+            counter[0] += 1
+            _log.warning(
+                "sink %s: transient failure #%d, retrying: %s", self.sink.name, failures, exc
+            )
+
+        self.sink.retry.call(fn, on_retry=on_retry, sleep=self._sleep)
+
+    def _recovery_context(self) -> RecoveryContext:
+        state = self.log.state
+        return RecoveryContext(self.identity, state.partition_slots, tuple(state.unfinished()))
+
+    # ----------------------------------------------------------- recovery
+    def start(self) -> None:
+        """Open the sink, claim the identity and recover (once per run).
+
+        Runs on the driver before the first batch of a run.
+        """
+        if self._opened:
+            return
+        self.sink.open(self.context)
+        self.log.load()
+        self.log.claim(self.context.run_id, self.context.query_id)
+        self._recover()
+        self._opened = True
+
+    def _recover(self) -> None:
+        state = self.log.state
+        retries = [0]
+        for batch_id in state.pending_decisions():
+            handles = self.log.read_decision(batch_id)
+            _log.info(
+                "sink %s: finishing batch %d from its recorded decision (%d handles)",
+                self.sink.name,
+                batch_id,
+                len(handles),
+            )
+            sink = self.sink
+            assert isinstance(sink, TwoPhaseCommitSink)
+            for handle in handles:
+                self._retrying(functools.partial(sink.recover_and_commit, handle), retries)
+                self._recovered_committed += 1
+            self.log.record_committed(batch_id, {"recovered": True, "handles": len(handles)})
+        unfinished = state.unfinished()
+        if self.sink.protocol is CommitProtocol.COORDINATED or unfinished:
+            for handle in self.sink.list_in_doubt(self._recovery_context()):
+                _log.info(
+                    "sink %s: aborting in-doubt transaction %s (no commit decision names it)",
+                    self.sink.name,
+                    getattr(handle, "transaction_id", handle),
+                )
+                self.sink.recover_and_abort(handle)
+                self._recovered_aborted += 1
+
+    # -------------------------------------------------------------- batch
+    def run_batch(self, execution: BatchExecution) -> BatchMetrics:
+        """Run one micro-batch through the protocol.
+
+        Parameters
+        ----------
+        execution
+            The engine's view of the batch.
+
+        Returns
+        -------
+        BatchMetrics
+            What happened; also recorded on the sink and logged.
+        """
+        batch_id = execution.batch_id
+        self._step("start", batch_id)
+        try:
+            self.start()
+        except TwoPhaseError as exc:
+            raise exc.with_context(sink=self.sink.name, batch_id=batch_id) from exc.__cause__
+        self._step("recovered", batch_id)
+        recovered = (self._recovered_committed, self._recovered_aborted)
+        self._recovered_committed = self._recovered_aborted = 0
+        self.log.check_epoch(batch_id)
+        if self.log.state.is_committed(batch_id):
+            _log.info(
+                "sink %s: batch %d is already committed; skipping the replay",
+                self.sink.name,
+                batch_id,
+            )
+            metrics = BatchMetrics(
+                self.sink.name,
+                batch_id,
+                self.sink.protocol.value,
+                "already-committed",
+                recovered_committed=recovered[0],
+                recovered_aborted=recovered[1],
+            )
+        else:
+            try:
+                self.sink.check_schema(execution.schema(), batch_id)
+                limit = self.sink.max_transactions_per_batch
+                if limit is not None and execution.num_partitions() > limit:
+                    execution.limit_partitions(limit)
+                if isinstance(self.sink, TwoPhaseCommitSink):
+                    metrics = self._run_coordinated(execution, recovered)
+                else:
+                    assert isinstance(self.sink, MarkerCommitSink)
+                    metrics = self._run_markers(execution, recovered)
+            except TwoPhaseError as exc:
+                raise exc.with_context(sink=self.sink.name, batch_id=batch_id) from exc.__cause__
+            finally:
+                execution.close()
+        self.sink._record_metrics(metrics)
+        metrics.emit()
+        return metrics
+
+    def _plan(self, batch_id: int, **kwargs: Any) -> TaskPlan:
+        return TaskPlan(self.sink.name, self.identity, batch_id, self.sink.protocol, **kwargs)
+
+    def _abort_batch(self, batch_id: int, keep: frozenset[str] = frozenset()) -> int:
+        """Roll back every in-doubt transaction of ``batch_id`` not in ``keep``."""
+        aborted = 0
+        for handle in self.sink.list_in_doubt(self._recovery_context()):
+            if handle.batch_id == batch_id and handle.transaction_id not in keep:
+                self.sink.recover_and_abort(handle)
+                aborted += 1
+        return aborted
+
+    def _run_coordinated(
+        self, execution: BatchExecution, recovered: tuple[int, int]
+    ) -> BatchMetrics:
+        sink = self.sink
+        assert isinstance(sink, TwoPhaseCommitSink)
+        batch_id = execution.batch_id
+        t0 = time.perf_counter()
+        try:
+            results = execution.run_participants(sink, self._plan(batch_id))
+        except BaseException as exc:
+            # Driver-side abort of a failed batch: partitions that prepared
+            # before another failed must not stay in doubt.
+            try:
+                aborted = self._abort_batch(batch_id)
+                if aborted:
+                    _log.info(
+                        "sink %s: batch %d failed; aborted %d prepared",
+                        sink.name,
+                        batch_id,
+                        aborted,
+                    )
+            except Exception as abort_exc:
+                exc.add_note(f"aborting the batch's prepared transactions failed: {abort_exc!r}")
+            raise
+        self._step("phase1_done", batch_id)
+        handles: list[TransactionHandle] = [r.handle for r in results if r.handle is not None]
+        rows = sum(r.rows for r in results)
+        t1 = time.perf_counter()
+        self.log.record_decision(batch_id, handles, {"rows": rows})
+        self._step("decided", batch_id)
+        t2 = time.perf_counter()
+        retries = [0]
+        for index, handle in enumerate(handles):
+            try:
+                self._retrying(functools.partial(sink.commit, handle), retries)
+            except Exception as exc:
+                raise CommitFailedError(
+                    f"phase 2 could not commit {handle.transaction_id} ({exc}). The commit "
+                    "decision is recorded: restarting the query commits the remaining "
+                    "transactions before anything else; nothing is lost",
+                    sink=sink.name,
+                    batch_id=batch_id,
+                    partition_id=handle.partition_id,
+                ) from exc
+            self._step("committed_handle", batch_id, index)
+        self._step("phase2_done", batch_id)
+        orphans = self._abort_batch(batch_id, frozenset(h.transaction_id for h in handles))
+        self.log.record_committed(batch_id, {"rows": rows})
+        t3 = time.perf_counter()
+        self._step("recorded_committed", batch_id)
+        self.log.compact(batch_id)
+        return BatchMetrics(
+            sink.name,
+            batch_id,
+            sink.protocol.value,
+            "committed",
+            rows=rows,
+            partitions=execution.num_partitions(),
+            transactions=len(handles),
+            phase1_seconds=t1 - t0,
+            decision_seconds=t2 - t1,
+            phase2_seconds=t3 - t2,
+            commit_retries=retries[0],
+            recovered_committed=recovered[0],
+            recovered_aborted=recovered[1] + orphans,
+        )
+
+    def _staging_location(self, batch_id: int) -> str:
+        return f"{self.log.store.location}/staging/{batch_id}"
+
+    def _run_markers(self, execution: BatchExecution, recovered: tuple[int, int]) -> BatchMetrics:
+        sink = self.sink
+        assert isinstance(sink, MarkerCommitSink)
+        batch_id = execution.batch_id
+        if sink.staging:
+            execution.stage(self._staging_location(batch_id))
+        self._step("staged", batch_id)
+        t0 = time.perf_counter()
+        skip: frozenset[int] = frozenset()
+        expected: dict[int, Fingerprint] = {}
+        preexisting: frozenset[tuple[int, int, str]] = frozenset()
+        if batch_id in self.log.state.intents:
+            # A replay of a batch that was started before: some partitions may
+            # be committed. Check BEFORE writing anything.
+            markers = list(sink.read_markers(self.identity, batch_id))
+            if markers:
+                replayed = execution.fingerprints()
+                skip, expected = match_markers(markers, replayed, sink=sink.name, batch_id=batch_id)
+                preexisting = frozenset(
+                    (m.partition_id, m.attempt, str(m.fingerprint)) for m in markers
+                )
+                _log.info(
+                    "sink %s: replay of batch %d: %d partition(s) already committed, %d to write",
+                    sink.name,
+                    batch_id,
+                    len(skip),
+                    len(expected),
+                )
+        self.log.record_intent(batch_id, execution.num_partitions())
+        self._step("intent_recorded", batch_id)
+        t1 = time.perf_counter()
+        plan = self._plan(batch_id, skip=skip, expected=expected, preexisting_markers=preexisting)
+        results = execution.run_participants(sink, plan)
+        self._step("phase1_done", batch_id)
+        t2 = time.perf_counter()
+        rows = sum(r.rows for r in results)
+        self.log.record_committed(batch_id, {"rows": rows})
+        t3 = time.perf_counter()
+        self._step("recorded_committed", batch_id)
+        if sink.staging:
+            execution.drop_staged(self._staging_location(batch_id))
+        self.log.compact(batch_id)
+        return BatchMetrics(
+            sink.name,
+            batch_id,
+            sink.protocol.value,
+            "committed",
+            rows=rows,
+            partitions=execution.num_partitions(),
+            transactions=sum(1 for r in results if r.marker is not None),
+            skipped_partitions=sum(1 for r in results if r.skipped),
+            phase1_seconds=t2 - t1,
+            decision_seconds=t1 - t0,
+            phase2_seconds=t3 - t2,
+            recovered_committed=recovered[0],
+            recovered_aborted=recovered[1],
+        )

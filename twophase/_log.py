@@ -1,0 +1,580 @@
+"""The coordinator log: durable, atomic records stored with the query's checkpoint.
+
+Layout under ``<checkpoint>/twophase/<sink name>/<query id>/``::
+
+    epochs/<epoch>.json          one per run that claimed the sink identity
+    batches/<batch>.intent.json  protocol B (and A): batch started, with P partitions
+    batches/<batch>.decision.json  protocol A: "commit batch N with these handles"
+    batches/<batch>.committed.json "batch N is committed"
+    state.json                   compaction summary (committed-through, slot high-water)
+
+Every record is written with an atomic create (write then rename, or the
+file system's own atomic create), the decision without overwrite, so that a
+record is either absent or complete. Two stores implement it:
+:class:`LocalFileStore` (plain files, fsync'd; for tests and local
+checkpoints) and :class:`HadoopFileStore` (Spark's ``CheckpointFileManager``
+through the driver's JVM, so the log is as durable as Spark's own offset log
+on every file system Spark can checkpoint to).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ._serde import dumps, loads
+from .errors import ConcurrentQueryError, CoordinatorLogError
+
+__all__ = [
+    "CoordinatorLog",
+    "HadoopFileStore",
+    "LocalFileStore",
+    "LogState",
+    "LogStore",
+]
+
+_log = logging.getLogger("twophase.log")
+_BATCH_RE = re.compile(r"^(\d{20})\.(intent|decision|committed)\.json$")
+_EPOCH_RE = re.compile(r"^(\d{20})\.json$")
+
+
+class LogStore(Protocol):
+    """Where the coordinator log's files live. Paths are relative, ``/``-separated."""
+
+    @property
+    def location(self) -> str:
+        """Return the root of the store, for messages."""
+        ...
+
+    def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
+        """Write a file atomically; return False if it exists and overwrite is False."""
+        ...
+
+    def read(self, name: str) -> bytes | None:
+        """Read a whole file, or None if it does not exist."""
+        ...
+
+    def list(self, directory: str) -> list[str]:
+        """List the file names (not paths) in a directory; [] if it does not exist."""
+        ...
+
+    def delete(self, name: str) -> None:
+        """Delete a file if it exists."""
+        ...
+
+
+class LocalFileStore:
+    """A :class:`LogStore` on a local directory, with fsync and atomic rename.
+
+    Parameters
+    ----------
+    root
+        Directory of the log (created when missing).
+    fsync
+        Flush every record and its directory to disk (on by default; tests may
+        turn it off for speed).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.root = os.fspath(root)
+        self.fsync = fsync
+
+    @property
+    def location(self) -> str:
+        """Return the root directory."""
+        return self.root
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.root, *name.split("/"))
+
+    def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
+        """Write ``data`` to ``name`` atomically (see :class:`LogStore`)."""
+        path = self._path(name)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                if self.fsync:
+                    os.fsync(fh.fileno())
+            if overwrite:
+                os.replace(tmp, path)
+            else:
+                try:
+                    os.link(tmp, path)  # atomic create-if-absent
+                except FileExistsError:
+                    return False
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if self.fsync:
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        return True
+
+    def read(self, name: str) -> bytes | None:
+        """Read ``name``, or None (see :class:`LogStore`)."""
+        try:
+            with open(self._path(name), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
+    def list(self, directory: str) -> list[str]:
+        """List file names in ``directory`` (see :class:`LogStore`)."""
+        try:
+            return [n for n in os.listdir(self._path(directory)) if not n.startswith(".")]
+        except FileNotFoundError:
+            return []
+
+    def delete(self, name: str) -> None:
+        """Delete ``name`` if present (see :class:`LogStore`)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(name))
+
+
+# Spark moved CheckpointFileManager between releases; try the newest first.
+_CFM_CLASSES = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager",
+    "org.apache.spark.sql.execution.streaming.CheckpointFileManager",
+)
+
+
+class HadoopFileStore:
+    """A :class:`LogStore` through Spark's ``CheckpointFileManager`` on the driver.
+
+    Uses the same atomic-create machinery as Spark's own ``offsets/`` and
+    ``commits/`` logs, on any Hadoop-compatible file system.
+
+    Parameters
+    ----------
+    spark
+        The driver's SparkSession (its JVM and Hadoop configuration are used).
+    root
+        Directory of the log, as a Hadoop path string.
+    """
+
+    def __init__(self, spark: Any, root: str) -> None:
+        self._root = root.rstrip("/")
+        jvm = spark.sparkContext._jvm
+        self._jvm = jvm
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        manager_cls = None
+        for name in _CFM_CLASSES:
+            try:
+                candidate = jvm.java.lang.Class.forName(
+                    name, True, jvm.Thread.currentThread().getContextClassLoader()
+                )
+            except Exception:
+                continue
+            if candidate is not None:
+                manager_cls = name
+                break
+        if manager_cls is None:
+            raise CoordinatorLogError(
+                "Spark's CheckpointFileManager was not found in this Spark version "
+                f"(tried {', '.join(_CFM_CLASSES)}); pass a local checkpoint and "
+                "report the Spark version"
+            )
+        companion = jvm
+        for part in manager_cls.split("."):
+            companion = getattr(companion, part)
+        self._manager = companion.create(jvm.org.apache.hadoop.fs.Path(self._root), conf)
+        self.manager_class = manager_cls
+
+    @property
+    def location(self) -> str:
+        """Return the root path."""
+        return self._root
+
+    def _path(self, name: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(f"{self._root}/{name}")
+
+    def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
+        """Write ``data`` to ``name`` atomically (see :class:`LogStore`)."""
+        path = self._path(name)
+        if not overwrite and self._manager.exists(path):
+            return False
+        self._manager.mkdirs(path.getParent())
+        out = self._manager.createAtomic(path, overwrite)
+        try:
+            out.write(bytearray(data))
+        except Exception:
+            out.cancel()
+            raise
+        try:
+            out.close()
+        except Exception as exc:
+            if not overwrite and "FileAlreadyExists" in str(exc):
+                return False
+            raise
+        return True
+
+    def read(self, name: str) -> bytes | None:
+        """Read ``name``, or None (see :class:`LogStore`)."""
+        path = self._path(name)
+        if not self._manager.exists(path):
+            return None
+        stream = self._manager.open(path)
+        try:
+            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        finally:
+            stream.close()
+        return bytes(data)
+
+    def list(self, directory: str) -> list[str]:
+        """List file names in ``directory`` (see :class:`LogStore`)."""
+        path = self._path(directory)
+        if not self._manager.exists(path):
+            return []
+        names = [status.getPath().getName() for status in self._manager.list(path)]
+        return [n for n in names if not n.startswith(".") and not n.endswith(".crc")]
+
+    def delete(self, name: str) -> None:
+        """Delete ``name`` if present (see :class:`LogStore`)."""
+        self._manager.delete(self._path(name))
+
+
+@dataclass
+class LogState:
+    """What the coordinator log says, loaded once per run and kept current.
+
+    Attributes
+    ----------
+    committed_through
+        Every batch <= this id that ever ran is committed (from compaction).
+    committed
+        Batch ids recorded as committed above ``committed_through``.
+    decided
+        Batch ids with a commit decision (protocol A).
+    intents
+        Batch id -> partition count, for batches that were started.
+    partition_slots
+        High-water mark of partitions used by any batch.
+    """
+
+    committed_through: int = -1
+    committed: set[int] = field(default_factory=set)
+    decided: set[int] = field(default_factory=set)
+    intents: dict[int, int] = field(default_factory=dict)
+    partition_slots: int = 0
+
+    def is_committed(self, batch_id: int) -> bool:
+        """Return whether ``batch_id`` is recorded as committed."""
+        return batch_id <= self.committed_through or batch_id in self.committed
+
+    def pending_decisions(self) -> list[int]:
+        """Return decided batches not yet recorded as committed, oldest first."""
+        return sorted(b for b in self.decided if not self.is_committed(b))
+
+    def unfinished(self) -> list[int]:
+        """Return started batches (intent or decision) not recorded as committed."""
+        started = set(self.intents) | self.decided
+        return sorted(b for b in started if not self.is_committed(b))
+
+
+def _dumps(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, sort_keys=True) + "\n").encode()
+
+
+class CoordinatorLog:
+    """The durable state of the coordinator for one sink identity.
+
+    Parameters
+    ----------
+    store
+        Where the files live.
+    sink
+        The sink name (for messages).
+    identity
+        The sink identity token; recorded in every epoch.
+    retain
+        Committed batch records to keep before compaction removes them.
+    """
+
+    def __init__(self, store: LogStore, *, sink: str, identity: str, retain: int = 100) -> None:
+        if retain < 1:
+            raise ValueError("retain must be >= 1")
+        self.store = store
+        self.sink = sink
+        self.identity = identity
+        self.retain = retain
+        self.epoch: int | None = None
+        self._state: LogState | None = None
+
+    # ------------------------------------------------------------ loading
+    def _load_json(self, name: str) -> dict[str, Any] | None:
+        raw = self.store.read(name)
+        if raw is None:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise CoordinatorLogError(
+                f"coordinator log record {self.store.location}/{name} is corrupt: {exc}",
+                sink=self.sink,
+            ) from exc
+        if not isinstance(value, dict):
+            raise CoordinatorLogError(
+                f"coordinator log record {self.store.location}/{name} is not an object",
+                sink=self.sink,
+            )
+        return value
+
+    def load(self) -> LogState:
+        """Read the whole log (one directory listing plus the small records).
+
+        Returns
+        -------
+        LogState
+            The current state; also cached on the log.
+        """
+        state = LogState()
+        summary = self._load_json("state.json")
+        if summary is not None:
+            state.committed_through = int(summary.get("committed_through", -1))
+            state.partition_slots = int(summary.get("partition_slots", 0))
+        for name in self.store.list("batches"):
+            match = _BATCH_RE.match(name)
+            if not match:
+                continue
+            batch_id, kind = int(match.group(1)), match.group(2)
+            if kind == "committed":
+                state.committed.add(batch_id)
+            elif kind == "decision":
+                state.decided.add(batch_id)
+            else:
+                record = self._load_json(f"batches/{name}")
+                partitions = int(record.get("partitions", 0)) if record else 0
+                state.intents[batch_id] = partitions
+                state.partition_slots = max(state.partition_slots, partitions)
+        self._state = state
+        return state
+
+    @property
+    def state(self) -> LogState:
+        """Return the cached state (loading it on first use)."""
+        return self._state if self._state is not None else self.load()
+
+    # ------------------------------------------------------------- epochs
+    def _epochs(self) -> list[int]:
+        return sorted(
+            int(m.group(1)) for n in self.store.list("epochs") if (m := _EPOCH_RE.match(n))
+        )
+
+    def claim(self, run_id: str, query_id: str) -> int:
+        """Claim the sink identity for this run: a new epoch above every other.
+
+        A later run (a restart, or a second copy of the query) claims a higher
+        epoch and thereby fences this one: see :meth:`check_epoch`.
+
+        Parameters
+        ----------
+        run_id
+            Unique id of this run.
+        query_id
+            The streaming query id.
+
+        Returns
+        -------
+        int
+            The epoch claimed.
+        """
+        for _ in range(100):
+            epochs = self._epochs()
+            epoch = (epochs[-1] + 1) if epochs else 1
+            record = {
+                "epoch": epoch,
+                "run_id": run_id,
+                "query_id": query_id,
+                "identity": self.identity,
+                "claimed_at": time.time(),
+                "pid": os.getpid(),
+            }
+            if self.store.write(f"epochs/{epoch:020d}.json", _dumps(record), overwrite=False):
+                self.epoch = epoch
+                for old in epochs[:-10]:
+                    self.store.delete(f"epochs/{old:020d}.json")
+                return epoch
+        raise ConcurrentQueryError(
+            "could not claim the sink identity: epochs keep changing under this run, "
+            "so several runs of this query are starting at once",
+            sink=self.sink,
+        )
+
+    def check_epoch(self, batch_id: int | None = None) -> None:
+        """Fail if a later run has claimed the identity since this run did.
+
+        Parameters
+        ----------
+        batch_id
+            The batch being processed (for the message).
+
+        Raises
+        ------
+        ConcurrentQueryError
+            This run is fenced by a newer one.
+        """
+        if self.epoch is None:
+            raise CoordinatorLogError("the log was not claimed by this run", sink=self.sink)
+        epochs = self._epochs()
+        newer = [e for e in epochs if e > self.epoch]
+        if newer:
+            other = self._load_json(f"epochs/{newer[-1]:020d}.json") or {}
+            raise ConcurrentQueryError(
+                f"another run of this query (run id {other.get('run_id', '?')}, pid "
+                f"{other.get('pid', '?')}) claimed sink identity {self.identity!r} after "
+                f"this run (epoch {newer[-1]} > {self.epoch}). Two queries must never share "
+                "a checkpoint: stop the other run, or give this query its own checkpoint "
+                "location",
+                sink=self.sink,
+                batch_id=batch_id,
+            )
+
+    # ------------------------------------------------------------ records
+    def _batch_name(self, batch_id: int, kind: str) -> str:
+        return f"batches/{batch_id:020d}.{kind}.json"
+
+    def record_intent(self, batch_id: int, partitions: int) -> None:
+        """Record that batch ``batch_id`` starts phase 1 with ``partitions`` tasks.
+
+        Parameters
+        ----------
+        batch_id
+            The batch id.
+        partitions
+            The number of partitions (participant slots) of the batch.
+        """
+        self.check_epoch(batch_id)
+        record = {"batch": batch_id, "partitions": partitions, "epoch": self.epoch}
+        self.store.write(self._batch_name(batch_id, "intent"), _dumps(record), overwrite=True)
+        state = self.state
+        state.intents[batch_id] = partitions
+        state.partition_slots = max(state.partition_slots, partitions)
+
+    def record_decision(self, batch_id: int, handles: Sequence[Any], extra: dict[str, Any]) -> None:
+        """Durably record "commit batch ``batch_id`` with these handles" (the commit point).
+
+        Parameters
+        ----------
+        batch_id
+            The batch id.
+        handles
+            Every prepared handle of the batch.
+        extra
+            Small JSON-able facts kept with the decision (row counts...).
+
+        Raises
+        ------
+        ConcurrentQueryError
+            A newer run holds the identity, or another run decided this batch.
+        """
+        self.check_epoch(batch_id)
+        payload = base64.b64encode(dumps(list(handles))).decode("ascii")
+        record = {
+            "batch": batch_id,
+            "epoch": self.epoch,
+            "handles": payload,
+            "transaction_ids": [getattr(h, "transaction_id", None) for h in handles],
+            **extra,
+        }
+        if not self.store.write(
+            self._batch_name(batch_id, "decision"), _dumps(record), overwrite=False
+        ):
+            raise ConcurrentQueryError(
+                f"a commit decision for batch {batch_id} already exists in "
+                f"{self.store.location}: another run of this query decided it",
+                sink=self.sink,
+                batch_id=batch_id,
+            )
+        self.state.decided.add(batch_id)
+
+    def read_decision(self, batch_id: int) -> list[Any]:
+        """Return the handles recorded in the decision of ``batch_id``.
+
+        Parameters
+        ----------
+        batch_id
+            A decided batch.
+
+        Returns
+        -------
+        list
+            The handles, unpickled.
+        """
+        record = self._load_json(self._batch_name(batch_id, "decision"))
+        if record is None:
+            raise CoordinatorLogError(f"no decision recorded for batch {batch_id}", sink=self.sink)
+        try:
+            handles = loads(base64.b64decode(record["handles"]))
+        except Exception as exc:
+            raise CoordinatorLogError(
+                f"the decision of batch {batch_id} cannot be read ({exc}); the handle "
+                "classes must be importable on the driver",
+                sink=self.sink,
+                batch_id=batch_id,
+            ) from exc
+        return list(handles)
+
+    def record_committed(self, batch_id: int, extra: dict[str, Any]) -> None:
+        """Record that batch ``batch_id`` is fully committed.
+
+        Parameters
+        ----------
+        batch_id
+            The batch id.
+        extra
+            Small JSON-able facts (row counts...).
+        """
+        self.check_epoch(batch_id)
+        record = {"batch": batch_id, "epoch": self.epoch, **extra}
+        self.store.write(self._batch_name(batch_id, "committed"), _dumps(record), overwrite=True)
+        self.state.committed.add(batch_id)
+
+    def compact(self, latest: int) -> int:
+        """Drop records of committed batches older than ``latest - retain``.
+
+        Parameters
+        ----------
+        latest
+            The batch just committed.
+
+        Returns
+        -------
+        int
+            Number of files removed.
+        """
+        state = self.state
+        horizon = latest - self.retain
+        if horizon <= state.committed_through:
+            return 0
+        if any(b <= horizon for b in state.unfinished()):
+            return 0  # never forget an unfinished batch
+        summary = {"committed_through": horizon, "partition_slots": state.partition_slots}
+        self.store.write("state.json", _dumps(summary), overwrite=True)
+        removed = 0
+        for name in self.store.list("batches"):
+            match = _BATCH_RE.match(name)
+            if match and int(match.group(1)) <= horizon:
+                self.store.delete(f"batches/{name}")
+                removed += 1
+        state.committed_through = horizon
+        state.committed = {b for b in state.committed if b > horizon}
+        state.decided = {b for b in state.decided if b > horizon}
+        state.intents = {b: p for b, p in state.intents.items() if b > horizon}
+        _log.debug("compacted %s: %d files up to batch %d", self.store.location, removed, horizon)
+        return removed

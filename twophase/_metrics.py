@@ -1,0 +1,96 @@
+"""Per-batch metrics, available programmatically and logged as one line per batch."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["BatchMetrics"]
+
+_log = logging.getLogger("twophase.metrics")
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """What happened to one micro-batch.
+
+    Attributes
+    ----------
+    sink
+        Sink name.
+    batch_id
+        Micro-batch id.
+    protocol
+        ``"coordinated"`` or ``"markers"``.
+    outcome
+        ``"committed"``; ``"already-committed"`` (replay skipped);
+        ``"recovered"`` (finished from the decision of an earlier run).
+    rows
+        Rows written by this call (rows of skipped partitions excluded).
+    partitions
+        Partitions of the batch DataFrame (after any coalescing).
+    transactions
+        Transactions opened (non-empty partitions written).
+    skipped_partitions
+        Partitions not written because their marker showed them committed.
+    phase1_seconds
+        Wall time of phase 1 (the Spark job running the participants).
+    decision_seconds
+        Wall time to record the decision (A) or the intent (B).
+    phase2_seconds
+        Wall time of phase 2 (A: driver commits; B: recording completion).
+    commit_retries
+        Transient commit failures retried in phase 2.
+    recovered_committed
+        Handles of earlier decided batches committed by recovery.
+    recovered_aborted
+        In-doubt transactions rolled back (recovery and orphan sweeps).
+    """
+
+    sink: str
+    batch_id: int
+    protocol: str
+    outcome: str
+    rows: int = 0
+    partitions: int = 0
+    transactions: int = 0
+    skipped_partitions: int = 0
+    phase1_seconds: float = 0.0
+    decision_seconds: float = 0.0
+    phase2_seconds: float = 0.0
+    commit_retries: int = 0
+    recovered_committed: int = 0
+    recovered_aborted: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the metrics as a plain dict (for JSON, dashboards).
+
+        Returns
+        -------
+        dict
+            Field name to value.
+        """
+        return asdict(self)
+
+    def log_line(self) -> str:
+        """Return the one-line summary that is logged for every batch.
+
+        Returns
+        -------
+        str
+            ``key=value`` pairs.
+        """
+        return (
+            f"twophase sink={self.sink} batch={self.batch_id} protocol={self.protocol} "
+            f"outcome={self.outcome} rows={self.rows} partitions={self.partitions} "
+            f"transactions={self.transactions} skipped={self.skipped_partitions} "
+            f"phase1={self.phase1_seconds:.3f}s decision={self.decision_seconds:.3f}s "
+            f"phase2={self.phase2_seconds:.3f}s retries={self.commit_retries} "
+            f"recovered_committed={self.recovered_committed} "
+            f"recovered_aborted={self.recovered_aborted}"
+        )
+
+    def emit(self) -> None:
+        """Log :meth:`log_line` at INFO on the ``twophase.metrics`` logger."""
+        _log.info("%s", self.log_line())

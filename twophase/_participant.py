@@ -1,0 +1,291 @@
+r"""The participant: what runs on an executor for one partition of a micro-batch.
+
+One call of :func:`run_participant` per Spark task attempt. It drives the
+sink's participant hooks in order (``begin_transaction`` -> ``write``\\* ->
+[``write_marker``] -> ``pre_commit`` [-> ``commit``]), aborts on any failure,
+and returns a small picklable :class:`TaskResult` to the driver.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ._fingerprint import FingerprintAccumulator, fingerprint_batches
+from ._sink import MarkerCommitSink, TwoPhaseCommitSink, _SinkBase
+from ._types import (
+    CommitProtocol,
+    Fingerprint,
+    Marker,
+    RecoveryContext,
+    TaskContext,
+    TransactionHandle,
+)
+from .errors import NondeterministicBatchError, TwoPhaseError
+
+__all__ = ["TaskPlan", "TaskResult", "fingerprint_partition", "run_participant"]
+
+_log = logging.getLogger("twophase.participant")
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What the driver tells every participant of a batch. Picklable.
+
+    Attributes
+    ----------
+    sink_name
+        The sink name.
+    identity
+        The sink identity token.
+    batch_id
+        The micro-batch id.
+    protocol
+        The commit protocol.
+    skip
+        Protocol B replay: partitions whose rows are already committed.
+    expected
+        Protocol B replay: fingerprint each written partition must have
+        (the one measured by the replay check).
+    preexisting_markers
+        Protocol B: markers that existed when the batch started, as
+        ``(partition_id, attempt, fingerprint)``; a retried task ignores them.
+    """
+
+    sink_name: str
+    identity: str
+    batch_id: int
+    protocol: CommitProtocol
+    skip: frozenset[int] = frozenset()
+    expected: Mapping[int, Fingerprint] = field(default_factory=dict)
+    preexisting_markers: frozenset[tuple[int, int, str]] = frozenset()
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What a participant returns to the driver. Picklable.
+
+    Attributes
+    ----------
+    partition_id
+        The partition.
+    attempt
+        The task attempt that produced this result.
+    rows
+        Rows written (0 for skipped or empty partitions).
+    handle
+        Protocol A: the prepared transaction's handle (None if empty).
+    marker
+        Protocol B: the committed marker (None if empty or skipped).
+    skipped
+        Protocol B: the partition was already committed.
+    seconds
+        Wall time of the participant.
+    """
+
+    partition_id: int
+    attempt: int
+    rows: int
+    handle: TransactionHandle | None = None
+    marker: Marker | None = None
+    skipped: bool = False
+    seconds: float = 0.0
+
+
+def _first_non_empty(
+    batches: Iterable[pa.RecordBatch],
+) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
+    iterator = iter(batches)
+    for batch in iterator:
+        if batch.num_rows:
+            return batch, iterator
+    return None, iterator
+
+
+def fingerprint_partition(batches: Iterable[pa.RecordBatch]) -> Fingerprint:
+    """Fingerprint a partition without writing it (protocol B replay check).
+
+    Parameters
+    ----------
+    batches
+        The partition's record batches.
+
+    Returns
+    -------
+    Fingerprint
+        Count and order-independent digest.
+    """
+    acc = FingerprintAccumulator()
+    for batch in batches:
+        acc.add(batch)
+    return acc.result()
+
+
+def run_participant(
+    sink: _SinkBase[Any, Any],
+    plan: TaskPlan,
+    partition_id: int,
+    attempt: int,
+    batches: Iterable[pa.RecordBatch],
+) -> TaskResult:
+    """Run one task attempt of one partition through the sink's hooks.
+
+    Runs on an executor, once per task attempt.
+
+    Parameters
+    ----------
+    sink
+        The (unpickled) sink.
+    plan
+        The batch plan from the driver.
+    partition_id
+        The Spark partition index.
+    attempt
+        The task attempt number.
+    batches
+        The partition's rows as Arrow record batches.
+
+    Returns
+    -------
+    TaskResult
+        Handle (A) or marker (B) and counts.
+    """
+    started = time.perf_counter()
+    ctx = TaskContext(plan.sink_name, plan.identity, plan.batch_id, partition_id, attempt)
+    try:
+        if plan.protocol is CommitProtocol.COORDINATED:
+            assert isinstance(sink, TwoPhaseCommitSink)
+            result = _run_coordinated(sink, ctx, batches)
+        else:
+            assert isinstance(sink, MarkerCommitSink)
+            result = _run_markers(sink, plan, ctx, batches)
+    except TwoPhaseError as exc:
+        raise exc.with_context(
+            sink=plan.sink_name, batch_id=plan.batch_id, partition_id=partition_id
+        ) from exc.__cause__
+    return TaskResult(
+        partition_id=result.partition_id,
+        attempt=attempt,
+        rows=result.rows,
+        handle=result.handle,
+        marker=result.marker,
+        skipped=result.skipped,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _abort_quietly(sink: _SinkBase[Any, Any], txn: Any, error: BaseException) -> None:
+    try:
+        sink.abort(txn)
+    except Exception as abort_error:
+        _log.warning("abort after a failed hook also failed: %r", abort_error)
+        error.add_note(f"abort() of the failed transaction also failed: {abort_error!r}")
+
+
+def _clear_earlier_attempts(sink: TwoPhaseCommitSink[Any, Any], ctx: TaskContext) -> None:
+    """Roll back what earlier attempts of this partition left prepared."""
+    for handle in sink.list_in_doubt(RecoveryContext(ctx.identity, 0)):
+        if (
+            handle.batch_id == ctx.batch_id
+            and handle.partition_id == ctx.partition_id
+            and handle.attempt < ctx.attempt
+        ):
+            _log.info("aborting %s left by an earlier attempt", handle.transaction_id)
+            sink.recover_and_abort(handle)
+
+
+def _run_coordinated(
+    sink: TwoPhaseCommitSink[Any, Any], ctx: TaskContext, batches: Iterable[pa.RecordBatch]
+) -> TaskResult:
+    if ctx.attempt > 0:
+        _clear_earlier_attempts(sink, ctx)
+    first, rest = _first_non_empty(batches)
+    if first is None:
+        return TaskResult(ctx.partition_id, ctx.attempt, 0)
+    txn = sink.begin_transaction(ctx)
+    rows = 0
+    try:
+        for batch in itertools.chain((first,), rest):
+            if batch.num_rows:
+                sink.write(txn, batch)
+                rows += batch.num_rows
+        handle = sink.pre_commit(txn)
+    except BaseException as exc:
+        _abort_quietly(sink, txn, exc)
+        raise
+    if not isinstance(handle, TransactionHandle):
+        _abort_quietly(sink, txn, TypeError())
+        raise TypeError(
+            f"{type(sink).__name__}.pre_commit() must return a TransactionHandle, "
+            f"got {type(handle).__name__}"
+        )
+    return TaskResult(ctx.partition_id, ctx.attempt, rows, handle=handle)
+
+
+def _run_markers(
+    sink: MarkerCommitSink[Any, Any],
+    plan: TaskPlan,
+    ctx: TaskContext,
+    batches: Iterable[pa.RecordBatch],
+) -> TaskResult:
+    if ctx.partition_id in plan.skip:
+        return TaskResult(ctx.partition_id, ctx.attempt, 0, skipped=True)
+    if ctx.attempt > 0:
+        # An earlier attempt of this task may have committed before failing
+        # (e.g. lost while reporting back). Its marker tells.
+        mine = [
+            m
+            for m in sink.read_markers(ctx.identity, ctx.batch_id)
+            if m.partition_id == ctx.partition_id
+            and (m.partition_id, m.attempt, str(m.fingerprint)) not in plan.preexisting_markers
+        ]
+        if mine:
+            buffered = [b for b in batches if b.num_rows]
+            fingerprint = fingerprint_batches(buffered)
+            if any(m.fingerprint == fingerprint for m in mine):
+                return TaskResult(ctx.partition_id, ctx.attempt, 0, skipped=True)
+            raise NondeterministicBatchError(
+                f"attempt {ctx.attempt} of partition {ctx.partition_id} computed rows "
+                f"(fingerprint {fingerprint}) that differ from those attempt "
+                f"{mine[0].attempt} already committed (fingerprint {mine[0].fingerprint}). "
+                "The batch is not deterministic; writing it again would duplicate rows. "
+                "Make the pipeline deterministic or enable staging=True on the sink",
+                sink=plan.sink_name,
+                batch_id=plan.batch_id,
+                partition_id=ctx.partition_id,
+            )
+    first, rest = _first_non_empty(batches)
+    if first is None:
+        return TaskResult(ctx.partition_id, ctx.attempt, 0)
+    txn = sink.begin_transaction(ctx)
+    acc = FingerprintAccumulator()
+    try:
+        for batch in itertools.chain((first,), rest):
+            if batch.num_rows:
+                acc.add(batch)
+                sink.write(txn, batch)
+        fingerprint = acc.result()
+        expected = plan.expected.get(ctx.partition_id)
+        if expected is not None and expected != fingerprint:
+            raise NondeterministicBatchError(
+                f"partition {ctx.partition_id} changed between the replay check "
+                f"(fingerprint {expected}) and the write (fingerprint {fingerprint}); "
+                "the batch is not deterministic. Enable staging=True on the sink",
+                sink=plan.sink_name,
+                batch_id=plan.batch_id,
+                partition_id=ctx.partition_id,
+            )
+        marker = Marker(ctx.identity, ctx.batch_id, ctx.partition_id, ctx.attempt, fingerprint)
+        sink.write_marker(txn, marker)
+        handle = sink.pre_commit(txn)
+        sink.commit(handle)
+    except BaseException as exc:
+        _abort_quietly(sink, txn, exc)
+        raise
+    return TaskResult(ctx.partition_id, ctx.attempt, fingerprint.count, marker=marker)

@@ -1,0 +1,395 @@
+"""The Spark glue: ``foreachBatch`` -> coordinator, and phase 1 through ``mapInArrow``.
+
+Runs on the driver, inside Spark's ``foreachBatch`` call. It finds the
+query's id and checkpoint (DESIGN.md section 1), refuses unsafe settings,
+keeps one :class:`~twophase.Coordinator` per run of the query, and runs the
+participants with ``mapInArrow`` so executors receive Arrow record batches and
+the batch is computed once (one Spark job; a second one only when protocol B
+checks a replay, and then over a persisted copy).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from ._coordinator import Coordinator
+from ._identity import SinkIdentity
+from ._log import CoordinatorLog, HadoopFileStore
+from ._participant import TaskPlan, TaskResult, fingerprint_partition, run_participant
+from ._serde import dumps, loads
+from ._sink import _SinkBase
+from ._types import Fingerprint, SinkContext
+from .errors import ConfigurationError, UnsafeConfigurationError
+
+__all__ = ["SparkBatchExecution", "run_foreach_batch", "write_stream"]
+
+_log = logging.getLogger("twophase.spark")
+
+_QUERY_ID_KEY = "sql.streaming.queryId"
+# One id per Python driver process; combined with the query id it names a run
+# when Spark does not expose its own run id to foreachBatch.
+_PROCESS_RUN = uuid.uuid4().hex
+
+
+def _conf(spark: Any, key: str, default: str) -> str:
+    value = spark.sparkContext.getConf().get(key, None)
+    if value is None:
+        try:
+            value = spark.conf.get(key, default)
+        except Exception:
+            value = default
+    return str(value)
+
+
+def check_speculation(spark: Any, sink_name: str, batch_id: int | None = None) -> None:
+    """Refuse ``spark.speculation=true``.
+
+    Two speculative attempts of one partition would both open a transaction
+    (and, under protocol A, both prepare and hold locks). Neither protocol is
+    proven safe under it, so it is refused.
+
+    Parameters
+    ----------
+    spark
+        The session.
+    sink_name, batch_id
+        For the message.
+    """
+    if _conf(spark, "spark.speculation", "false").strip().lower() == "true":
+        raise UnsafeConfigurationError(
+            "spark.speculation=true is not supported: speculative task attempts would "
+            "write the same partition twice. Set spark.speculation=false for this "
+            "application (or run the sink in an application of its own)",
+            sink=sink_name,
+            batch_id=batch_id,
+            setting="spark.speculation",
+        )
+
+
+def _sessions(spark: Any) -> Iterator[Any]:
+    jvm = spark.sparkContext._jvm
+    yield spark._jsparkSession
+    session_cls = jvm.org.apache.spark.sql.SparkSession
+    for getter in ("getActiveSession", "getDefaultSession"):
+        try:
+            option = getattr(session_cls, getter)()
+            if option.isDefined():
+                yield option.get()
+        except Exception:
+            continue
+
+
+def find_checkpoint(spark: Any, query_id: str) -> str | None:
+    """Find the resolved checkpoint root of the running query ``query_id``.
+
+    Parameters
+    ----------
+    spark
+        The batch DataFrame's session (a clone of the one that started the query).
+    query_id
+        The query id.
+
+    Returns
+    -------
+    str or None
+        The checkpoint root, or None if it cannot be found.
+    """
+    for jsession in _sessions(spark):
+        try:
+            query = jsession.streams().get(query_id)
+        except Exception:
+            continue
+        if query is None:
+            continue
+        try:
+            execution = query.streamingQuery() if hasattr(query, "streamingQuery") else query
+            return str(execution.resolvedCheckpointRoot())
+        except Exception:
+            continue
+    return None
+
+
+def _read_metadata_id(spark: Any, checkpoint: str) -> str | None:
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/metadata")
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        raw = bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+    finally:
+        stream.close()
+    try:
+        value = json.loads(raw.decode().strip().splitlines()[0])
+    except (ValueError, IndexError):
+        return None
+    found = value.get("id") if isinstance(value, dict) else None
+    return str(found) if found else None
+
+
+def _qualify(spark: Any, location: str) -> str:
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return str(fs.makeQualified(path).toString())
+
+
+def _resolve_checkpoint(sink: _SinkBase[Any, Any], spark: Any, query_id: str, batch_id: int) -> str:
+    found = find_checkpoint(spark, query_id)
+    if sink.checkpoint_location is not None:
+        given = _qualify(spark, sink.checkpoint_location)
+        metadata_id = _read_metadata_id(spark, given)
+        if metadata_id != query_id:
+            raise ConfigurationError(
+                f"checkpoint_location={sink.checkpoint_location!r} is not the checkpoint of "
+                f"the running query (its metadata names query {metadata_id}, the query is "
+                f"{query_id}). Pass the same location as the query's checkpointLocation, "
+                "or omit it",
+                sink=sink.name,
+                batch_id=batch_id,
+                setting="checkpoint_location",
+            )
+        return given
+    if found is None:
+        raise ConfigurationError(
+            "could not find the checkpoint location of the running query. Start the "
+            "query with twophase.write_stream(df, sink, checkpoint_location=...) or pass "
+            "checkpoint_location=... to the sink",
+            sink=sink.name,
+            batch_id=batch_id,
+            setting="checkpoint_location",
+        )
+    return found
+
+
+def _driver_for(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> Coordinator:
+    spark = df.sparkSession
+    sc = spark.sparkContext
+    query_id = sc.getLocalProperty(_QUERY_ID_KEY)
+    if not query_id:
+        raise ConfigurationError(
+            "the sink was called outside a streaming query: pass it to "
+            "df.writeStream.foreachBatch(sink) (or use twophase.write_stream)",
+            sink=sink.name,
+            batch_id=batch_id,
+        )
+    run_id = f"{_PROCESS_RUN}:{query_id}"
+    current = sink._driver
+    if (
+        isinstance(current, Coordinator)
+        and current.context.query_id == query_id
+        and current.context.run_id == run_id
+        and not getattr(current, "failed", False)
+    ):
+        return current
+    check_speculation(spark, sink.name, batch_id)
+    checkpoint = _resolve_checkpoint(sink, spark, query_id, batch_id)
+    identity = SinkIdentity(sink.name, query_id)
+    location = identity.log_location(checkpoint)
+    log = CoordinatorLog(HadoopFileStore(spark, location), sink=sink.name, identity=identity.token)
+    context = SinkContext(sink.name, identity.token, query_id, uuid.uuid4().hex, location)
+    coordinator = Coordinator(sink, log, context)
+    sink._driver = coordinator
+    _log.info("sink %s: identity %s, coordinator log at %s", sink.name, identity.token, location)
+    return coordinator
+
+
+def run_foreach_batch(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> None:
+    """Run one micro-batch of ``sink`` (the body of ``sink.__call__``).
+
+    Parameters
+    ----------
+    sink
+        The sink.
+    df
+        The micro-batch DataFrame.
+    batch_id
+        The micro-batch id.
+    """
+    coordinator = _driver_for(sink, df, batch_id)
+    try:
+        coordinator.run_batch(SparkBatchExecution(df, batch_id))
+    except BaseException:
+        # A failed batch ends the query; if the same process restarts it, start
+        # a new run (new epoch, recovery) rather than trusting cached state.
+        coordinator.failed = True  # type: ignore[attr-defined]
+        raise
+
+
+def _arrow_schema(df: Any) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema)
+
+
+_RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
+
+
+def _participant_fn(sink: _SinkBase[Any, Any], plan: TaskPlan) -> Any:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext as SparkTaskContext
+
+        task = SparkTaskContext.get()
+        assert task is not None
+        result = run_participant(sink, plan, task.partitionId(), task.attemptNumber(), batches)
+        yield pa.RecordBatch.from_pylist([{"result": dumps(result)}], schema=_RESULT_SCHEMA)
+
+    return run
+
+
+def _fingerprint_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from pyspark import TaskContext as SparkTaskContext
+
+    task = SparkTaskContext.get()
+    assert task is not None
+    fingerprint = fingerprint_partition(batches)
+    yield pa.RecordBatch.from_pylist(
+        [{"result": dumps((task.partitionId(), fingerprint))}], schema=_RESULT_SCHEMA
+    )
+
+
+class SparkBatchExecution:
+    """A micro-batch DataFrame seen by the coordinator (:class:`~twophase.BatchExecution`).
+
+    Parameters
+    ----------
+    df
+        The micro-batch DataFrame.
+    batch_id
+        The micro-batch id.
+    """
+
+    def __init__(self, df: Any, batch_id: int) -> None:
+        self.df = df
+        self._batch_id = batch_id
+        self._persisted = False
+
+    @property
+    def batch_id(self) -> int:
+        """Return the micro-batch id."""
+        return self._batch_id
+
+    def schema(self) -> pa.Schema:
+        """Return the Arrow schema the participants receive."""
+        return _arrow_schema(self.df)
+
+    def num_partitions(self) -> int:
+        """Return the number of partitions of the batch."""
+        return int(self.df.rdd.getNumPartitions())
+
+    def limit_partitions(self, limit: int) -> None:
+        """Coalesce the batch to at most ``limit`` partitions."""
+        self.df = self.df.coalesce(limit)
+
+    def _fs(self, location: str) -> tuple[Any, Any]:
+        spark = self.df.sparkSession
+        jvm = spark.sparkContext._jvm
+        path = jvm.org.apache.hadoop.fs.Path(location)
+        return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+    def stage(self, location: str) -> None:
+        """Write the batch once to ``location`` (Parquet) and read it from there.
+
+        A complete staged copy (``_SUCCESS`` present) from an earlier run is
+        reused, so a replay sees exactly the rows of the first run.
+        """
+        fs, path = self._fs(location)
+        success = path.suffix("/_SUCCESS")
+        spark = self.df.sparkSession
+        if not fs.exists(success):
+            self.df.write.mode("overwrite").parquet(location)
+        self.df = spark.read.parquet(location)
+
+    def drop_staged(self, location: str) -> None:
+        """Delete the staged copy of a committed batch."""
+        fs, path = self._fs(location)
+        fs.delete(path, True)
+
+    def fingerprints(self) -> dict[int, Fingerprint]:
+        """Fingerprint every non-empty partition; persists the batch for the write."""
+        if not self._persisted:
+            self.df = self.df.persist()
+            self._persisted = True
+        rows = self.df.mapInArrow(_fingerprint_fn, "result binary").collect()
+        result: dict[int, Fingerprint] = {}
+        for row in rows:
+            partition_id, fingerprint = loads(row[0])
+            if fingerprint.count:
+                result[partition_id] = fingerprint
+        return result
+
+    def run_participants(self, sink: _SinkBase[Any, Any], plan: TaskPlan) -> list[TaskResult]:
+        """Run phase 1: one participant per partition, in one Spark job."""
+        fn = _participant_fn(sink, plan)
+        rows = self.df.mapInArrow(fn, "result binary").collect()
+        return [loads(row[0]) for row in rows]
+
+    def close(self) -> None:
+        """Unpersist the batch if the replay check persisted it."""
+        if self._persisted:
+            self.df.unpersist()
+            self._persisted = False
+
+
+def write_stream(
+    df: Any,
+    sink: _SinkBase[Any, Any],
+    *,
+    checkpoint_location: str,
+    query_name: str | None = None,
+    trigger: dict[str, Any] | None = None,
+) -> Any:
+    """Return a ``DataStreamWriter`` wired to ``sink`` -- call ``.start()`` on it.
+
+    Sets ``foreachBatch(sink)`` and the checkpoint location together (so the
+    sink's coordinator log is always stored with the query's checkpoint) and
+    refuses unsafe settings before the query starts.
+
+    Parameters
+    ----------
+    df
+        A streaming DataFrame.
+    sink
+        The exactly-once sink.
+    checkpoint_location
+        The query's checkpoint location (required: exactly-once needs one).
+    query_name
+        Optional query name.
+    trigger
+        Keyword arguments for ``DataStreamWriter.trigger`` (e.g.
+        ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``).
+
+    Returns
+    -------
+    pyspark.sql.streaming.DataStreamWriter
+        Ready to ``.start()``.
+
+    Examples
+    --------
+    >>> query = twophase.write_stream(  # doctest: +SKIP
+    ...     events, PostgresSink(...), checkpoint_location="/chk/events",
+    ...     trigger={"processingTime": "5 seconds"}).start()
+    """
+    if not getattr(df, "isStreaming", False):
+        raise ConfigurationError(
+            "write_stream needs a streaming DataFrame (spark.readStream...)", sink=sink.name
+        )
+    if not checkpoint_location:
+        raise ConfigurationError(
+            "checkpoint_location is required", sink=sink.name, setting="checkpoint_location"
+        )
+    check_speculation(df.sparkSession, sink.name)
+    sink.checkpoint_location = checkpoint_location
+    writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
+    if query_name:
+        writer = writer.queryName(query_name)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer

@@ -1,0 +1,236 @@
+"""Small value types shared by the coordinator, the participants and the sinks.
+
+Everything here crosses the wire between driver and executors or is stored in
+the coordinator log, so every class is a frozen dataclass that pickles.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CommitProtocol",
+    "Fingerprint",
+    "Marker",
+    "RecoveryContext",
+    "SinkContext",
+    "TaskContext",
+    "TransactionHandle",
+]
+
+
+class CommitProtocol(enum.StrEnum):
+    """The two commit protocols of the design (``DESIGN.md`` section 2).
+
+    Attributes
+    ----------
+    COORDINATED
+        Protocol A: executors prepare, the driver records a decision and
+        commits every prepared transaction (PostgreSQL ``PREPARE TRANSACTION``).
+    MARKERS
+        Protocol B: each executor commits its own transaction together with an
+        idempotence marker; replays are checked against the markers (Kafka,
+        PostgreSQL without prepared transactions).
+    """
+
+    COORDINATED = "coordinated"
+    MARKERS = "markers"
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """Where a participant runs: one attempt of one partition of one batch.
+
+    Built by the framework on the executor and passed to
+    :meth:`TwoPhaseCommitSink.begin_transaction`. Picklable.
+
+    Attributes
+    ----------
+    sink_name
+        The sink's configured name.
+    identity
+        The sink identity token (stable across restarts of the query from one
+        checkpoint, new after a checkpoint reset). Use it as the prefix of
+        transaction ids.
+    batch_id
+        The micro-batch id.
+    partition_id
+        The Spark partition index (the participant's slot).
+    attempt
+        The task attempt number, 0 for the first attempt.
+    """
+
+    sink_name: str
+    identity: str
+    batch_id: int
+    partition_id: int
+    attempt: int
+
+    @property
+    def transaction_id(self) -> str:
+        """A transaction id unique to this (identity, batch, partition, attempt).
+
+        Returns
+        -------
+        str
+            ``"<identity>:<batch>:<partition>:<attempt>"``.
+        """
+        return f"{self.identity}:{self.batch_id}:{self.partition_id}:{self.attempt}"
+
+
+@dataclass(frozen=True)
+class TransactionHandle:
+    """What a participant hands the coordinator after ``pre_commit``.
+
+    Subclass it (frozen dataclass) to carry more, e.g. a topic or a file
+    path. It must be small and picklable: it travels from the executor to the
+    driver and is stored in the coordinator log as part of the commit
+    decision.
+
+    Attributes
+    ----------
+    transaction_id
+        The target's name for the prepared transaction (a PostgreSQL gid, a
+        staged file name, ...). Unique per attempt.
+    batch_id
+        The micro-batch the transaction belongs to.
+    partition_id
+        The partition that wrote it.
+    attempt
+        The task attempt that wrote it.
+    """
+
+    transaction_id: str
+    batch_id: int
+    partition_id: int
+    attempt: int
+
+
+@dataclass(frozen=True, order=True)
+class Fingerprint:
+    """An order-independent summary of a partition's rows.
+
+    Two partitions holding the same multiset of rows have equal
+    fingerprints, whatever the row order. ``digest`` is the sum modulo 2**64 of
+    a 64-bit hash of every row.
+
+    Attributes
+    ----------
+    count
+        Number of rows.
+    digest
+        Sum of the 64-bit row hashes, modulo 2**64.
+    """
+
+    count: int
+    digest: int
+
+    def __str__(self) -> str:
+        return f"{self.count}:{self.digest:016x}"
+
+    @classmethod
+    def parse(cls, text: str) -> Fingerprint:
+        """Parse the ``str()`` form back.
+
+        Parameters
+        ----------
+        text
+            ``"<count>:<16 hex digits>"``.
+
+        Returns
+        -------
+        Fingerprint
+            The parsed fingerprint.
+        """
+        count, _, digest = text.partition(":")
+        return cls(int(count), int(digest, 16))
+
+
+@dataclass(frozen=True)
+class Marker:
+    """An idempotence marker of protocol B: this partition's rows are committed.
+
+    Written by the participant inside the same transaction as the rows
+    (:meth:`MarkerCommitSink.write_marker`) and read back by the coordinator on
+    replay (:meth:`MarkerCommitSink.read_markers`).
+
+    Attributes
+    ----------
+    identity
+        The sink identity token.
+    batch_id
+        The micro-batch id.
+    partition_id
+        The partition that committed (informational: replays may use another
+        layout, so matching is by fingerprint).
+    attempt
+        The task attempt that committed.
+    fingerprint
+        The fingerprint of the committed rows.
+    """
+
+    identity: str
+    batch_id: int
+    partition_id: int
+    attempt: int
+    fingerprint: Fingerprint
+
+    @property
+    def key(self) -> str:
+        """A key unique per committed partition: identity, batch and partition.
+
+        Returns
+        -------
+        str
+            ``"<identity>:<batch>:<partition>"``.
+        """
+        return f"{self.identity}:{self.batch_id}:{self.partition_id}"
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What the driver knows about the query when a sink is opened.
+
+    Attributes
+    ----------
+    sink_name
+        The sink's configured name.
+    identity
+        The sink identity token.
+    query_id
+        The streaming query id (the ``id`` in ``<checkpoint>/metadata``).
+    run_id
+        An id unique to this run of the query (changes on every restart).
+    log_location
+        Where the coordinator log lives (inside the checkpoint).
+    """
+
+    sink_name: str
+    identity: str
+    query_id: str
+    run_id: str
+    log_location: str
+
+
+@dataclass(frozen=True)
+class RecoveryContext:
+    """What the coordinator tells a sink when it lists in-doubt transactions.
+
+    Attributes
+    ----------
+    identity
+        The sink identity token: only transactions carrying it belong to the
+        sink.
+    partition_slots
+        The highest number of partitions any batch of this identity has used
+        (a high-water mark kept in the coordinator log). Sinks whose
+        transactions are named per partition slot (Kafka ``transactional.id``)
+        list slots ``0 .. partition_slots - 1``.
+    unfinished_batches
+        Batches that were started but not recorded as committed.
+    """
+
+    identity: str
+    partition_slots: int
+    unfinished_batches: tuple[int, ...] = field(default=())

@@ -1,0 +1,201 @@
+"""Fake sinks over :class:`FakeTarget`, with fault injection at every hook.
+
+:class:`FakeSink` speaks protocol A (prepare on executors, commit on the
+driver); :class:`FakeMarkerSink` speaks protocol B (local commit with a marker).
+Both consult the target's fault rules at the start of every hook, so a test can
+make any hook fail for a chosen batch, partition and attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from .._sink import MarkerCommitSink, TwoPhaseCommitSink
+from .._types import Marker, RecoveryContext, TaskContext, TransactionHandle
+from ._target import FakeTarget
+
+__all__ = ["FakeMarkerSink", "FakeSink", "parse_transaction_id"]
+
+
+@dataclass
+class FakeTransaction:
+    """A live fake transaction (executor side)."""
+
+    context: TaskContext
+
+    @property
+    def transaction_id(self) -> str:
+        """Return the transaction id."""
+        return self.context.transaction_id
+
+
+def parse_transaction_id(transaction_id: str) -> TransactionHandle | None:
+    """Parse ``identity:batch:partition:attempt`` back into a handle.
+
+    Parameters
+    ----------
+    transaction_id
+        A transaction id built by :attr:`TaskContext.transaction_id`.
+
+    Returns
+    -------
+    TransactionHandle or None
+        None if the id has another shape.
+    """
+    parts = transaction_id.rsplit(":", 3)
+    if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return TransactionHandle(transaction_id, int(parts[1]), int(parts[2]), int(parts[3]))
+
+
+def _of_identity(ids: Sequence[str], identity: str) -> list[TransactionHandle]:
+    handles = []
+    for txn_id in ids:
+        if txn_id.startswith(identity + ":"):
+            handle = parse_transaction_id(txn_id)
+            if handle is not None:
+                handles.append(handle)
+    return handles
+
+
+class FakeSink(TwoPhaseCommitSink[FakeTransaction, TransactionHandle]):
+    """A protocol-A sink writing to a :class:`FakeTarget`.
+
+    Parameters
+    ----------
+    name
+        Sink name.
+    target
+        Where rows go. Use a directory target with Spark.
+    **kwargs
+        Passed to :class:`~twophase.TwoPhaseCommitSink`.
+    """
+
+    def __init__(self, name: str, target: FakeTarget, **kwargs: object) -> None:
+        super().__init__(name, **kwargs)  # type: ignore[arg-type]
+        self.target = target
+
+    # participant hooks (executor)
+    def begin_transaction(self, context: TaskContext) -> FakeTransaction:
+        """Open a transaction in the target (fault point ``begin_transaction``)."""
+        c = context
+        self.target.check_fault("begin_transaction", c.batch_id, c.partition_id, c.attempt)
+        self.target.begin(c.transaction_id)
+        return FakeTransaction(c)
+
+    def write(self, txn: FakeTransaction, batch: pa.RecordBatch) -> None:
+        """Append the batch's rows (fault point ``write``)."""
+        c = txn.context
+        self.target.check_fault("write", c.batch_id, c.partition_id, c.attempt)
+        self.target.append(txn.transaction_id, batch.to_pylist())
+
+    def pre_commit(self, txn: FakeTransaction) -> TransactionHandle:
+        """Prepare the transaction (fault point ``pre_commit``)."""
+        c = txn.context
+        self.target.check_fault("pre_commit", c.batch_id, c.partition_id, c.attempt)
+        self.target.prepare(txn.transaction_id)
+        return TransactionHandle(txn.transaction_id, c.batch_id, c.partition_id, c.attempt)
+
+    def abort(self, txn: FakeTransaction) -> None:
+        """Roll back the transaction (fault point ``abort``)."""
+        c = txn.context
+        self.target.check_fault("abort", c.batch_id, c.partition_id, c.attempt)
+        self.target.rollback(txn.transaction_id)
+
+    # coordinator hooks (driver)
+    def commit(self, handle: TransactionHandle) -> None:
+        """Commit a prepared transaction, idempotently (fault point ``commit``)."""
+        h = handle
+        self.target.check_fault("commit", h.batch_id, h.partition_id, h.attempt)
+        self.target.commit_prepared(h.transaction_id)
+
+    def recover_and_commit(self, handle: TransactionHandle) -> None:
+        """Commit after a restart (fault point ``recover_and_commit``)."""
+        h = handle
+        self.target.check_fault("recover_and_commit", h.batch_id, h.partition_id, h.attempt)
+        self.target.commit_prepared(h.transaction_id)
+
+    def list_in_doubt(self, context: RecoveryContext) -> list[TransactionHandle]:
+        """List prepared transactions of this identity (fault point ``list_in_doubt``)."""
+        self.target.check_fault("list_in_doubt")
+        return _of_identity(self.target.prepared(), context.identity)
+
+    def recover_and_abort(self, handle: TransactionHandle) -> None:
+        """Roll back an in-doubt transaction (fault point ``recover_and_abort``)."""
+        h = handle
+        self.target.check_fault("recover_and_abort", h.batch_id, h.partition_id, h.attempt)
+        self.target.rollback(h.transaction_id)
+
+
+class FakeMarkerSink(MarkerCommitSink[FakeTransaction, TransactionHandle]):
+    """A protocol-B sink writing to a :class:`FakeTarget` with markers.
+
+    Parameters
+    ----------
+    name
+        Sink name.
+    target
+        Where rows and markers go.
+    **kwargs
+        Passed to :class:`~twophase.MarkerCommitSink` (e.g. ``staging=True``).
+    """
+
+    def __init__(self, name: str, target: FakeTarget, **kwargs: object) -> None:
+        super().__init__(name, **kwargs)  # type: ignore[arg-type]
+        self.target = target
+
+    def begin_transaction(self, context: TaskContext) -> FakeTransaction:
+        """Open a transaction (fault point ``begin_transaction``)."""
+        c = context
+        self.target.check_fault("begin_transaction", c.batch_id, c.partition_id, c.attempt)
+        self.target.begin(c.transaction_id)
+        return FakeTransaction(c)
+
+    def write(self, txn: FakeTransaction, batch: pa.RecordBatch) -> None:
+        """Append rows (fault point ``write``)."""
+        c = txn.context
+        self.target.check_fault("write", c.batch_id, c.partition_id, c.attempt)
+        self.target.append(txn.transaction_id, batch.to_pylist())
+
+    def write_marker(self, txn: FakeTransaction, marker: Marker) -> None:
+        """Attach the marker to the transaction (fault point ``write_marker``)."""
+        c = txn.context
+        self.target.check_fault("write_marker", c.batch_id, c.partition_id, c.attempt)
+        self.target.set_marker(txn.transaction_id, marker)
+
+    def pre_commit(self, txn: FakeTransaction) -> TransactionHandle:
+        """Return the handle (fault point ``pre_commit``)."""
+        c = txn.context
+        self.target.check_fault("pre_commit", c.batch_id, c.partition_id, c.attempt)
+        return TransactionHandle(txn.transaction_id, c.batch_id, c.partition_id, c.attempt)
+
+    def commit(self, handle: TransactionHandle) -> None:
+        """Commit rows and marker at once, on the executor (fault point ``commit``)."""
+        h = handle
+        self.target.check_fault("commit", h.batch_id, h.partition_id, h.attempt)
+        self.target.commit_open(h.transaction_id)
+
+    def abort(self, txn: FakeTransaction) -> None:
+        """Discard the transaction (fault point ``abort``)."""
+        c = txn.context
+        self.target.check_fault("abort", c.batch_id, c.partition_id, c.attempt)
+        self.target.rollback(txn.transaction_id)
+
+    def read_markers(self, identity: str, batch_id: int) -> list[Marker]:
+        """Return committed markers of the batch (fault point ``read_markers``)."""
+        self.target.check_fault("read_markers", batch_id)
+        return self.target.markers(identity, batch_id)
+
+    def list_in_doubt(self, context: RecoveryContext) -> list[TransactionHandle]:
+        """List transactions of this identity left open by dead attempts."""
+        self.target.check_fault("list_in_doubt")
+        return _of_identity(self.target.open_transactions(), context.identity)
+
+    def recover_and_abort(self, handle: TransactionHandle) -> None:
+        """Discard a transaction left open (fault point ``recover_and_abort``)."""
+        h = handle
+        self.target.check_fault("recover_and_abort", h.batch_id, h.partition_id, h.attempt)
+        self.target.rollback(h.transaction_id)

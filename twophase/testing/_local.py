@@ -1,0 +1,276 @@
+"""Run a sink through the real coordinator without Spark.
+
+:class:`LocalRunner` plays Spark's part: it holds the batch's partitions in
+memory, runs one participant per partition (each on a freshly unpickled copy of
+the sink, as an executor would), retries failed tasks with a new attempt
+number, and can crash the driver at any coordinator step and restart it.
+Everything else -- the coordinator, its log, recovery, markers -- is the
+production code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from .._coordinator import Coordinator
+from .._fingerprint import fingerprint_batches
+from .._identity import SinkIdentity
+from .._log import CoordinatorLog, LocalFileStore
+from .._metrics import BatchMetrics
+from .._participant import TaskPlan, TaskResult, run_participant
+from .._serde import dumps, loads
+from .._sink import _SinkBase
+from .._types import Fingerprint, SinkContext
+from ._crash import CrashAt
+
+__all__ = ["LocalRunner", "PartitionsLike"]
+
+_log = logging.getLogger("twophase.testing")
+
+#: Partitions of a batch: each a list of record batches, a table, or a list of row dicts.
+PartitionsLike = Sequence[Sequence[pa.RecordBatch] | pa.Table | Sequence[Mapping[str, Any]]]
+
+
+def _normalise(partitions: PartitionsLike, schema: pa.Schema | None) -> list[list[pa.RecordBatch]]:
+    out: list[list[pa.RecordBatch]] = []
+    for part in partitions:
+        if isinstance(part, pa.Table):
+            out.append(part.to_batches())
+        elif len(part) and isinstance(part[0], pa.RecordBatch):
+            out.append(list(part))
+        elif len(part):
+            out.append([pa.RecordBatch.from_pylist(list(part), schema=schema)])
+        else:
+            out.append([])
+    return out
+
+
+class _LocalExecution:
+    def __init__(
+        self,
+        batch_id: int,
+        partitions: list[list[pa.RecordBatch]],
+        schema: pa.Schema,
+        max_task_failures: int,
+    ) -> None:
+        self._batch_id = batch_id
+        self.partitions = partitions
+        self._schema = schema
+        self.max_task_failures = max_task_failures
+
+    @property
+    def batch_id(self) -> int:
+        return self._batch_id
+
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    def limit_partitions(self, limit: int) -> None:
+        # Coalesce like Spark: adjacent partitions merged into `limit` groups.
+        n = len(self.partitions)
+        groups: list[list[pa.RecordBatch]] = [[] for _ in range(limit)]
+        for index, part in enumerate(self.partitions):
+            groups[index * limit // n].extend(part)
+        self.partitions = groups
+
+    def stage(self, location: str) -> None:
+        complete = os.path.join(location, "_COMPLETE")
+        if not os.path.exists(complete):
+            shutil.rmtree(location, ignore_errors=True)
+            os.makedirs(location)
+            for index, part in enumerate(self.partitions):
+                with ipc.new_file(
+                    os.path.join(location, f"part-{index:05d}.arrow"), self._schema
+                ) as w:
+                    for batch in part:
+                        w.write_batch(batch)
+            with open(complete, "w") as fh:
+                fh.write(str(len(self.partitions)))
+        names = sorted(n for n in os.listdir(location) if n.endswith(".arrow"))
+        staged = []
+        for name in names:
+            with ipc.open_file(os.path.join(location, name)) as reader:
+                staged.append([reader.get_batch(i) for i in range(reader.num_record_batches)])
+        self.partitions = staged
+
+    def drop_staged(self, location: str) -> None:
+        shutil.rmtree(location, ignore_errors=True)
+
+    def fingerprints(self) -> dict[int, Fingerprint]:
+        result = {}
+        for index, part in enumerate(self.partitions):
+            fp = fingerprint_batches(part)
+            if fp.count:
+                result[index] = fp
+        return result
+
+    def run_participants(self, sink: _SinkBase[Any, Any], plan: TaskPlan) -> list[TaskResult]:
+        payload = dumps((sink, plan))  # what Spark ships to executors
+        results = []
+        for index, part in enumerate(self.partitions):
+            attempt = 0
+            while True:
+                executor_sink, executor_plan = loads(payload)
+                try:
+                    result = run_participant(executor_sink, executor_plan, index, attempt, part)
+                except Exception as exc:
+                    attempt += 1
+                    if attempt >= self.max_task_failures:
+                        raise
+                    _log.info(
+                        "partition %d attempt %d failed (%s); retrying", index, attempt - 1, exc
+                    )
+                    continue
+                results.append(loads(dumps(result)))  # back to the driver
+                break
+        return results
+
+    def close(self) -> None:
+        pass
+
+
+class LocalRunner:
+    """Drive a sink through the production coordinator, without Spark.
+
+    Parameters
+    ----------
+    sink
+        The sink under test (the driver's copy; executors get pickled copies).
+    log_dir
+        Directory of the coordinator log (a "checkpoint"); a temporary
+        directory when omitted.
+    query_id
+        The query id (a UUID); new when omitted. A runner with another query
+        id behaves like a query started from a reset checkpoint.
+    max_task_failures
+        Attempts per task, like ``local[N, F]``: 1 means no task retry.
+    fsync
+        Make log writes durable (slower); off by default for fast tests.
+
+    Examples
+    --------
+    >>> from twophase.testing import FakeSink, FakeTarget, LocalRunner
+    >>> target = FakeTarget.in_memory()
+    >>> runner = LocalRunner(FakeSink("demo", target))
+    >>> runner.run_batch(0, [[{"id": 1}], [{"id": 2}]]).outcome
+    'committed'
+    >>> sorted(r["id"] for r in target.committed_rows())
+    [1, 2]
+    """
+
+    def __init__(
+        self,
+        sink: _SinkBase[Any, Any],
+        log_dir: str | os.PathLike[str] | None = None,
+        *,
+        query_id: str | None = None,
+        max_task_failures: int = 1,
+        fsync: bool = False,
+    ) -> None:
+        if max_task_failures < 1:
+            raise ValueError("max_task_failures must be >= 1")
+        self.sink = sink
+        self._tmp = None if log_dir is not None else tempfile.mkdtemp(prefix="twophase-log-")
+        self.checkpoint = os.fspath(log_dir) if log_dir is not None else str(self._tmp)
+        self.query_id = query_id or str(uuid.uuid4())
+        self.max_task_failures = max_task_failures
+        self.fsync = fsync
+        self.identity = SinkIdentity(sink.name, self.query_id)
+        self.coordinator = self._new_coordinator()
+
+    def _new_coordinator(self) -> Coordinator:
+        location = self.identity.log_location(self.checkpoint)
+        log = CoordinatorLog(
+            LocalFileStore(location, fsync=self.fsync),
+            sink=self.sink.name,
+            identity=self.identity.token,
+        )
+        context = SinkContext(
+            self.sink.name, self.identity.token, self.query_id, uuid.uuid4().hex, location
+        )
+        coordinator = Coordinator(self.sink, log, context, sleep=lambda _s: None)
+        self.sink._driver = coordinator
+        return coordinator
+
+    @property
+    def log(self) -> CoordinatorLog:
+        """Return the coordinator log of the current run."""
+        return self.coordinator.log
+
+    def run_batch(
+        self,
+        batch_id: int,
+        partitions: PartitionsLike,
+        *,
+        schema: pa.Schema | None = None,
+    ) -> BatchMetrics:
+        """Run one micro-batch, as ``foreachBatch`` would.
+
+        Parameters
+        ----------
+        batch_id
+            The micro-batch id.
+        partitions
+            One entry per partition: record batches, a table or row dicts.
+        schema
+            The schema (inferred from the first non-empty partition if omitted).
+
+        Returns
+        -------
+        BatchMetrics
+            What the coordinator did.
+        """
+        parts = _normalise(partitions, schema)
+        if schema is None:
+            schema = next((p[0].schema for p in parts if p), pa.schema([]))
+        execution = _LocalExecution(batch_id, parts, schema, self.max_task_failures)
+        return self.coordinator.run_batch(execution)
+
+    def crash_at(self, step: str, batch_id: int | None = None, index: int | None = None) -> CrashAt:
+        """Make the driver crash at a coordinator step (raises ``SimulatedCrash``).
+
+        Parameters
+        ----------
+        step
+            A coordinator step name.
+        batch_id
+            Only in this batch.
+        index
+            For ``committed_handle``: after that handle.
+
+        Returns
+        -------
+        CrashAt
+            The installed listener (``.fired`` tells whether it crashed).
+        """
+        listener = CrashAt(step, batch_id, index)
+        self.sink._step_listener = listener
+        return listener
+
+    def restart(self) -> None:
+        """Simulate a driver restart: a fresh sink copy and coordinator, same log."""
+        self.sink = loads(dumps(self.sink))
+        self.coordinator = self._new_coordinator()
+
+    def reset_checkpoint(self) -> None:
+        """Simulate a checkpoint reset: new query id, hence a new sink identity."""
+        self.query_id = str(uuid.uuid4())
+        self.identity = SinkIdentity(self.sink.name, self.query_id)
+        self.restart()
+
+    def close(self) -> None:
+        """Remove the temporary log directory, if the runner made one."""
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)

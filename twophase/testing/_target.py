@@ -1,0 +1,552 @@
+"""A fake transactional target: transactions you can open, prepare, commit and inspect.
+
+Like Flink's test sinks, a transaction is a file: written under ``open/``,
+renamed to ``prepared/`` by prepare, renamed to ``committed/`` by commit. A
+rename is atomic, so a transaction is visible whole or not at all. The target
+lives either in memory (fast, one process: :meth:`FakeTarget.in_memory`) or in
+a directory (shared by Spark's executor processes: ``FakeTarget(path)``).
+
+Fault rules (:meth:`FakeTarget.fail`) are stored in the target too, so that
+executors see rules added after the sink was pickled, and "fail N times"
+counts across processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .._types import Fingerprint, Marker
+from ..errors import AbortRequiredError, TransactionError
+
+__all__ = ["FakeTarget", "FaultRule"]
+
+_DIRS = ("open", "prepared", "committed", "faults", "fired")
+_MEMORY_REGISTRY: dict[str, _Storage] = {}
+
+
+class _Storage:
+    """Tiny key-value storage with atomic rename; keys are ``dir/name``."""
+
+    def put(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def get(self, key: str) -> bytes | None:
+        raise NotImplementedError
+
+    def rename(self, src: str, dst: str) -> bool:
+        raise NotImplementedError
+
+    def create_exclusive(self, key: str) -> bool:
+        raise NotImplementedError
+
+    def list(self, directory: str) -> list[str]:
+        raise NotImplementedError
+
+    def delete(self, key: str) -> bool:
+        raise NotImplementedError
+
+
+class _MemoryStorage(_Storage):
+    def __init__(self) -> None:
+        self._data: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def put(self, key: str, data: bytes) -> None:
+        with self._lock:
+            self._data[key] = data
+
+    def get(self, key: str) -> bytes | None:
+        return self._data.get(key)
+
+    def rename(self, src: str, dst: str) -> bool:
+        with self._lock:
+            if src not in self._data:
+                return False
+            self._data[dst] = self._data.pop(src)
+            return True
+
+    def create_exclusive(self, key: str) -> bool:
+        with self._lock:
+            if key in self._data:
+                return False
+            self._data[key] = b""
+            return True
+
+    def list(self, directory: str) -> list[str]:
+        prefix = directory + "/"
+        return sorted(k[len(prefix) :] for k in list(self._data) if k.startswith(prefix))
+
+    def delete(self, key: str) -> bool:
+        with self._lock:
+            return self._data.pop(key, None) is not None
+
+
+class _DirectoryStorage(_Storage):
+    def __init__(self, root: str) -> None:
+        self.root = root
+        for name in _DIRS:
+            os.makedirs(os.path.join(root, name), exist_ok=True)
+
+    def _p(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._p(key)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            with open(self._p(key), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
+    def rename(self, src: str, dst: str) -> bool:
+        try:
+            os.rename(self._p(src), self._p(dst))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def create_exclusive(self, key: str) -> bool:
+        try:
+            fd = os.open(self._p(key), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        os.close(fd)
+        return True
+
+    def list(self, directory: str) -> list[str]:
+        try:
+            names = os.listdir(self._p(directory))
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if not n.endswith(".tmp"))
+
+    def delete(self, key: str) -> bool:
+        try:
+            os.unlink(self._p(key))
+        except FileNotFoundError:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    """Make a hook fail. Stored in the target; matched on every hook call.
+
+    Attributes
+    ----------
+    hook
+        Hook name: ``begin_transaction``, ``write``, ``pre_commit``,
+        ``write_marker``, ``commit``, ``abort``, ``recover_and_commit``,
+        ``recover_and_abort``, ``list_in_doubt``, ``read_markers``.
+    batch_id, partition_id, attempt
+        Restrict the rule (None matches any).
+    times
+        How many times it fires in all (across processes); -1 for always.
+    error
+        Name of the exception class in :mod:`twophase.errors`, or ``"kill"``
+        to end the calling process at once (``os._exit``), like a lost
+        executor or a killed driver.
+    message
+        Text of the error.
+    rule_id
+        Unique id (for counting).
+    """
+
+    hook: str
+    batch_id: int | None = None
+    partition_id: int | None = None
+    attempt: int | None = None
+    times: int = 1
+    error: str = "AbortRequiredError"
+    message: str = "injected fault"
+    rule_id: str = ""
+
+    def matches(
+        self, hook: str, batch_id: int | None, partition_id: int | None, attempt: int | None
+    ) -> bool:
+        """Return whether the rule applies to this call."""
+        return (
+            self.hook == hook
+            and (self.batch_id is None or self.batch_id == batch_id)
+            and (self.partition_id is None or self.partition_id == partition_id)
+            and (self.attempt is None or self.attempt == attempt)
+        )
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+class FakeTarget:
+    """A transactional target for tests, with prepare, commit, markers and faults.
+
+    Parameters
+    ----------
+    path
+        Directory to keep the target in (shared between processes). Use
+        :meth:`in_memory` for a single-process target.
+
+    Examples
+    --------
+    >>> target = FakeTarget.in_memory()
+    >>> target.begin("t1"); target.append("t1", [{"id": 1}]); target.prepare("t1")
+    >>> target.committed_rows(), target.prepared()
+    ([], ['t1'])
+    >>> target.commit_prepared("t1"); target.committed_rows()
+    [{'id': 1}]
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = os.fspath(path) if path is not None else None
+        self._storage: _Storage = (
+            _DirectoryStorage(self.path) if self.path is not None else _MemoryStorage()
+        )
+
+    @classmethod
+    def in_memory(cls) -> FakeTarget:
+        """Return a target held in this process's memory.
+
+        Returns
+        -------
+        FakeTarget
+            A new, empty target. It pickles by identity only within a process:
+            use a directory target with Spark.
+        """
+        return cls(None)
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.path is None:
+            # An in-memory target pickles by reference to this process's
+            # registry: copies made by the local runner share the same data.
+            key = f"{id(self._storage):x}"
+            _MEMORY_REGISTRY[key] = self._storage
+            return {"path": None, "memory_key": key}
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]
+        if self.path is None:
+            storage = _MEMORY_REGISTRY.get(state["memory_key"])
+            if storage is None:
+                raise RuntimeError(
+                    "an in-memory FakeTarget cannot cross processes; use FakeTarget(path)"
+                )
+            self._storage = storage
+        else:
+            self._storage = _DirectoryStorage(self.path)
+
+    # ------------------------------------------------------- transactions
+    def _txn_key(self, state: str, txn_id: str) -> str:
+        if "/" in txn_id or txn_id.startswith("."):
+            raise ValueError(f"invalid transaction id {txn_id!r}")
+        return f"{state}/{txn_id}"
+
+    def _load(self, key: str) -> dict[str, Any] | None:
+        raw = self._storage.get(key)
+        return None if raw is None else dict(json.loads(raw))
+
+    def begin(self, txn_id: str) -> None:
+        """Open a transaction (an empty file under ``open/``).
+
+        Parameters
+        ----------
+        txn_id
+            Unique transaction id.
+        """
+        for state in ("open", "prepared", "committed"):
+            if self._storage.get(self._txn_key(state, txn_id)) is not None:
+                raise TransactionError(f"transaction {txn_id} already exists ({state})")
+        self._storage.put(self._txn_key("open", txn_id), json.dumps({"rows": []}).encode())
+
+    def append(self, txn_id: str, rows: list[dict[str, Any]]) -> None:
+        """Add rows to an open transaction.
+
+        Parameters
+        ----------
+        txn_id
+            An open transaction.
+        rows
+            Rows as dicts (JSON-able; bytes are stored as hex).
+        """
+        key = self._txn_key("open", txn_id)
+        record = self._load(key)
+        if record is None:
+            raise AbortRequiredError(f"transaction {txn_id} is not open")
+        record["rows"].extend(json.loads(json.dumps(rows, default=_json_default)))
+        self._storage.put(key, json.dumps(record).encode())
+
+    def set_marker(self, txn_id: str, marker: Marker) -> None:
+        """Attach an idempotence marker to an open transaction.
+
+        Parameters
+        ----------
+        txn_id
+            An open transaction.
+        marker
+            The marker; it becomes visible with the rows on commit.
+        """
+        key = self._txn_key("open", txn_id)
+        record = self._load(key)
+        if record is None:
+            raise AbortRequiredError(f"transaction {txn_id} is not open")
+        record["marker"] = {
+            "identity": marker.identity,
+            "batch_id": marker.batch_id,
+            "partition_id": marker.partition_id,
+            "attempt": marker.attempt,
+            "fingerprint": str(marker.fingerprint),
+        }
+        self._storage.put(key, json.dumps(record).encode())
+
+    def prepare(self, txn_id: str) -> None:
+        """Move an open transaction to prepared (durable, invisible).
+
+        Parameters
+        ----------
+        txn_id
+            An open transaction.
+        """
+        if not self._storage.rename(
+            self._txn_key("open", txn_id), self._txn_key("prepared", txn_id)
+        ):
+            raise AbortRequiredError(f"transaction {txn_id} is not open")
+
+    def commit_prepared(self, txn_id: str) -> bool:
+        """Commit a prepared transaction (idempotent).
+
+        Parameters
+        ----------
+        txn_id
+            A prepared or already committed transaction.
+
+        Returns
+        -------
+        bool
+            True if this call committed it, False if it was already committed.
+
+        Raises
+        ------
+        TransactionError
+            The transaction is neither prepared nor committed (it was rolled
+            back, or never existed): committing it is impossible.
+        """
+        if self._storage.rename(
+            self._txn_key("prepared", txn_id), self._txn_key("committed", txn_id)
+        ):
+            return True
+        if self._storage.get(self._txn_key("committed", txn_id)) is not None:
+            return False
+        raise TransactionError(f"transaction {txn_id} is neither prepared nor committed")
+
+    def commit_open(self, txn_id: str) -> None:
+        """Commit an open transaction directly (protocol B's local commit).
+
+        Parameters
+        ----------
+        txn_id
+            An open transaction.
+        """
+        if not self._storage.rename(
+            self._txn_key("open", txn_id), self._txn_key("committed", txn_id)
+        ):
+            if self._storage.get(self._txn_key("committed", txn_id)) is not None:
+                return
+            raise AbortRequiredError(f"transaction {txn_id} is not open")
+
+    def rollback(self, txn_id: str) -> bool:
+        """Discard an open or prepared transaction (idempotent).
+
+        Parameters
+        ----------
+        txn_id
+            The transaction.
+
+        Returns
+        -------
+        bool
+            True if something was discarded.
+        """
+        found = False
+        for state in ("open", "prepared"):
+            found = self._storage.delete(self._txn_key(state, txn_id)) or found
+        return found
+
+    # ----------------------------------------------------------- inspect
+    def open_transactions(self) -> list[str]:
+        """Return ids of open transactions."""
+        return self._storage.list("open")
+
+    def prepared(self) -> list[str]:
+        """Return ids of prepared (in-doubt) transactions."""
+        return self._storage.list("prepared")
+
+    def committed(self) -> list[str]:
+        """Return ids of committed transactions."""
+        return self._storage.list("committed")
+
+    def _committed_records(self) -> Iterator[dict[str, Any]]:
+        for txn_id in self.committed():
+            record = self._load(f"committed/{txn_id}")
+            if record is not None:
+                yield record
+
+    def committed_rows(self) -> list[dict[str, Any]]:
+        """Return every committed row (what a reader of the target sees)."""
+        rows: list[dict[str, Any]] = []
+        for record in self._committed_records():
+            rows.extend(record["rows"])
+        return rows
+
+    def markers(self, identity: str | None = None, batch_id: int | None = None) -> list[Marker]:
+        """Return committed markers, optionally of one identity and batch.
+
+        Parameters
+        ----------
+        identity, batch_id
+            Filters (None matches any).
+
+        Returns
+        -------
+        list of Marker
+            Markers of committed transactions only.
+        """
+        found = []
+        for record in self._committed_records():
+            m = record.get("marker")
+            if not m:
+                continue
+            if identity is not None and m["identity"] != identity:
+                continue
+            if batch_id is not None and m["batch_id"] != batch_id:
+                continue
+            found.append(
+                Marker(
+                    m["identity"],
+                    m["batch_id"],
+                    m["partition_id"],
+                    m["attempt"],
+                    Fingerprint.parse(m["fingerprint"]),
+                )
+            )
+        return found
+
+    # ------------------------------------------------------------ faults
+    def fail(
+        self,
+        hook: str,
+        *,
+        batch_id: int | None = None,
+        partition_id: int | None = None,
+        attempt: int | None = None,
+        times: int = 1,
+        error: str | type[BaseException] = "AbortRequiredError",
+        message: str = "injected fault",
+    ) -> FaultRule:
+        """Add a fault rule: the next matching hook call(s) raise.
+
+        Parameters
+        ----------
+        hook
+            Hook name (see :class:`FaultRule`).
+        batch_id, partition_id, attempt
+            Restrict the rule.
+        times
+            Number of firings (-1: always).
+        error
+            An exception class of :mod:`twophase.errors` (or its name), or
+            ``"kill"`` to end the process.
+        message
+            The error text.
+
+        Returns
+        -------
+        FaultRule
+            The stored rule (pass it to :meth:`clear_fault`).
+        """
+        name = error if isinstance(error, str) else error.__name__
+        rule = FaultRule(
+            hook, batch_id, partition_id, attempt, times, name, message, uuid.uuid4().hex
+        )
+        self._storage.put(f"faults/{rule.rule_id}", json.dumps(rule.__dict__).encode())
+        return rule
+
+    def clear_faults(self) -> None:
+        """Remove every fault rule."""
+        for name in self._storage.list("faults"):
+            self._storage.delete(f"faults/{name}")
+
+    def rules(self) -> list[FaultRule]:
+        """Return the fault rules in force."""
+        rules = []
+        for name in self._storage.list("faults"):
+            raw = self._storage.get(f"faults/{name}")
+            if raw:
+                rules.append(FaultRule(**json.loads(raw)))
+        return rules
+
+    def check_fault(
+        self,
+        hook: str,
+        batch_id: int | None = None,
+        partition_id: int | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        """Raise the injected error if a rule matches this hook call.
+
+        Parameters
+        ----------
+        hook
+            Hook being called.
+        batch_id, partition_id, attempt
+            What the call is about.
+        """
+        for rule in self.rules():
+            if not rule.matches(hook, batch_id, partition_id, attempt):
+                continue
+            if rule.times >= 0:
+                fired = [n for n in self._storage.list("fired") if n.startswith(rule.rule_id)]
+                claimed = False
+                for index in range(len(fired), rule.times):
+                    if self._storage.create_exclusive(f"fired/{rule.rule_id}.{index}"):
+                        claimed = True
+                        break
+                if not claimed:
+                    continue
+            _raise(rule)
+
+    def fired(self, rule: FaultRule) -> int:
+        """Return how many times a counted rule has fired."""
+        return len([n for n in self._storage.list("fired") if n.startswith(rule.rule_id)])
+
+
+def _raise(rule: FaultRule) -> None:
+    if rule.error == "kill":
+        os._exit(17)
+    import builtins
+
+    from .. import errors
+
+    factory: Callable[..., BaseException] | None = getattr(errors, rule.error, None)
+    if factory is None:
+        factory = getattr(builtins, rule.error, None)
+    if factory is None:
+        raise RuntimeError(f"unknown injected error class {rule.error!r}")
+    exc = factory(f"{rule.message} ({rule.hook})")
+    with contextlib.suppress(AttributeError):
+        exc.injected = True  # type: ignore[attr-defined]
+    raise exc
