@@ -211,6 +211,8 @@ class Coordinator:
         self.identity = context.identity
         self._sleep = sleep
         self._opened = False
+        #: Set by the engine glue when a batch failed: the next call starts a new run.
+        self.failed = False
         self._recovered_committed = 0
         self._recovered_aborted = 0
 

@@ -186,7 +186,7 @@ def _driver_for(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> Coordinato
         isinstance(current, Coordinator)
         and current.context.query_id == query_id
         and current.context.run_id == run_id
-        and not getattr(current, "failed", False)
+        and not current.failed
     ):
         return current
     check_speculation(spark, sink.name, batch_id)
@@ -194,7 +194,7 @@ def _driver_for(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> Coordinato
     identity = SinkIdentity(sink.name, query_id)
     location = identity.log_location(checkpoint)
     log = CoordinatorLog(HadoopFileStore(spark, location), sink=sink.name, identity=identity.token)
-    context = SinkContext(sink.name, identity.token, query_id, uuid.uuid4().hex, location)
+    context = SinkContext(sink.name, identity.token, query_id, run_id, location)
     coordinator = Coordinator(sink, log, context)
     sink._driver = coordinator
     _log.info("sink %s: identity %s, coordinator log at %s", sink.name, identity.token, location)
@@ -219,14 +219,19 @@ def run_foreach_batch(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> None
     except BaseException:
         # A failed batch ends the query; if the same process restarts it, start
         # a new run (new epoch, recovery) rather than trusting cached state.
-        coordinator.failed = True  # type: ignore[attr-defined]
+        coordinator.failed = True
         raise
 
 
 def _arrow_schema(df: Any) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(df.schema)
+    spark = df.sparkSession
+    timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
+    large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
+    return to_arrow_schema(
+        df.schema, timezone=timezone, prefers_large_types=str(large).lower() == "true"
+    )
 
 
 _RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])

@@ -14,12 +14,18 @@ What users get (and what twophase's own tests use):
   the guarantees (see ``docs/testing.md``).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .._coordinator import COORDINATED_STEPS, MARKER_STEPS
 from ._assertions import assert_exactly_once
 from ._crash import CrashAt, SimulatedCrash
 from ._fake import FakeMarkerSink, FakeSink, FakeTransaction, parse_transaction_id
+from ._faults import with_faults
 from ._local import LocalRunner
 from ._target import FakeTarget, FaultRule
+
+if TYPE_CHECKING:
+    from ._contract import SinkContract
 
 __all__ = [
     "COORDINATED_STEPS",
@@ -32,6 +38,17 @@ __all__ = [
     "FaultRule",
     "LocalRunner",
     "SimulatedCrash",
+    "SinkContract",
     "assert_exactly_once",
     "parse_transaction_id",
+    "with_faults",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # SinkContract needs pytest: import it only when asked for.
+    if name == "SinkContract":
+        from ._contract import SinkContract
+
+        return SinkContract
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -256,6 +256,15 @@ class FakeTarget:
             raise ValueError(f"invalid transaction id {txn_id!r}")
         return f"{state}/{txn_id}"
 
+    def _committed_key(self, txn_id: str) -> str:
+        # A transaction id may be reused after its transaction ended (a gid
+        # after ROLLBACK PREPARED, or a buggy sink); committed entries never
+        # overwrite each other, so duplicates stay visible to the assertions.
+        return f"committed/{txn_id}#{uuid.uuid4().hex[:12]}"
+
+    def _is_committed(self, txn_id: str) -> bool:
+        return any(n.rsplit("#", 1)[0] == txn_id for n in self._storage.list("committed"))
+
     def _load(self, key: str) -> dict[str, Any] | None:
         raw = self._storage.get(key)
         return None if raw is None else dict(json.loads(raw))
@@ -268,7 +277,7 @@ class FakeTarget:
         txn_id
             Unique transaction id.
         """
-        for state in ("open", "prepared", "committed"):
+        for state in ("open", "prepared"):
             if self._storage.get(self._txn_key(state, txn_id)) is not None:
                 raise TransactionError(f"transaction {txn_id} already exists ({state})")
         self._storage.put(self._txn_key("open", txn_id), json.dumps({"rows": []}).encode())
@@ -345,11 +354,9 @@ class FakeTarget:
             The transaction is neither prepared nor committed (it was rolled
             back, or never existed): committing it is impossible.
         """
-        if self._storage.rename(
-            self._txn_key("prepared", txn_id), self._txn_key("committed", txn_id)
-        ):
+        if self._storage.rename(self._txn_key("prepared", txn_id), self._committed_key(txn_id)):
             return True
-        if self._storage.get(self._txn_key("committed", txn_id)) is not None:
+        if self._is_committed(txn_id):
             return False
         raise TransactionError(f"transaction {txn_id} is neither prepared nor committed")
 
@@ -361,10 +368,8 @@ class FakeTarget:
         txn_id
             An open transaction.
         """
-        if not self._storage.rename(
-            self._txn_key("open", txn_id), self._txn_key("committed", txn_id)
-        ):
-            if self._storage.get(self._txn_key("committed", txn_id)) is not None:
+        if not self._storage.rename(self._txn_key("open", txn_id), self._committed_key(txn_id)):
+            if self._is_committed(txn_id):
                 return
             raise AbortRequiredError(f"transaction {txn_id} is not open")
 
@@ -396,12 +401,12 @@ class FakeTarget:
         return self._storage.list("prepared")
 
     def committed(self) -> list[str]:
-        """Return ids of committed transactions."""
-        return self._storage.list("committed")
+        """Return ids of committed transactions (an id twice if committed twice)."""
+        return [n.rsplit("#", 1)[0] for n in self._storage.list("committed")]
 
     def _committed_records(self) -> Iterator[dict[str, Any]]:
-        for txn_id in self.committed():
-            record = self._load(f"committed/{txn_id}")
+        for key in self._storage.list("committed"):
+            record = self._load(f"committed/{key}")
             if record is not None:
                 yield record
 

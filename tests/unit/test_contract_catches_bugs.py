@@ -1,0 +1,74 @@
+"""The contract suite must fail for broken sinks: each mutant here breaks one rule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twophase import Marker, TransactionHandle, TwoPhaseError
+from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, SinkContract
+from twophase.testing._fake import FakeTransaction
+
+pytestmark = pytest.mark.unit
+
+
+class LosesDecidedCommits(FakeSink):
+    def recover_and_commit(self, handle: TransactionHandle) -> None:
+        pass  # forgets the decided batch after a crash
+
+
+class CommitsAtPrepare(FakeSink):
+    def pre_commit(self, txn: FakeTransaction) -> TransactionHandle:
+        handle = super().pre_commit(txn)
+        self.target.commit_prepared(handle.transaction_id)  # visible too early
+        return handle
+
+
+class NeverAborts(FakeSink):
+    def recover_and_abort(self, handle: TransactionHandle) -> None:
+        pass
+
+    def abort(self, txn: FakeTransaction) -> None:
+        pass
+
+
+class ForgetsMarkers(FakeMarkerSink):
+    def read_markers(self, identity: str, batch_id: int) -> list[Marker]:
+        return []
+
+
+def _fixtures(cls: type[Any]) -> tuple[Callable[[str], Any], Callable[[], list[int]]]:
+    target = FakeTarget.in_memory()
+    return (lambda name: cls(name, target)), (
+        lambda: [row["id"] for row in target.committed_rows()]
+    )
+
+
+@pytest.mark.parametrize(
+    ("mutant", "test", "args"),
+    [
+        (LosesDecidedCommits, "test_contract_driver_crash_at_each_step_then_restart", ("decided",)),
+        (CommitsAtPrepare, "test_contract_handles_are_picklable", ()),
+        (CommitsAtPrepare, "test_contract_failed_batch_then_restart_is_exact", ()),
+        (NeverAborts, "test_contract_orphan_of_dead_attempt_is_aborted", ()),
+        (NeverAborts, "test_contract_failed_batch_then_restart_is_exact", ()),
+        (ForgetsMarkers, "test_contract_driver_crash_at_each_step_then_restart", ("phase1_done",)),
+        (ForgetsMarkers, "test_contract_replay_with_another_partition_layout", ()),
+    ],
+)
+def test_contract_fails_for_broken_sink(
+    mutant: type[Any], test: str, args: tuple[Any, ...], tmp_path: Path
+) -> None:
+    make_sink, read_ids = _fixtures(mutant)
+    with pytest.raises((AssertionError, TwoPhaseError, pytest.fail.Exception)):
+        getattr(SinkContract(), test)(make_sink, read_ids, tmp_path, *args)
+
+
+@pytest.mark.parametrize("cls", [FakeSink, FakeMarkerSink])
+def test_contract_passes_for_the_unbroken_fakes(cls: type[Any], tmp_path: Path) -> None:
+    # the same calls as above do not raise for correct sinks
+    make_sink, read_ids = _fixtures(cls)
+    SinkContract().test_contract_failed_batch_then_restart_is_exact(make_sink, read_ids, tmp_path)
