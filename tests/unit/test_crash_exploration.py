@@ -103,7 +103,9 @@ def _run_refusal_aware(
     except NondeterministicBatchError:
         # Only protocol B without staging may refuse a changed layout, and it
         # must refuse before writing anything.
-        assert s.protocol == "B" and not s.staging and s.replay_layout == "different"
+        assert s.protocol == "B"
+        assert not s.staging
+        assert s.replay_layout == "different"
         assert sorted(r["id"] for r in target.committed_rows()) == before
         runner.restart()
         runner.run_batch(batch_id, first)  # the deterministic replay completes
@@ -179,12 +181,13 @@ def test_every_executor_fault_then_retry_or_restart_is_exactly_once(protocol: st
             runner.run_batch(1, layout(1, 3))
         except CommitFailedError:
             # phase 2 gave up after the decision: partly visible, finished on restart
-            assert protocol == "A" and hook == "commit"
+            assert protocol == "A"
+            assert hook == "commit"
             assert 1 in runner.log.state.decided
             target.clear_faults()
             runner.restart()
             runner.run_batch(1, layout(1, 3))
-        except Exception:  # noqa: BLE001 - the batch may fail; restart must fix it
+        except Exception:
             if protocol == "A":  # all-or-nothing before the decision
                 assert_exactly_once([r["id"] for r in target.committed_rows()], ids_of(0))
             target.clear_faults()
@@ -194,6 +197,7 @@ def test_every_executor_fault_then_retry_or_restart_is_exactly_once(protocol: st
         assert_exactly_once(
             [r["id"] for r in target.committed_rows()], ids_of(0) + ids_of(1) + ids_of(2)
         )
-        assert target.prepared() == [] and target.open_transactions() == []
+        assert target.prepared() == []
+        assert target.open_transactions() == []
         checked += 1
     EXPLORED[f"executor faults, protocol {protocol}"] += checked
