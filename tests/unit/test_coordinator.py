@@ -1,0 +1,222 @@
+"""Targeted coordinator behaviour: retries, fencing, identity, metrics, orphans, schema."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from twophase import (
+    CommitFailedError,
+    ConcurrentQueryError,
+    ConfigurationError,
+    RecoveryContext,
+    RetryPolicy,
+    TaskContext,
+)
+from twophase.testing import (
+    FakeMarkerSink,
+    FakeSink,
+    FakeTarget,
+    LocalRunner,
+    SimulatedCrash,
+    assert_exactly_once,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def rows(batch_id: int, n: int = 6) -> list[dict[str, int]]:
+    return [{"id": batch_id * 100 + i} for i in range(n)]
+
+
+def split(batch_id: int, partitions: int = 3, n: int = 6) -> list[list[dict[str, int]]]:
+    parts: list[list[dict[str, int]]] = [[] for _ in range(partitions)]
+    for index, row in enumerate(rows(batch_id, n)):
+        parts[index % partitions].append(row)
+    return parts
+
+
+def ids(target: FakeTarget) -> list[int]:
+    return [r["id"] for r in target.committed_rows()]
+
+
+def test_phase2_retries_transient_commit_errors_with_backoff() -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(FakeSink("s", target))
+    target.fail("commit", batch_id=0, partition_id=1, times=2, error="RetriableError")
+    metrics = runner.run_batch(0, split(0))
+    assert metrics.commit_retries == 2
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0)])
+
+
+def test_phase2_gives_up_after_the_policy_then_restart_finishes_from_the_decision() -> None:
+    target = FakeTarget.in_memory()
+    sink = FakeSink("s", target, retry=RetryPolicy(max_attempts=2, initial_backoff=0))
+    runner = LocalRunner(sink)
+    target.fail("commit", batch_id=0, partition_id=2, times=-1, error="RetriableError")
+    with pytest.raises(CommitFailedError, match="restarting the query commits"):
+        runner.run_batch(0, split(0))
+    assert target.prepared(), "the undecided handle must still be prepared"
+    target.clear_faults()
+    runner.restart()
+    metrics = runner.run_batch(0, split(0, partitions=1))
+    assert metrics.outcome == "already-committed"
+    assert metrics.recovered_committed == 3
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0)])
+
+
+def test_a_newer_run_fences_the_older_one(tmp_path: Path) -> None:
+    target = FakeTarget.in_memory()
+    old = LocalRunner(
+        FakeSink("s", target), tmp_path, query_id="0" * 8 + "-0000-0000-0000-" + "1" * 12
+    )
+    old.run_batch(0, split(0))
+    new = LocalRunner(FakeSink("s", target), tmp_path, query_id=old.query_id)
+    new.run_batch(1, split(1))
+    with pytest.raises(ConcurrentQueryError, match="another run of this query"):
+        old.run_batch(2, split(2))
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1)])
+
+
+def test_checkpoint_reset_gives_a_new_identity_and_a_new_log(tmp_path: Path) -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(FakeSink("s", target), tmp_path)
+    runner.run_batch(0, split(0))
+    old_location = runner.coordinator.context.log_location
+    runner.reset_checkpoint()
+    assert runner.coordinator.context.log_location != old_location
+    assert runner.run_batch(0, split(5)).outcome == "committed"
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(5)])
+
+
+def test_metrics_are_recorded_and_logged_once_per_batch(caplog: pytest.LogCaptureFixture) -> None:
+    target = FakeTarget.in_memory()
+    sink = FakeSink("metered", target)
+    runner = LocalRunner(sink)
+    with caplog.at_level(logging.INFO, logger="twophase.metrics"):
+        runner.run_batch(0, split(0, partitions=4))
+        runner.run_batch(1, split(1, partitions=2))
+    lines = [r.getMessage() for r in caplog.records if r.name == "twophase.metrics"]
+    assert len(lines) == 2
+    assert "sink=metered batch=0" in lines[0]
+    m = sink.last_metrics
+    assert m is not None
+    assert (m.batch_id, m.rows, m.partitions, m.transactions) == (1, 6, 2, 2)
+    assert [x.batch_id for x in sink.metrics_history] == [0, 1]
+    assert m.as_dict()["outcome"] == "committed"
+
+
+def test_coalesces_to_max_transactions_per_batch() -> None:
+    target = FakeTarget.in_memory()
+    sink = FakeSink("s", target)
+    sink.max_transactions_per_batch = 2
+    metrics = LocalRunner(sink).run_batch(0, split(0, partitions=5))
+    assert metrics.partitions == 2
+    assert metrics.transactions == 2
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0)])
+
+
+def test_retried_task_rolls_back_what_its_dead_attempt_prepared() -> None:
+    target = FakeTarget.in_memory()
+    sink = FakeSink("s", target)
+    runner = LocalRunner(sink, max_task_failures=2)
+    runner.run_batch(0, split(0))
+    # attempt 0 of partition 0 prepared, then its executor died before reporting
+    ctx = TaskContext("s", runner.identity.token, 1, 0, 0)
+    txn = sink.begin_transaction(ctx)
+    sink.write(txn, pa.RecordBatch.from_pylist(rows(1)[:2]))
+    orphan = sink.pre_commit(txn)
+    target.fail("begin_transaction", batch_id=1, partition_id=0, attempt=0)
+    # keep the orphan out of the driver's startup recovery: the runner is not restarted
+    runner.run_batch(1, split(1))
+    assert orphan.transaction_id not in target.prepared()
+    assert target.prepared() == []
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1)])
+
+
+def test_failed_batch_leaves_no_prepared_transaction() -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(FakeSink("s", target))
+    target.fail("write", batch_id=0, partition_id=2, times=-1, error="DataError")
+    with pytest.raises(Exception, match="injected fault") as info:
+        runner.run_batch(0, split(0))
+    assert "sink='s'" in str(info.value)
+    assert "batch=0" in str(info.value)
+    assert target.prepared() == []
+    assert ids(target) == []
+
+
+class PickySink(FakeSink):
+    def check_schema(self, schema: pa.Schema, batch_id: int) -> None:
+        if "id" not in schema.names:
+            raise ConfigurationError("column 'id' is required", column="id")
+
+
+def test_schema_check_fails_before_anything_is_written() -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(PickySink("picky", target))
+    with pytest.raises(ConfigurationError) as info:
+        runner.run_batch(3, [[{"other": 1}]])
+    assert info.value.sink == "picky"
+    assert info.value.batch_id == 3
+    assert info.value.column == "id"
+    assert target.committed() == []
+    assert target.open_transactions() == []
+
+
+def test_marker_replay_skips_committed_partitions_and_writes_the_rest() -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(FakeMarkerSink("m", target))
+    target.fail("write", batch_id=0, partition_id=1, times=-1)
+    with pytest.raises(Exception, match="injected fault"):
+        runner.run_batch(0, split(0))
+    committed_before = len(target.committed())
+    assert committed_before >= 1
+    target.clear_faults()
+    runner.restart()
+    metrics = runner.run_batch(0, split(0))
+    assert metrics.skipped_partitions == committed_before
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0)])
+
+
+def test_marker_replay_with_duplicate_partitions_compares_multisets() -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(FakeMarkerSink("m", target))
+    same = [{"id": 7}]
+    runner.crash_at("phase1_done", 0)
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, [same, same, [{"id": 8}]])
+    runner.restart()
+    # two equal partitions were committed: a replay with three equal ones writes one
+    metrics = runner.run_batch(0, [same, same, same, [{"id": 8}]])
+    assert metrics.skipped_partitions == 3
+    assert sorted(ids(target)) == [7, 7, 7, 8]
+
+
+def test_staging_makes_a_nondeterministic_replay_exact() -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(FakeMarkerSink("m", target, staging=True))
+    runner.crash_at("phase1_done", 0)
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, split(0, partitions=3))
+    runner.restart()
+    runner.run_batch(0, [*split(0, partitions=2), [{"id": 999}]])  # a different "recomputation"
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0)])
+    staged = Path(runner.coordinator.log.store.location) / "staging" / "0"
+    assert not staged.exists(), "the staged copy of a committed batch must be removed"
+
+
+def test_in_doubt_listing_for_operators() -> None:
+    target = FakeTarget.in_memory()
+    sink = FakeSink("s", target)
+    runner = LocalRunner(sink)
+    runner.crash_at("phase1_done", 0)
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, split(0))
+    in_doubt = runner.sink.in_doubt_transactions()
+    assert sorted(h.partition_id for h in in_doubt) == [0, 1, 2]
+    assert all(h.batch_id == 0 for h in in_doubt)
+    assert sink.list_in_doubt(RecoveryContext("other.0000000000000000", 0)) == []
