@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._coordinator import COORDINATED_STEPS, MARKER_STEPS
 from ._assertions import assert_exactly_once
-from ._crash import CrashAt, SimulatedCrash
+from ._crash import CrashAt, SimulatedCrash, SimulatedCrashError
 from ._fake import FakeMarkerSink, FakeSink, FakeTransaction, parse_transaction_id
 from ._faults import with_faults
 from ._local import LocalRunner
@@ -38,6 +38,7 @@ __all__ = [
     "FaultRule",
     "LocalRunner",
     "SimulatedCrash",
+    "SimulatedCrashError",
     "SinkContract",
     "assert_exactly_once",
     "parse_transaction_id",

@@ -6,7 +6,7 @@ import os
 import signal
 from dataclasses import dataclass
 
-__all__ = ["CrashAt", "SimulatedCrash"]
+__all__ = ["CrashAt", "SimulatedCrash", "SimulatedCrashError"]
 
 
 class SimulatedCrash(BaseException):
@@ -14,6 +14,14 @@ class SimulatedCrash(BaseException):
 
     A ``BaseException`` so that nothing in the framework catches it: the
     coordinator stops exactly where a real crash would stop it.
+    """
+
+
+class SimulatedCrashError(RuntimeError):
+    """The ordinary-exception flavour of :class:`SimulatedCrash`, for code run by Spark.
+
+    Spark's ``foreachBatch`` bridge forwards only ordinary exceptions to the
+    JVM, so inside a real streaming query the crash fails the query with this.
     """
 
 
@@ -33,12 +41,16 @@ class CrashAt:
     hard
         Kill the process with SIGKILL instead of raising
         :class:`SimulatedCrash` (for subprocess tests of a real driver).
+    as_exception
+        Raise :class:`SimulatedCrashError` (an ``Exception``) instead: use it
+        inside a Spark streaming query, where it fails the query.
     """
 
     step: str
     batch_id: int | None = None
     index: int | None = None
     hard: bool = False
+    as_exception: bool = False
     fired: bool = False
 
     def __call__(self, step: str, batch_id: int, index: int | None) -> None:
@@ -52,4 +64,7 @@ class CrashAt:
         self.fired = True
         if self.hard:
             os.kill(os.getpid(), signal.SIGKILL)
-        raise SimulatedCrash(f"simulated driver crash at {step} of batch {batch_id}")
+        message = f"simulated driver crash at {step} of batch {batch_id}"
+        if self.as_exception:
+            raise SimulatedCrashError(message)
+        raise SimulatedCrash(message)

@@ -1,0 +1,54 @@
+"""Helpers for Spark tests with the fake sinks: a replayable file source and a query runner."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import twophase
+
+SCHEMA = "id long, payload string"
+
+
+def ids_of(batch: int, rows: int = 20) -> list[int]:
+    return [batch * 1000 + i for i in range(rows)]
+
+
+def write_input(source: Path, batches: int, rows: int = 20) -> list[int]:
+    """Write one Parquet file per micro-batch; return every id written."""
+    source.mkdir(parents=True, exist_ok=True)
+    written: list[int] = []
+    for batch in range(batches):
+        ids = ids_of(batch, rows)
+        table = pa.table({"id": pa.array(ids, pa.int64()), "payload": [f"p{i}" for i in ids]})
+        path = source / f"part-{batch:04d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (1_700_000_000 + batch, 1_700_000_000 + batch))
+        written += ids
+    return written
+
+
+def run_query(
+    spark: Any,
+    source: Path,
+    checkpoint: Path,
+    sink: Any,
+    transform: Callable[[Any], Any] = lambda df: df,
+    timeout: float = 120,
+) -> None:
+    """Run the query over every available file (one file per batch) and wait for it."""
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
+    query = twophase.write_stream(
+        transform(df), sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
+    ).start()
+    try:
+        finished = query.awaitTermination(timeout)
+    finally:
+        if query.isActive:
+            query.stop()
+    assert finished, "the query did not finish in time"
