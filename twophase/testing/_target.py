@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -156,9 +158,10 @@ class FaultRule:
     times
         How many times it fires in all (across processes); -1 for always.
     error
-        Name of the exception class in :mod:`twophase.errors`, or ``"kill"``
-        to end the calling process at once (``os._exit``), like a lost
-        executor or a killed driver.
+        Name of the exception class in :mod:`twophase.errors`, ``"kill"``
+        to end the calling process at once (``os._exit``, a lost executor),
+        or ``"kill-pid"`` to SIGKILL the process whose pid is ``message``
+        (a driver killed while its executors run phase 1).
     message
         Text of the error.
     rule_id
@@ -542,6 +545,10 @@ class FakeTarget:
 def _raise(rule: FaultRule) -> None:
     if rule.error == "kill":
         os._exit(17)
+    if rule.error == "kill-pid":
+        # Kill another process (e.g. the driver, from an executor) mid-hook.
+        os.kill(int(rule.message), signal.SIGKILL)
+        time.sleep(60)  # the hook never returns: the driver is gone
     import builtins
 
     from .. import errors

@@ -1,0 +1,82 @@
+"""A complete exactly-once sink in about 30 lines: JSON-lines files renamed into place.
+
+Assumptions: ``directory`` is on a file system shared by the driver and the
+executors (local mode, or a network file system) where ``rename`` is atomic.
+Guarantee: protocol A -- every micro-batch appears in ``<directory>/committed``
+exactly once, all partitions of a batch or none (readers see committed files
+only). Run it: ``python examples/custom_sink.py`` (no servers needed); its
+contract test is ``tests/unit/test_custom_sink_contract.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from typing import IO
+
+import pyarrow as pa
+
+from twophase import RecoveryContext, TaskContext, TransactionHandle, TwoPhaseCommitSink, iter_rows
+from twophase.errors import TransactionError
+from twophase.testing import parse_transaction_id
+
+
+@dataclass
+class FileTxn:
+    context: TaskContext
+    file: IO[str]
+
+
+class JsonFilesSink(TwoPhaseCommitSink[FileTxn, TransactionHandle]):
+    def __init__(self, name: str, directory: str) -> None:
+        super().__init__(name)
+        self.directory = directory
+
+    def _path(self, state: str, txn_id: str) -> str:
+        os.makedirs(os.path.join(self.directory, state), exist_ok=True)
+        return os.path.join(self.directory, state, txn_id + ".jsonl")
+
+    def begin_transaction(self, context: TaskContext) -> FileTxn:
+        return FileTxn(context, open(self._path("pending", context.transaction_id), "w"))
+
+    def write(self, txn: FileTxn, batch: pa.RecordBatch) -> None:
+        txn.file.writelines(json.dumps(row, default=str) + "\n" for row in iter_rows(batch))
+
+    def pre_commit(self, txn: FileTxn) -> TransactionHandle:
+        txn.file.close()  # durable but not visible: readers only look in committed/
+        c = txn.context
+        return TransactionHandle(c.transaction_id, c.batch_id, c.partition_id, c.attempt)
+
+    def abort(self, txn: FileTxn) -> None:
+        txn.file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self._path("pending", txn.context.transaction_id))
+
+    def commit(self, handle: TransactionHandle) -> None:
+        pending, done = (self._path(s, handle.transaction_id) for s in ("pending", "committed"))
+        if os.path.exists(pending):
+            os.replace(pending, done)
+        elif not os.path.exists(done):  # neither prepared nor committed: cannot commit
+            raise TransactionError(f"{handle.transaction_id} is lost")
+
+    def list_in_doubt(self, context: RecoveryContext) -> list[TransactionHandle]:
+        names = os.listdir(os.path.dirname(self._path("pending", "x")))
+        found = [parse_transaction_id(n.removesuffix(".jsonl")) for n in names]
+        return [h for h in found if h and h.transaction_id.startswith(context.identity + ":")]
+
+    def recover_and_abort(self, handle: TransactionHandle) -> None:
+        if os.path.exists(path := self._path("pending", handle.transaction_id)):
+            os.remove(path)
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    from twophase.testing import LocalRunner
+
+    out = tempfile.mkdtemp()
+    runner = LocalRunner(JsonFilesSink("files", out))
+    print(runner.run_batch(0, [[{"id": 1}, {"id": 2}], [{"id": 3}]]).log_line())
+    print(sorted(os.listdir(os.path.join(out, "committed"))))

@@ -1,0 +1,39 @@
+"""A real Spark driver process for SIGKILL tests: runs the fake-sink query once.
+
+Usage: python -m tests.spark.driver_process SOURCE CHECKPOINT TARGET PROTOCOL [STEP BATCH INDEX]
+
+STEP is a coordinator step at which the driver SIGKILLs itself, or
+``phase1`` to have an executor SIGKILL the driver in the middle of phase 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tests.spark.helpers import run_query
+from twophase.dev import spark_session
+from twophase.testing import CrashAt, FakeMarkerSink, FakeSink, FakeTarget
+
+
+def main(argv: list[str]) -> None:
+    source, checkpoint, target_dir, protocol = argv[:4]
+    target = FakeTarget(target_dir)
+    sink = FakeSink("killed", target) if protocol == "A" else FakeMarkerSink("killed", target)
+    if len(argv) > 4:
+        step, batch = argv[4], int(argv[5])
+        index = int(argv[6]) if len(argv) > 6 and argv[6] != "-" else None
+        if step == "phase1":
+            target.fail(
+                "write", batch_id=batch, partition_id=1, error="kill-pid", message=str(os.getpid())
+            )
+        else:
+            sink._step_listener = CrashAt(step, batch, index, hard=True)
+    spark = spark_session("twophase-killed-driver", master="local[2,2]", kafka=False)
+    run_query(spark, Path(source), Path(checkpoint), sink, lambda df: df.repartition(2))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,72 @@
+"""A real driver process SIGKILLed at each protocol point, then restarted from its checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.spark.helpers import write_input
+from twophase.testing import FakeTarget, assert_exactly_once
+
+pytestmark = [pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def drive(tmp_path: Path, protocol: str, *crash: str) -> tuple[int, str]:
+    """Run the driver process; return its exit code and its log.
+
+    In local mode the JVM and the Python workers die with the driver; as they
+    are separate processes here, the whole process group is killed once the
+    driver is gone (output goes to a file so no pipe keeps them waited for).
+    """
+    args = [str(tmp_path / "in"), str(tmp_path / "chk"), str(tmp_path / "target"), protocol, *crash]
+    log_path = tmp_path / f"driver-{len(list(tmp_path.glob('driver-*.log')))}.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.driver_process", *args],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code = process.wait(timeout=300)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return code, log_path.read_text()[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "step", "index"),
+    [
+        ("A", "recovered", "-"),  # before phase 1
+        ("A", "phase1", "-"),  # during phase 1 (an executor kills the driver)
+        ("A", "decided", "-"),  # after the decision
+        ("A", "committed_handle", "0"),  # between two commits of phase 2
+        ("A", "recorded_committed", "-"),  # after "N committed", before Spark's commits/N
+        ("B", "intent_recorded", "-"),
+        ("B", "phase1", "-"),
+        ("B", "recorded_committed", "-"),
+    ],
+)
+def test_sigkilled_driver_restarts_exactly_once(
+    tmp_path: Path, protocol: str, step: str, index: str
+) -> None:
+    expected = write_input(tmp_path / "in", 3)
+    code, log = drive(tmp_path, protocol, step, "1", index)
+    assert code == -signal.SIGKILL, f"the driver was not killed (rc={code}):\n{log}"
+    target = FakeTarget(tmp_path / "target")
+    assert len(target.committed_rows()) < len(expected), "the kill came too late to test anything"
+    code, log = drive(tmp_path, protocol)
+    assert code == 0, log
+    assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
+    assert target.prepared() == []
