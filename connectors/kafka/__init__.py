@@ -1,0 +1,41 @@
+"""Exactly-once into Apache Kafka: :class:`KafkaSink`, through confluent-kafka.
+
+One Kafka transaction per partition of a micro-batch, committed on the
+executor together with an idempotence marker in a compacted control topic
+(the marker protocol, B). Takes the columns of Spark's own Kafka sink, so that
+switching from ``format("kafka")`` is a one-line change::
+
+    from twophase.connectors.kafka import KafkaSink
+
+    sink = KafkaSink("events", bootstrap_servers="broker:9092", topic="events")
+    df.writeStream.foreachBatch(sink).option("checkpointLocation", "/chk/events").start()
+
+Layout: the sink and its hooks in ``_sink.py``; producer settings in
+``_config.py``; Arrow rows to records in ``_records.py``; markers and their
+fast reader in ``_markers.py``; the per-worker producer pool in ``_pool.py``;
+cluster checks in ``_admin.py``; the mapping of Kafka errors onto
+:mod:`twophase.errors` in ``_errors.py``. See ``docs/kafka.md``.
+"""
+
+from ._admin import CONTROL_TOPIC_CONFIG
+from ._config import DEFAULT_TRANSACTION_TIMEOUT_MS, PRODUCER_DEFAULTS
+from ._errors import map_kafka_error
+from ._markers import MarkerReader, decode_marker, encode_marker
+from ._records import COLUMNS, RecordPlan, plan_records
+from ._sink import KafkaSink, KafkaTransaction, KafkaTransactionHandle
+
+__all__ = [
+    "COLUMNS",
+    "CONTROL_TOPIC_CONFIG",
+    "DEFAULT_TRANSACTION_TIMEOUT_MS",
+    "PRODUCER_DEFAULTS",
+    "KafkaSink",
+    "KafkaTransaction",
+    "KafkaTransactionHandle",
+    "MarkerReader",
+    "RecordPlan",
+    "decode_marker",
+    "encode_marker",
+    "map_kafka_error",
+    "plan_records",
+]

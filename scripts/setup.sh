@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Idempotent bootstrap of a development or CI machine for twophase (Debian/Ubuntu).
+#
+# Installs only what is missing, so a second run takes seconds:
+#   1. system packages: Java 17+ (Kafka 4 and Spark 4 need it), Maven (resolves the Kafka and
+#      Spark jars), PostgreSQL server binaries (the tests run throwaway clusters);
+#   2. the .venv virtualenv (Python >= 3.10) with twophase installed editable plus the dev extra;
+#   3. the Kafka broker and Spark Kafka connector jars, downloaded once into ~/.m2 and cached.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+started=$SECONDS
+log() { printf '[setup] %s\n' "$*"; }
+
+# --------------------------------------------------------------------------------------------
+# 1. System packages
+# --------------------------------------------------------------------------------------------
+java_ok() {
+    command -v java >/dev/null 2>&1 || return 1
+    local major
+    major="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+    [[ -n "$major" && "$major" -ge 17 ]]
+}
+
+python_ok() {  # a Python >= 3.10 that can create virtualenvs
+    "$1" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1
+}
+
+apt_install() {
+    local sudo=()
+    if [[ $EUID -ne 0 ]]; then sudo=(sudo); fi
+    export DEBIAN_FRONTEND=noninteractive
+    # Refresh the package lists only if they do not know every package (fresh machine).
+    if ! apt-cache show "$@" >/dev/null 2>&1; then
+        log "apt-get update"
+        "${sudo[@]}" apt-get update -qq
+    fi
+    log "apt-get install $*"
+    if ! "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@"; then
+        # Stale lists (a package version was superseded): refresh once and retry.
+        "${sudo[@]}" apt-get update -qq
+        "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@"
+    fi
+}
+
+first_available() {  # first package name apt knows (after an update if needed)
+    local pkg
+    for pkg in "$@"; do
+        if apt-cache show "$pkg" >/dev/null 2>&1; then echo "$pkg"; return 0; fi
+    done
+    echo "$1"
+}
+
+BASE_PYTHON=""
+for candidate in python3.13 python3.12 python3.11 python3.10 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && python_ok "$candidate"; then
+        BASE_PYTHON="$(command -v "$candidate")"
+        break
+    fi
+done
+
+packages=()
+java_ok || packages+=("$(first_available openjdk-17-jdk-headless openjdk-21-jdk-headless default-jdk-headless)")
+command -v mvn >/dev/null 2>&1 || packages+=(maven)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || packages+=(postgresql)
+if [[ ! -x .venv/bin/python && -z "$BASE_PYTHON" ]]; then packages+=(python3 python3-venv); fi
+if ((${#packages[@]})); then
+    apt_install "${packages[@]}"
+else
+    log "system packages: Java, Maven and PostgreSQL already installed"
+fi
+java_ok || { log "error: Java 17 or newer is still not the default 'java'"; exit 1; }
+
+# --------------------------------------------------------------------------------------------
+# 2. Virtualenv
+# --------------------------------------------------------------------------------------------
+PY="$ROOT/.venv/bin/python"
+if ! python_ok "$PY"; then
+    if [[ -z "$BASE_PYTHON" ]]; then BASE_PYTHON="$(command -v python3)"; fi
+    log "creating .venv with $BASE_PYTHON ($("$BASE_PYTHON" -V 2>&1))"
+    rm -rf .venv
+    "$BASE_PYTHON" -m venv .venv
+fi
+
+# pip is skipped when nothing changed since the last successful install (same pyproject.toml and
+# constraints, same checkout location, imports work).
+stamp_file=.venv/.twophase-setup-stamp
+stamp="$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1) $ROOT"
+if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]] \
+    && "$PY" -c 'import twophase.dev, twophase.connectors, pyspark, confluent_kafka, psycopg2, pytest' \
+        >/dev/null 2>&1; then
+    log "virtualenv: up to date ($("$PY" -V))"
+else
+    log "pip install -e '.[dev]' into .venv"
+    "$PY" -m pip install --quiet --disable-pip-version-check \
+        -c scripts/constraints.txt -e '.[dev]'
+    echo "$stamp" >"$stamp_file"
+fi
+
+# --------------------------------------------------------------------------------------------
+# 3. Jars (Maven downloads them once; the resolved classpaths are cached in ~/.cache/twophase)
+# --------------------------------------------------------------------------------------------
+"$PY" -m twophase.dev resolve | sed 's/^/[setup] jars: /'
+
+log "done in $((SECONDS - started)) s"

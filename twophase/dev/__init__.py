@@ -1,0 +1,65 @@
+"""Local infrastructure for developing and testing twophase: Kafka, PostgreSQL, Spark's Kafka jars.
+
+This subpackage is the project's own tooling. The core (``twophase/*.py``) and the connectors never
+import it; the test suite (``tests/conftest.py``), the examples and the ``twophase-dev`` command do.
+It needs the ``dev`` extra (``confluent-kafka``, ``psycopg2-binary``), Java 17+, Maven and the
+PostgreSQL server binaries (``bash scripts/setup.sh`` installs all of them).
+
+What it provides:
+
+- :class:`KafkaBroker`: a single-node KRaft broker on 127.0.0.1 (free ports, throwaway data).
+- :class:`PostgresServer`: a throwaway PostgreSQL cluster on 127.0.0.1 with
+  ``max_prepared_transactions`` of your choice (0 included) and ``restart()`` for chaos tests.
+- :func:`spark_session` / :func:`spark_kafka_jars`: a local SparkSession with Spark's Kafka
+  connector on the classpath.
+- :func:`resolve_classpath`: Maven-resolved, cached runtime classpaths.
+- :class:`DevState`: what ``twophase-dev up`` started, so ``down`` stops exactly that.
+
+Everything runs on the developer's machine; nothing here is shipped to Spark executors.
+
+Examples
+--------
+>>> from twophase.dev import KafkaBroker, PostgresServer  # doctest: +SKIP
+>>> with KafkaBroker() as kafka, PostgresServer() as pg:  # doctest: +SKIP
+...     kafka.create_topic("events", partitions=2)
+...     print(kafka.bootstrap_servers, pg.dsn)
+"""
+
+from twophase.dev._common import DevInfraError, clean_stale_work_dirs, free_ports
+from twophase.dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
+from twophase.dev._maven import MavenArtifact, MavenError, resolve_classpath
+from twophase.dev._postgres import PostgresServer, find_postgres_bin_dir
+from twophase.dev._spark import spark_kafka_jars, spark_session, spark_test_conf
+from twophase.dev._state import (
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_PG_DSN,
+    ENV_PG_NOPREP_DSN,
+    DevState,
+    attach_kafka,
+    attach_postgres,
+    state_home,
+)
+
+__all__ = [
+    "ENV_KAFKA_BOOTSTRAP",
+    "ENV_PG_DSN",
+    "ENV_PG_NOPREP_DSN",
+    "KAFKA_VERSION",
+    "DevInfraError",
+    "DevState",
+    "KafkaBroker",
+    "MavenArtifact",
+    "MavenError",
+    "PostgresServer",
+    "attach_kafka",
+    "attach_postgres",
+    "clean_stale_work_dirs",
+    "find_postgres_bin_dir",
+    "free_ports",
+    "kafka_classpath",
+    "resolve_classpath",
+    "spark_kafka_jars",
+    "spark_session",
+    "spark_test_conf",
+    "state_home",
+]

@@ -1,0 +1,163 @@
+"""Command line of the local infrastructure: ``python -m twophase.dev`` or ``twophase-dev``.
+
+Commands::
+
+    up [--kafka] [--postgres] [--postgres-no-prepared] [--max-prepared-transactions N]
+        start the services (Kafka and PostgreSQL if none is named); a running one is kept
+    down [--kafka] [--postgres] [--postgres-no-prepared]
+        stop what 'up' started (all if none is named) and delete its data; logs are kept
+    status [--json]      show what 'up' started and whether it still runs
+    env                  print 'export ...' lines: eval "$(python -m twophase.dev env)"
+    spark-jars [--separator SEP]
+                         print the jars Spark needs for its Kafka source (resolved with Maven)
+    resolve [--refresh]  resolve (download) the Kafka broker and Spark Kafka jars ahead of time
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+
+from twophase.dev._common import DevInfraError
+from twophase.dev._kafka import kafka_classpath
+from twophase.dev._spark import spark_kafka_jars
+from twophase.dev._state import SERVICES, DevState, Report
+
+__all__ = ["main"]
+
+
+def _selected(args: argparse.Namespace, default: Sequence[str]) -> list[str]:
+    chosen = [name for name in SERVICES if getattr(args, name.replace("-", "_"))]
+    return chosen or list(default)
+
+
+def _add_selectors(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kafka", action="store_true", help="the Kafka broker")
+    parser.add_argument(
+        "--postgres", action="store_true", help="the PostgreSQL cluster with prepared transactions"
+    )
+    parser.add_argument(
+        "--postgres-no-prepared",
+        action="store_true",
+        help="a second PostgreSQL cluster with max_prepared_transactions=0",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="twophase-dev",
+        description="Local Kafka, PostgreSQL and Spark jars for twophase's tests and examples.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser("up", help="start services (Kafka and PostgreSQL by default)")
+    _add_selectors(up)
+    up.add_argument(
+        "--max-prepared-transactions",
+        type=int,
+        default=64,
+        metavar="N",
+        help="max_prepared_transactions of the --postgres cluster (default 64; 0 disables)",
+    )
+    down = sub.add_parser("down", help="stop what 'up' started (everything by default)")
+    _add_selectors(down)
+    status = sub.add_parser("status", help="show the recorded services")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser("env", help="print shell exports for the running services")
+    jars = sub.add_parser("spark-jars", help="print the jars for Spark's Kafka connector")
+    jars.add_argument(
+        "--separator", default="\n", help="separator between jar paths (default: newline)"
+    )
+    resolve = sub.add_parser("resolve", help="download and cache the Kafka and Spark jars")
+    resolve.add_argument("--refresh", action="store_true", help="ignore cached classpaths")
+    return parser
+
+
+def _print_report(report: Report) -> None:
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for line in report.lines:
+        print(line)
+
+
+def _status(state: DevState, as_json: bool) -> int:
+    services = state.status()
+    if as_json:
+        print(json.dumps(services, indent=2, sort_keys=True))
+        return 0
+    if not services:
+        print(f"nothing recorded in {state.path}")
+        return 0
+    for name, record in services.items():
+        flag = "running" if record["running"] else "NOT RUNNING (stale, removed at next up/down)"
+        print(f"{name}: {flag}")
+        for key in ("pid", "bootstrap_servers", "dsn", "max_prepared_transactions"):
+            if key in record:
+                print(f"  {key}: {record[key]}")
+        print(f"  data: {record.get('work_dir')}")
+        print(f"  log: {record.get('log_file')}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``twophase-dev`` command line.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments without the program name; ``sys.argv[1:]`` by default.
+
+    Returns
+    -------
+    int
+        Exit status: 0 on success, 1 when a service could not be handled, 2 for usage errors.
+    """
+    args = _parser().parse_args(argv)
+    state = DevState()
+    try:
+        if args.command == "up":
+            if args.max_prepared_transactions < 0:
+                print("--max-prepared-transactions must be >= 0", file=sys.stderr)
+                return 2
+            report = state.up(
+                _selected(args, ("postgres", "kafka")),
+                max_prepared_transactions=args.max_prepared_transactions,
+            )
+            _print_report(report)
+            print(f'To use them: eval "$({sys.executable} -m twophase.dev env)"')
+        elif args.command == "down":
+            _print_report(state.down(_selected(args, SERVICES)))
+        elif args.command == "status":
+            return _status(state, args.json)
+        elif args.command == "env":
+            env = state.env()
+            if not env:
+                print("no service is running; start them with 'twophase-dev up'", file=sys.stderr)
+                return 1
+            for key, value in sorted(env.items()):
+                print(f"export {key}={shlex.quote(value)}")
+        elif args.command == "spark-jars":
+            print(args.separator.join(str(j) for j in spark_kafka_jars()))
+        elif args.command == "resolve":
+            for label, resolve in (
+                ("Kafka broker", kafka_classpath),
+                ("Spark Kafka connector", spark_kafka_jars),
+            ):
+                started = time.monotonic()
+                jars = resolve(refresh=args.refresh)
+                print(f"{label}: {len(jars)} jars ({time.monotonic() - started:.1f} s)")
+    except DevInfraError as exc:
+        print(f"twophase-dev: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # e.g. piped into 'head'
+        sys.exit(1)

@@ -1,0 +1,734 @@
+"""A throwaway PostgreSQL cluster on 127.0.0.1, with prepared transactions enabled or disabled.
+
+The cluster is made with the server binaries installed by Debian's ``postgresql`` package
+(``/usr/lib/postgresql/<major>/bin``): ``initdb`` into a throwaway directory, then the ``postgres``
+server started directly (no ``pg_ctl``) so its pid is known. PostgreSQL refuses to run as root, so
+when this process is root both run as the ``postgres`` OS user.
+
+Runs on: the developer's or test session's machine, never on Spark executors.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from twophase.dev._common import (
+    LOOPBACK,
+    DevInfraError,
+    ManagedProcess,
+    free_ports,
+    make_work_dir,
+    port_is_free,
+    rotate_log,
+    tail,
+    wait_until,
+    write_owner,
+)
+
+__all__ = ["PostgresServer", "find_postgres_bin_dir"]
+
+#: Superuser, trusted (no password) on 127.0.0.1 and the Unix socket.
+SUPERUSER = "postgres"
+#: Ordinary login role that must authenticate with a password (SCRAM) over TCP.
+TEST_ROLE = "twophase_test"
+TEST_PASSWORD = "twophase_test"
+#: Database created for tests, owned by :data:`TEST_ROLE`.
+DATABASE = "twophase"
+
+_STOP_SIGNALS = {
+    "smart": signal.SIGTERM,  # waits for clients to disconnect
+    "fast": signal.SIGINT,  # rolls back open transactions, disconnects clients, checkpoints
+    "immediate": signal.SIGQUIT,  # like a crash: no checkpoint, crash recovery at next start
+}
+
+
+def find_postgres_bin_dir() -> Path:
+    """Locate the directory holding ``initdb`` and ``postgres``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``$TWOPHASE_PG_BIN`` if set; else the newest ``/usr/lib/postgresql/<major>/bin``; else the
+        directory of an ``initdb`` found on ``PATH``.
+
+    Raises
+    ------
+    DevInfraError
+        If no PostgreSQL server installation is found.
+    """
+    explicit = os.environ.get("TWOPHASE_PG_BIN")
+    if explicit:
+        path = Path(explicit)
+        if not (path / "initdb").is_file():
+            raise DevInfraError(f"TWOPHASE_PG_BIN={explicit} has no initdb")
+        return path
+    candidates = []
+    for initdb in Path("/usr/lib/postgresql").glob("*/bin/initdb"):
+        major = initdb.parent.parent.name
+        if major.isdigit():
+            candidates.append((int(major), initdb.parent))
+    if candidates:
+        return max(candidates)[1]
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).resolve().parent
+    raise DevInfraError(
+        "PostgreSQL server binaries (initdb, postgres) were not found. Install them with "
+        "'bash scripts/setup.sh' (or 'apt-get install -y postgresql'), or set TWOPHASE_PG_BIN."
+    )
+
+
+def _run_user() -> str | None:
+    """Return the OS user the server must run as, ``None`` to run as this process's user."""
+    if os.geteuid() != 0:
+        return None
+    name = os.environ.get("TWOPHASE_PG_OS_USER", "postgres")
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        raise DevInfraError(
+            f"running as root, PostgreSQL must run as an unprivileged OS user, but user {name!r} "
+            "does not exist. Install the 'postgresql' package (it creates it) or set "
+            "TWOPHASE_PG_OS_USER."
+        ) from None
+    return name
+
+
+def _check_reachable(path: Path, user: str) -> None:
+    """Fail clearly if ``user`` cannot traverse every parent directory of ``path``."""
+    entry = pwd.getpwnam(user)
+    for parent in [*reversed(path.parents)]:
+        st = parent.stat()
+        if st.st_uid == entry.pw_uid:
+            continue
+        if st.st_mode & 0o001 or (st.st_gid == entry.pw_gid and st.st_mode & 0o010):
+            continue
+        raise DevInfraError(
+            f"PostgreSQL runs as OS user {user!r}, which cannot enter {parent} (mode "
+            f"{oct(st.st_mode & 0o777)}); put the work directory elsewhere (the default, in the "
+            "system temporary directory, works)"
+        )
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster listening on 127.0.0.1 only.
+
+    Parameters
+    ----------
+    port : int, optional
+        TCP port; a free one is picked if omitted. An explicit port that is taken fails with a clear
+        :class:`DevInfraError`; a picked one that is taken meanwhile is retried with a new port.
+    max_prepared_transactions : int, optional
+        The server setting; 64 by default, ``0`` disables ``PREPARE TRANSACTION`` (the fallback
+        mode of the JDBC connector).
+    work_dir : pathlib.Path, optional
+        Directory for the cluster's data (``<work_dir>/data``); a throwaway
+        ``twophase-dev-postgres-*`` directory in the system temporary directory by default (removed
+        by :meth:`stop`). When running as root it must be reachable by the ``postgres`` user.
+    log_dir : pathlib.Path, optional
+        Where ``postgres.log`` (server log) and ``initdb.log`` go; kept after :meth:`stop`.
+        Defaults to ``<work_dir>/logs`` (removed with the work dir).
+    settings : mapping of str to str, optional
+        Extra ``postgresql.conf`` settings (values are written as given, quote strings yourself).
+    detach : bool, optional
+        ``True`` for a server that outlives this Python process (``twophase-dev up``); ``False``
+        (default) makes the kernel shut it down (immediate mode) if this process dies first.
+    startup_timeout : float, optional
+        Seconds to wait for the server to accept connections.
+
+    Notes
+    -----
+    Authentication: the superuser ``postgres`` connects without password over 127.0.0.1 and the
+    Unix socket (in the data directory); the role ``twophase_test`` (password ``twophase_test``,
+    owner of database ``twophase``) must authenticate with SCRAM over TCP. Durability is traded for
+    speed (``fsync=off``, ``synchronous_commit=off``, ``full_page_writes=off``): a *server* crash
+    keeps committed data, an OS crash may not, which is irrelevant for a throwaway test cluster.
+
+    Examples
+    --------
+    >>> with PostgresServer(max_prepared_transactions=0) as pg:  # doctest: +SKIP
+    ...     conn = psycopg2.connect(pg.dsn)
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        max_prepared_transactions: int = 64,
+        work_dir: Path | None = None,
+        log_dir: Path | None = None,
+        settings: Mapping[str, str] | None = None,
+        detach: bool = False,
+        startup_timeout: float = 60.0,
+    ):
+        if max_prepared_transactions < 0:
+            raise ValueError(
+                f"max_prepared_transactions must be >= 0, got {max_prepared_transactions}"
+            )
+        self.host = LOOPBACK
+        self.port = port
+        self.max_prepared_transactions = max_prepared_transactions
+        self._fixed_port = port is not None
+        self._own_work_dir = work_dir is None
+        self.work_dir = work_dir
+        self._log_dir = log_dir
+        self.extra_settings = dict(settings or {})
+        self.detach = detach
+        self.startup_timeout = startup_timeout
+        self._process: ManagedProcess | None = None
+        self._initialized = False
+        self._external_dsn: str | None = None
+        #: ``False`` for a server this package did not start (see :meth:`external`).
+        self.managed = True
+        #: Seconds the last :meth:`start` took (``initdb`` included on the first start).
+        self.startup_seconds: float | None = None
+
+    # ---------------------------------------------------------------- attaching
+
+    @classmethod
+    def external(cls, dsn: str) -> PostgresServer:
+        """Describe a server that this package did not start (e.g. ``$TWOPHASE_PG_DSN``).
+
+        Parameters
+        ----------
+        dsn : str
+            A libpq connection string or URL for a superuser.
+
+        Returns
+        -------
+        PostgresServer
+            A handle whose connection properties work, while :meth:`start`, :meth:`stop` and
+            :meth:`restart` raise :class:`DevInfraError`.
+        """
+        from psycopg2.extensions import parse_dsn
+
+        params = parse_dsn(dsn)
+        server = cls(port=int(params.get("port", 5432)))
+        server.host = str(params.get("host", LOOPBACK))
+        server._external_dsn = dsn
+        server.managed = False
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW max_prepared_transactions")
+            row = cur.fetchone()
+        conn.close()
+        server.max_prepared_transactions = int(row[0]) if row else 0
+        return server
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> PostgresServer:
+        """Re-create the handle of a server started by another process (see :meth:`to_record`).
+
+        Parameters
+        ----------
+        record : mapping
+            What :meth:`to_record` returned.
+
+        Returns
+        -------
+        PostgresServer
+            A handle that can stop or restart that server.
+        """
+        server = cls(
+            port=int(record["port"]),
+            max_prepared_transactions=int(record["max_prepared_transactions"]),
+            work_dir=Path(record["work_dir"]),
+            log_dir=Path(record["log_dir"]),
+            settings=dict(record.get("settings", {})),
+            detach=True,
+        )
+        server._own_work_dir = bool(record.get("own_work_dir", True))
+        server._initialized = True
+        server._process = ManagedProcess(int(record["pid"]), str(server.data_dir))
+        return server
+
+    def to_record(self) -> dict[str, Any]:
+        """Describe this running server as JSON-serialisable data (for ``twophase-dev`` state).
+
+        Returns
+        -------
+        dict
+            Enough to re-create the handle with :meth:`from_record`.
+        """
+        if self._process is None or self.work_dir is None:
+            raise DevInfraError("the server has not been started")
+        return {
+            "kind": "postgres",
+            "pid": self._process.pid,
+            "port": self.port,
+            "dsn": self.dsn,
+            "max_prepared_transactions": self.max_prepared_transactions,
+            "work_dir": str(self.work_dir),
+            "own_work_dir": self._own_work_dir,
+            "log_dir": str(self.log_dir),
+            "log_file": str(self.log_file),
+            "settings": self.extra_settings,
+        }
+
+    # ---------------------------------------------------------------- connection properties
+
+    def _require_port(self) -> int:
+        if self.port is None:
+            raise DevInfraError("the server has no port yet: call start() first")
+        return self.port
+
+    @property
+    def dsn(self) -> str:
+        """Connection URL of the trusted superuser on database ``twophase``."""
+        if self._external_dsn is not None:
+            return self._external_dsn
+        return f"postgresql://{SUPERUSER}@{self.host}:{self._require_port()}/{DATABASE}"
+
+    @property
+    def password_dsn(self) -> str:
+        """Connection URL of the password-authenticated role ``twophase_test``."""
+        return (
+            f"postgresql://{TEST_ROLE}:{TEST_PASSWORD}@{self.host}:{self._require_port()}/"
+            f"{DATABASE}"
+        )
+
+    @property
+    def jdbc_url(self) -> str:
+        """JDBC URL of database ``twophase`` (pass user and password separately)."""
+        return f"jdbc:postgresql://{self.host}:{self._require_port()}/{DATABASE}"
+
+    def connect_kwargs(self, *, superuser: bool = True) -> dict[str, Any]:
+        """Return keyword arguments for ``psycopg2.connect``.
+
+        Parameters
+        ----------
+        superuser : bool, optional
+            ``True`` for the trusted superuser, ``False`` for the password role.
+
+        Returns
+        -------
+        dict
+            ``host``, ``port``, ``user``, ``dbname`` and, for the password role, ``password``.
+        """
+        if self._external_dsn is not None and superuser:
+            from psycopg2.extensions import parse_dsn
+
+            return dict(parse_dsn(self._external_dsn))
+        kwargs: dict[str, Any] = {
+            "host": self.host,
+            "port": self._require_port(),
+            "dbname": DATABASE,
+            "user": SUPERUSER if superuser else TEST_ROLE,
+        }
+        if not superuser:
+            kwargs["password"] = TEST_PASSWORD
+        return kwargs
+
+    def connect(self, *, superuser: bool = True, dbname: str | None = None, **kwargs: Any) -> Any:
+        """Open a psycopg2 connection (autocommit off, as psycopg2 defaults).
+
+        Parameters
+        ----------
+        superuser : bool, optional
+            See :meth:`connect_kwargs`.
+        dbname : str, optional
+            Another database than ``twophase``.
+        **kwargs
+            Passed on to ``psycopg2.connect``.
+
+        Returns
+        -------
+        psycopg2.extensions.connection
+            The new connection; close it yourself.
+        """
+        import psycopg2
+
+        params = self.connect_kwargs(superuser=superuser)
+        if dbname is not None:
+            params["dbname"] = dbname
+        params.setdefault("connect_timeout", 5)
+        params.update(kwargs)
+        return psycopg2.connect(**params)
+
+    # ---------------------------------------------------------------- paths and state
+
+    @property
+    def data_dir(self) -> Path:
+        """The cluster's data directory (``PGDATA``)."""
+        if self.work_dir is None:
+            raise DevInfraError("the server has no work directory yet: call start() first")
+        return self.work_dir / "data"
+
+    @property
+    def log_dir(self) -> Path:
+        """Directory holding ``postgres.log`` and ``initdb.log``."""
+        if self._log_dir is not None:
+            return self._log_dir
+        if self.work_dir is None:
+            raise DevInfraError("the server has no work directory yet: call start() first")
+        return self.work_dir / "logs"
+
+    @property
+    def log_file(self) -> Path:
+        """The server log."""
+        return self.log_dir / "postgres.log"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the postmaster, ``None`` when not started."""
+        return None if self._process is None else self._process.pid
+
+    def is_running(self) -> bool:
+        """Tell whether the server process is alive.
+
+        Returns
+        -------
+        bool
+            ``True`` while the postmaster started by this handle runs; for an :meth:`external`
+            server, whether a connection succeeds.
+        """
+        if not self.managed:
+            return self._accepts_connections()
+        return self._process is not None and self._process.alive()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def _require_managed(self, action: str) -> None:
+        if not self.managed:
+            raise DevInfraError(
+                f"cannot {action} the PostgreSQL server at {self.host}:{self.port}: it was not "
+                "started by twophase.dev in this environment (TWOPHASE_PG_DSN points at it)"
+            )
+
+    def _initdb(self, bin_dir: Path, user: str | None) -> None:
+        assert self.work_dir is not None
+        result = subprocess.run(
+            [
+                str(bin_dir / "initdb"),
+                "--pgdata",
+                str(self.data_dir),
+                "--username",
+                SUPERUSER,
+                "--auth",
+                "trust",
+                "--encoding",
+                "UTF8",
+                "--locale",
+                "C",
+                "--no-sync",
+                "--no-instructions",
+            ],
+            cwd=self.work_dir,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            user=user,
+            group=pwd.getpwnam(user).pw_gid if user else None,
+            extra_groups=[] if user else None,
+        )
+        (self.log_dir / "initdb.log").write_text(result.stdout + result.stderr)
+        if result.returncode != 0:
+            raise DevInfraError(
+                f"initdb failed (exit {result.returncode}):\n"
+                f"{(result.stdout + result.stderr).strip()[-2000:]}"
+            )
+        # Loopback and the socket only; the superuser is trusted, everyone else needs a password.
+        (self.data_dir / "pg_hba.conf").write_text(
+            "# Generated by twophase.dev\n"
+            "local all all trust\n"
+            f"host all {SUPERUSER} 127.0.0.1/32 trust\n"
+            "host all all 127.0.0.1/32 scram-sha-256\n"
+        )
+        with (self.data_dir / "postgresql.conf").open("a") as conf:
+            conf.write("\n# Settings of twophase.dev (port, prepared transactions, ...)\n")
+            conf.write("include 'twophase.conf'\n")
+
+    def _write_settings(self) -> None:
+        assert self.port is not None
+        settings = {
+            "listen_addresses": f"'{LOOPBACK}'",
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.data_dir}'",
+            "max_prepared_transactions": str(self.max_prepared_transactions),
+            "max_connections": "100",
+            "shared_buffers": "64MB",
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "logging_collector": "off",
+            "log_destination": "'stderr'",
+            "log_line_prefix": "'%m [%p] %q%u@%d '",
+            "log_timezone": "'UTC'",
+            "timezone": "'UTC'",
+        }
+        settings.update(self.extra_settings)
+        (self.data_dir / "twophase.conf").write_text(
+            "".join(f"{key} = {value}\n" for key, value in settings.items())
+        )
+
+    def start(self) -> PostgresServer:
+        """Create the cluster on the first call, start the server and wait until it accepts.
+
+        Returns
+        -------
+        PostgresServer
+            ``self``, for chaining.
+
+        Raises
+        ------
+        DevInfraError
+            If PostgreSQL is not installed, the port is taken (when given explicitly), or the server
+            does not start in time; the message includes the end of its log.
+        """
+        self._require_managed("start")
+        if self.is_running():
+            return self
+        started = time.monotonic()
+        bin_dir = find_postgres_bin_dir()
+        user = _run_user()
+        created = self.work_dir is None
+        if self.work_dir is None:
+            self.work_dir = make_work_dir("postgres")
+        try:
+            self._start_in(self.work_dir, bin_dir, user)
+        except BaseException:
+            if created:
+                if self._process is not None and self._process.alive():
+                    self._process.stop([(signal.SIGQUIT, 10.0)])
+                shutil.rmtree(self.work_dir, ignore_errors=True)
+                self.work_dir = None
+                self._initialized = False
+            raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def _start_in(self, work_dir: Path, bin_dir: Path, user: str | None) -> None:
+        if user is not None:
+            entry = pwd.getpwnam(user)
+            os.chown(work_dir, entry.pw_uid, entry.pw_gid)
+            _check_reachable(work_dir, user)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        first_start = not self._initialized
+        if first_start:
+            self._initdb(bin_dir, user)
+            self._initialized = True
+        attempts = 1 if self._fixed_port else 3
+        for attempt in range(1, attempts + 1):
+            if self.port is None:
+                self.port = free_ports(1)[0]
+            if not port_is_free(self.port):
+                if self._fixed_port:
+                    raise DevInfraError(
+                        f"PostgreSQL port {self.port} on {LOOPBACK} is already in use by another "
+                        f"process (see 'ss -ltnp | grep :{self.port}'); pick another port or omit "
+                        "it to get a free one"
+                    )
+                self.port = None
+                continue
+            self._write_settings()
+            rotate_log(self.log_file)
+            try:
+                self._launch(bin_dir, user)
+                break
+            except _PortRaceError:
+                if attempt == attempts:
+                    raise DevInfraError(
+                        f"PostgreSQL could not bind a port after {attempts} attempts; "
+                        f"see {self.log_file}"
+                    ) from None
+                self.port = None
+        else:
+            raise DevInfraError(f"no free port found for PostgreSQL after {attempts} attempts")
+        if first_start:
+            self._bootstrap_roles()
+
+    def _launch(self, bin_dir: Path, user: str | None) -> None:
+        assert self.work_dir is not None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["LC_ALL"] = "C"
+        self._process = ManagedProcess.spawn(
+            [str(bin_dir / "postgres"), "-D", str(self.data_dir)],
+            marker=str(self.data_dir),
+            log_file=self.log_file,
+            cwd=self.work_dir,
+            env=env,
+            user=user,
+            detach=self.detach,
+            death_signal="QUIT",
+        )
+        write_owner(self.work_dir, self._process.pid)
+
+        def died() -> None:
+            assert self._process is not None
+            if self._process.alive():
+                return
+            log = tail(self.log_file, 30)
+            if "could not bind" in log and "already in use" in log and not self._fixed_port:
+                raise _PortRaceError()
+            raise DevInfraError(
+                f"PostgreSQL exited during startup (exit {self._process.returncode()}). "
+                f"Log {self.log_file}:\n{log}"
+            )
+
+        if not wait_until(
+            self._accepts_connections, timeout=self.startup_timeout, interval=0.1, abort=died
+        ):
+            self._process.stop([(signal.SIGQUIT, 10.0)])
+            raise DevInfraError(
+                f"PostgreSQL did not accept connections within {self.startup_timeout:.0f} s. "
+                f"Log {self.log_file}:\n{tail(self.log_file, 30)}"
+            )
+
+    def _accepts_connections(self) -> bool:
+        import psycopg2
+
+        try:
+            conn = self.connect(dbname="postgres" if self.managed else None, connect_timeout=2)
+        except psycopg2.OperationalError:
+            return False
+        conn.close()
+        return True
+
+    def _bootstrap_roles(self) -> None:
+        conn = self.connect(dbname="postgres")
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"CREATE ROLE {TEST_ROLE} LOGIN PASSWORD %s",
+                    (TEST_PASSWORD,),
+                )
+                cur.execute(f"CREATE DATABASE {DATABASE} OWNER {TEST_ROLE}")
+        finally:
+            conn.close()
+
+    def stop(self, *, mode: str = "fast", timeout: float = 30.0, remove_data: bool = True) -> None:
+        """Shut the server down and, by default, delete the cluster.
+
+        Parameters
+        ----------
+        mode : {"fast", "smart", "immediate"}, optional
+            PostgreSQL's shutdown mode: ``fast`` disconnects clients and rolls back their open
+            transactions (prepared ones survive), ``smart`` waits for clients, ``immediate`` is a
+            crash without checkpoint.
+        timeout : float, optional
+            Seconds to wait before escalating to ``immediate``, then ``SIGKILL``.
+        remove_data : bool, optional
+            Delete the work directory if this handle created it (logs in an explicit ``log_dir``
+            are kept).
+        """
+        self._require_managed("stop")
+        if mode not in _STOP_SIGNALS:
+            raise ValueError(f"mode must be one of {sorted(_STOP_SIGNALS)}, got {mode!r}")
+        if self._process is not None:
+            self._process.stop([(_STOP_SIGNALS[mode], timeout), (signal.SIGQUIT, 10.0)])
+            self._wait_for_backends()
+        if remove_data and self._own_work_dir and self.work_dir is not None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            self._initialized = False
+
+    def _wait_for_backends(self) -> None:
+        # After the postmaster exits, its pid file is removed; wait for that so that a restart
+        # does not race with the old instance.
+        if self.work_dir is None:
+            return
+        wait_until(lambda: not (self.data_dir / "postmaster.pid").exists(), timeout=10.0)
+
+    def kill(self) -> None:
+        """Crash the server (``immediate`` shutdown: no checkpoint, recovery at next start).
+
+        Committed and prepared transactions survive; :meth:`restart` or :meth:`start` brings the
+        same cluster back on the same port.
+        """
+        self.stop(mode="immediate", remove_data=False)
+
+    def restart(self, *, mode: str = "fast", timeout: float = 30.0) -> None:
+        """Stop the server and start it again on the same port with the same data.
+
+        Prepared transactions survive a restart (that is what makes them resumable).
+
+        Parameters
+        ----------
+        mode : {"fast", "smart", "immediate"}, optional
+            Shutdown mode, see :meth:`stop`.
+        timeout : float, optional
+            Seconds to wait for the shutdown.
+        """
+        self.stop(mode=mode, timeout=timeout, remove_data=False)
+        self._fixed_port = True
+        self.start()
+
+    # ---------------------------------------------------------------- helpers
+
+    def prepared_transactions(self) -> list[tuple[str, str]]:
+        """Return all prepared transactions of the cluster (``pg_prepared_xacts``).
+
+        Returns
+        -------
+        list of (str, str)
+            ``(gid, database)`` pairs, sorted by gid.
+        """
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT gid, database FROM pg_prepared_xacts ORDER BY gid")
+                return [(str(gid), str(db)) for gid, db in cur.fetchall()]
+        finally:
+            conn.close()
+
+    def rollback_prepared(self, gid_pattern: str = ".*") -> list[str]:
+        """Roll back the prepared transactions whose gid matches a regular expression.
+
+        Parameters
+        ----------
+        gid_pattern : str, optional
+            Python regular expression matched against the start of each gid.
+
+        Returns
+        -------
+        list of str
+            The gids rolled back.
+        """
+        pattern = re.compile(gid_pattern)
+        done = []
+        for gid, database in self.prepared_transactions():
+            if not pattern.match(gid):
+                continue
+            # A prepared transaction can only be finished from the database it belongs to.
+            conn = self.connect(dbname=database)
+            try:
+                conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute("ROLLBACK PREPARED %s", (gid,))
+            finally:
+                conn.close()
+            done.append(gid)
+        return done
+
+    def __enter__(self) -> PostgresServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "external" if not self.managed else "running" if self.is_running() else "stopped"
+        return (
+            f"PostgresServer(port={self.port}, max_prepared_transactions="
+            f"{self.max_prepared_transactions}, {state})"
+        )
+
+
+class _PortRaceError(Exception):
+    """A picked port was taken by someone else between picking and binding."""
