@@ -151,8 +151,9 @@ class PostgresServer:
     Authentication: the superuser ``postgres`` connects without password over 127.0.0.1 and the
     Unix socket (in the data directory); the role ``twophase_test`` (password ``twophase_test``,
     owner of database ``twophase``) must authenticate with SCRAM over TCP. Durability is traded for
-    speed (``fsync=off``, ``synchronous_commit=off``, ``full_page_writes=off``): a *server* crash
-    keeps committed data, an OS crash may not, which is irrelevant for a throwaway test cluster.
+    speed where it is safe (``fsync=off``, ``full_page_writes=off``): a *server* crash keeps
+    committed data (``synchronous_commit`` stays on), an OS crash may not, which is irrelevant for
+    a throwaway test cluster.
 
     Examples
     --------
@@ -458,8 +459,11 @@ class PostgresServer:
             "max_prepared_transactions": str(self.max_prepared_transactions),
             "max_connections": "100",
             "shared_buffers": "64MB",
+            # fsync off: an OS crash may lose data, which a throwaway cluster can afford.
+            # synchronous_commit stays on: a committed transaction must survive a *server*
+            # crash (immediate shutdown), which the chaos tests rely on.
             "fsync": "off",
-            "synchronous_commit": "off",
+            "synchronous_commit": "on",
             "full_page_writes": "off",
             "logging_collector": "off",
             "log_destination": "'stderr'",

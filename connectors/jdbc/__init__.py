@@ -1,0 +1,57 @@
+"""Exactly-once sinks into PostgreSQL for PySpark Structured Streaming.
+
+Two commit protocols, chosen from the server by :func:`postgres_sink`:
+
+* :class:`PostgresTwoPhaseSink` (protocol A) -- ``PREPARE TRANSACTION`` on the
+  executors, ``COMMIT PREPARED`` from the driver once every partition is
+  prepared: a batch becomes visible entirely or not at all. Needs
+  ``max_prepared_transactions > 0``.
+* :class:`PostgresMarkerSink` (protocol B) -- every partition commits on its
+  executor with a marker row holding the partition's fingerprint; replays skip
+  committed partitions. Works on any server.
+
+Rows go in with ``COPY`` from Arrow batches; ``mode`` is ``"append"``,
+``"upsert"`` or ``"cdc"``. See ``docs/jdbc.md`` for the options, the type
+mapping and the operating notes.
+
+Examples
+--------
+>>> from twophase.connectors.jdbc import postgres_sink
+>>> sink = postgres_sink(  # doctest: +SKIP
+...     "events", table="public.events", dsn="postgresql://etl@db/app?sslmode=require")
+>>> query = df.writeStream.foreachBatch(sink).option(  # doctest: +SKIP
+...     "checkpointLocation", "/chk/events").start()
+"""
+
+from ._admin import PreparedTransaction, list_prepared_transactions
+from ._config import ConnectionConfig, PostgresOptions, QualifiedName, WriteMode
+from ._gid import format_gid, parse_gid
+from ._sink import (
+    PostgresHandle,
+    PostgresMarkerSink,
+    PostgresSink,
+    PostgresTwoPhaseSink,
+    postgres_sink,
+)
+from ._typemap import TableColumn, compatibility_problem, postgres_type
+from ._writer import PostgresTransaction
+
+__all__ = [
+    "ConnectionConfig",
+    "PostgresHandle",
+    "PostgresMarkerSink",
+    "PostgresOptions",
+    "PostgresSink",
+    "PostgresTransaction",
+    "PostgresTwoPhaseSink",
+    "PreparedTransaction",
+    "QualifiedName",
+    "TableColumn",
+    "WriteMode",
+    "compatibility_problem",
+    "format_gid",
+    "list_prepared_transactions",
+    "parse_gid",
+    "postgres_sink",
+    "postgres_type",
+]

@@ -1,0 +1,252 @@
+"""PostgreSQL errors (SQLSTATEs) mapped onto :mod:`twophase.errors`.
+
+======================================  =============================================
+SQLSTATE / condition                    raised as
+======================================  =============================================
+no SQLSTATE (connection lost, refused)  :class:`~twophase.errors.RetriableError`
+08xxx connection exception              :class:`~twophase.errors.RetriableError`
+57P01/57P02/57P03 server shutting down  :class:`~twophase.errors.RetriableError`
+53300 too many connections, 53100 disk  :class:`~twophase.errors.RetriableError`
+40001 serialization, 40P01 deadlock     :class:`~twophase.errors.RetriableError`
+55P03 lock not available (lock_timeout) :class:`~twophase.errors.AbortRequiredError`
+57014 statement_timeout / cancel        :class:`~twophase.errors.AbortRequiredError`
+23502 NOT NULL, 23505 unique, 23503 FK  :class:`~twophase.errors.DataError`
+23514 check, 22xxx data exception       :class:`~twophase.errors.DataError`
+42804 datatype mismatch                 :class:`~twophase.errors.DataError`
+42P01 undefined table                   :class:`~twophase.errors.ConfigurationError`
+42703 undefined column                  :class:`~twophase.errors.ConfigurationError`
+42501 insufficient privilege            :class:`~twophase.errors.ConfigurationError`
+42P10 no unique index for ON CONFLICT   :class:`~twophase.errors.ConfigurationError`
+53200 prepared-transaction slots full   :class:`~twophase.errors.ConfigurationError`
+55000 prepared transactions disabled    :class:`~twophase.errors.ConfigurationError`
+28xxx authentication                    :class:`~twophase.errors.FatalError`
+anything else                           :class:`~twophase.errors.AbortRequiredError`
+======================================  =============================================
+
+Every message names what the sink was doing, the server's message and hint
+and the SQLSTATE; secrets are scrubbed from the text (:func:`redact`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from twophase.errors import (
+    AbortRequiredError,
+    ConfigurationError,
+    DataError,
+    FatalError,
+    RetriableError,
+    TwoPhaseError,
+)
+
+from ._config import redact
+
+__all__ = ["is_connection_error", "map_error", "sqlstate"]
+
+_RETRIABLE = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300", "53100", "58030"})
+_DATA = frozenset({"23502", "23505", "23503", "23514", "23P01", "42804"})
+_CONFIG = frozenset({"42P01", "42703", "42501", "42P10", "3F000", "42883", "0A000", "3D000"})
+_PREPARED_FULL = "maximum number of prepared transactions reached"
+
+_COPY_COLUMN = re.compile(r"line \d+, column (.+?)(?::|$)", re.MULTILINE)
+_QUOTED_COLUMN = re.compile(r'column "((?:[^"]|"")+)"')
+_TOO_LONG_TYPE = re.compile(r"value too long for type (.+)$")
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """Return the SQLSTATE of a psycopg2 error, or None (client-side or connection errors).
+
+    Parameters
+    ----------
+    exc
+        Any exception.
+
+    Returns
+    -------
+    str or None
+        Five characters, e.g. ``"23502"``.
+    """
+    code = getattr(exc, "pgcode", None)
+    return code if isinstance(code, str) else None
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection is unusable (the session is gone).
+
+    Parameters
+    ----------
+    exc
+        Any exception.
+
+    Returns
+    -------
+    bool
+        True for libpq connection failures and server shutdowns.
+    """
+    import psycopg2
+
+    code = sqlstate(exc)
+    if code is not None:
+        return code.startswith("08") or code in ("57P01", "57P02", "57P03")
+    return isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError))
+
+
+def _diag(exc: BaseException, name: str) -> str | None:
+    diag = getattr(exc, "diag", None)
+    value = getattr(diag, name, None) if diag is not None else None
+    return value if isinstance(value, str) and value else None
+
+
+def guess_column(exc: BaseException, columns: Sequence[tuple[str, str]] = ()) -> str | None:
+    """Find the column an error is about, from the error fields or its text.
+
+    Parameters
+    ----------
+    exc
+        A psycopg2 error.
+    columns
+        ``(name, formatted type)`` of the target table's written columns, to
+        find the column of a "value too long for type varchar(5)" error when
+        only one column has that type.
+
+    Returns
+    -------
+    str or None
+        The column name when it can be told.
+    """
+    named = _diag(exc, "column_name")
+    if named:
+        return named
+    context = _diag(exc, "context") or ""
+    found = _COPY_COLUMN.search(context)
+    if found:
+        return found.group(1)
+    primary = _diag(exc, "message_primary") or str(exc)
+    if sqlstate(exc) == "42703":
+        quoted = _QUOTED_COLUMN.search(primary)
+        if quoted:
+            return quoted.group(1).replace('""', '"')
+    too_long = _TOO_LONG_TYPE.search(primary.strip())
+    if too_long and columns:
+        matches = [name for name, type_name in columns if type_name == too_long.group(1)]
+        if len(matches) == 1:
+            return matches[0]
+    return None
+
+
+def _server_text(exc: BaseException) -> str:
+    primary = _diag(exc, "message_primary")
+    text = primary if primary else (str(exc).strip().splitlines() or ["unknown error"])[0]
+    detail = _diag(exc, "message_detail")
+    hint = _diag(exc, "message_hint")
+    if detail:
+        text += f" ({detail.rstrip('.')})"
+    if hint:
+        text += f". Hint: {hint}"
+    code = sqlstate(exc)
+    if code:
+        text += f" [SQLSTATE {code}]"
+    return text
+
+
+def map_error(
+    exc: BaseException,
+    doing: str,
+    *,
+    secrets: Iterable[str] = (),
+    columns: Sequence[tuple[str, str]] = (),
+    hint: str | None = None,
+    **context: Any,
+) -> TwoPhaseError:
+    """Translate a psycopg2 error into the twophase exception tree.
+
+    Parameters
+    ----------
+    exc
+        The psycopg2 error (anything else becomes an AbortRequiredError).
+    doing
+        What the sink was doing, e.g. ``"COPY into public.events"``.
+    secrets
+        Values to scrub from the message (the password).
+    columns
+        Written columns and their types, see :func:`guess_column`.
+    hint
+        An extra sentence of advice added to the message.
+    **context
+        ``sink``, ``batch_id``, ``partition_id``, ``setting``, ``column``.
+
+    Returns
+    -------
+    TwoPhaseError
+        The exception to raise (``raise mapped from exc``).
+    """
+    code = sqlstate(exc)
+    column = context.pop("column", None) or guess_column(exc, columns)
+    text = redact(f"{doing}: {_server_text(exc)}", secrets)
+    if hint:
+        text += f". {hint}"
+    cls: type[TwoPhaseError]
+    setting = context.pop("setting", None)
+    if code is None:
+        cls = RetriableError if is_connection_error(exc) else AbortRequiredError
+    elif code.startswith("08") or code in _RETRIABLE:
+        cls = RetriableError
+    elif code == "53200" and _PREPARED_FULL in text:
+        cls = ConfigurationError
+        setting = setting or "max_prepared_transactions"
+        text += (
+            ". Every prepared-transaction slot of the server is taken: resolve stale "
+            "prepared transactions (SELECT * FROM pg_prepared_xacts), lower max_partitions, "
+            "or raise max_prepared_transactions (needs a server restart)"
+        )
+    elif code == "55000" and "prepared transactions are disabled" in text:
+        cls = ConfigurationError
+        setting = setting or "max_prepared_transactions"
+    elif code in ("55P03", "57014"):
+        cls = AbortRequiredError
+    elif code in _DATA or code.startswith("22"):
+        cls = DataError
+    elif code in _CONFIG:
+        cls = ConfigurationError
+    elif code.startswith("28"):
+        cls = FatalError
+    elif code.startswith("53"):
+        cls = RetriableError
+    else:
+        cls = AbortRequiredError
+    return cls(text, column=column, setting=setting, **context)
+
+
+def connection_error(
+    exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
+) -> TwoPhaseError:
+    """Translate a failure to connect into an error that names the server, not the DSN.
+
+    Parameters
+    ----------
+    exc
+        The error from ``psycopg2.connect``.
+    where
+        The secret-free server description.
+    secrets
+        Values to scrub (the password).
+    **context
+        ``sink``, ``batch_id``...
+
+    Returns
+    -------
+    TwoPhaseError
+        RetriableError for an unreachable server, FatalError for rejected
+        credentials, ConfigurationError for a missing database.
+    """
+    code = sqlstate(exc)
+    message = redact(str(exc).strip().replace("\n", " "), secrets)
+    text = f"cannot connect to PostgreSQL at {where}: {message}"
+    if (code is not None and code.startswith("28")) or "authentication failed" in message:
+        return FatalError(text + " (check user and password)", **context)
+    if code == "3D000" or ("database" in message and "does not exist" in message):
+        return ConfigurationError(text, setting="dbname", **context)
+    return RetriableError(text, **context)

@@ -1,0 +1,204 @@
+"""The write plan: which input columns go where, checked against the table.
+
+The same check runs twice: on the driver before each batch
+(:meth:`check_schema`, so that a mismatch stops the batch before anything is
+written) and on the executor at the first write of each transaction (the
+table may have changed in between; the executor's copy of the catalog is read
+inside the transaction that writes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from twophase.errors import ConfigurationError
+
+from ._catalog import TableInfo
+from ._config import PostgresOptions
+from ._encode import ColumnPlan
+from ._sql import RESERVED_COLUMNS
+from ._typemap import column_kind, compatibility_problem, postgres_type
+
+__all__ = ["WritePlan", "create_table_fields", "plan_write"]
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """How a partition's record batches are written.
+
+    Attributes
+    ----------
+    columns
+        The data columns, in ``COPY`` order, with their rendering.
+    op_index
+        CDC: the position of the operation column in the input, else None.
+    column_types
+        ``(name, formatted type)`` of the written columns, to name the column
+        of a server error.
+    """
+
+    columns: tuple[ColumnPlan, ...]
+    op_index: int | None
+    column_types: tuple[tuple[str, str], ...]
+
+    @property
+    def names(self) -> list[str]:
+        """The data column names in ``COPY`` order.
+
+        Returns
+        -------
+        list of str
+            Column names.
+        """
+        return [c.name for c in self.columns]
+
+
+def _is_string(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_dictionary(arrow_type):
+        return _is_string(arrow_type.value_type)
+    return bool(
+        pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+        or getattr(pa.types, "is_string_view", lambda _t: False)(arrow_type)
+    )
+
+
+def plan_write(
+    schema: pa.Schema, table: TableInfo, options: PostgresOptions, table_name: str
+) -> WritePlan:
+    """Check the input schema against the table and plan the write.
+
+    Parameters
+    ----------
+    schema
+        The Arrow schema of the input.
+    table
+        The target table from the catalog.
+    options
+        The sink's options.
+    table_name
+        The table's name for messages.
+
+    Returns
+    -------
+    WritePlan
+        The plan.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the column: a column missing from the table, a type that
+        cannot be written into the column, a NOT NULL column without default
+        missing from the input, a key or control column missing.
+    """
+    names = list(schema.names)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ConfigurationError(f"the input has two columns named {name!r}", column=name)
+        seen.add(name)
+        if name in RESERVED_COLUMNS:
+            raise ConfigurationError(
+                f"column name {name!r} is reserved by the PostgreSQL sink", column=name
+            )
+    op_index: int | None = None
+    if options.mode == "cdc":
+        op = options.cdc_op_column
+        if op not in seen:
+            raise ConfigurationError(
+                f"mode='cdc' needs the operation column {op!r} (values c, r, u, d) in the "
+                "input; set cdc_op_column to its name",
+                column=op,
+                setting="cdc_op_column",
+            )
+        op_index = names.index(op)
+        if not _is_string(schema.field(op).type):
+            raise ConfigurationError(
+                f"the operation column {op!r} must be a string column (c, r, u, d), "
+                f"got {schema.field(op).type}",
+                column=op,
+            )
+    data = options.data_columns(names)
+    if not data:
+        raise ConfigurationError("the input has no column to write")
+    plans: list[ColumnPlan] = []
+    types: list[tuple[str, str]] = []
+    for name in data:
+        column = table.column(name)
+        if column is None:
+            folded = [c.name for c in table.columns if c.name.lower() == name.lower()]
+            hint = f" (names are case-sensitive: the table has {folded[0]!r})" if folded else ""
+            raise ConfigurationError(
+                f"column {name!r} of the input does not exist in table {table_name}{hint}",
+                column=name,
+            )
+        problem = compatibility_problem(schema.field(name).type, column)
+        if problem is not None:
+            raise ConfigurationError(problem, column=name)
+        plans.append(
+            ColumnPlan(names.index(name), name, column_kind(schema.field(name).type, column))
+        )
+        types.append((name, column.type_name))
+    written = set(data)
+    for column in table.columns:
+        required = column.not_null and not column.has_default and not column.generated
+        if required and column.name not in written:
+            raise ConfigurationError(
+                f"column {column.name!r} of table {table_name} is NOT NULL without a "
+                "default, and the input has no such column",
+                column=column.name,
+            )
+    for key in options.key_columns:
+        if key not in written:
+            raise ConfigurationError(
+                f"key column {key!r} is not in the input", column=key, setting="key_columns"
+            )
+    if options.order_column is not None and options.order_column not in written:
+        raise ConfigurationError(
+            f"order_column {options.order_column!r} is not in the input",
+            column=options.order_column,
+            setting="order_column",
+        )
+    if (
+        options.mode in ("upsert", "cdc")
+        and frozenset(options.key_columns) not in table.unique_keys
+    ):
+        raise ConfigurationError(
+            f"mode={options.mode!r} needs a unique index or primary key on exactly "
+            f"({', '.join(options.key_columns)}) of table {table_name} (ON CONFLICT uses it); "
+            "create one, or let create_table=True create the table with that primary key",
+            setting="key_columns",
+        )
+    return WritePlan(tuple(plans), op_index, tuple(types))
+
+
+def create_table_fields(schema: pa.Schema, options: PostgresOptions) -> list[tuple[str, str, bool]]:
+    """Return the columns ``create_table=True`` creates for an input schema.
+
+    Parameters
+    ----------
+    schema
+        The Arrow schema of the input.
+    options
+        The sink's options (the CDC op column is not created; key columns are
+        NOT NULL).
+
+    Returns
+    -------
+    list of (name, type, not null)
+        For :func:`~._sql.create_table`.
+    """
+    fields = []
+    for name in options.data_columns(schema.names):
+        field = schema.field(name)
+        try:
+            pg_type = postgres_type(field.type)
+        except TypeError:
+            raise ConfigurationError(
+                f"column {name!r} has Arrow type {field.type}, which has no PostgreSQL counterpart",
+                column=name,
+            ) from None
+        fields.append((name, pg_type, not field.nullable or name in options.key_columns))
+    return fields

@@ -1,0 +1,233 @@
+"""Connections kept per process and reused across batches.
+
+One :class:`ConnectionPool` exists per (connection parameters, session
+settings) in each process: on an executor (a Python worker, reused across
+tasks by Spark) every transaction takes a connection from it and gives it back
+once the transaction is prepared, committed or rolled back, so a worker opens
+one connection for the life of the query, not one per batch. The driver uses
+the same pool for phase 2, recovery and catalog reads; called one after
+another, they all run on the same connection.
+
+Connections run in autocommit mode and the sink issues ``BEGIN`` /
+``PREPARE TRANSACTION`` / ``COMMIT`` itself, so that the connection is clean
+(no transaction open in the session) as soon as a transaction is prepared.
+
+A connection is only put back when the server says the session is idle and
+not in a transaction; anything else is closed. After a connection failure all
+idle connections of the pool are dropped (the server probably restarted).
+The pools notice a ``fork()`` and never reuse a parent's connection in a child.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+from typing import Any
+
+from ._config import ConnectionConfig
+
+__all__ = ["ConnectionPool", "close_all_pools", "pool_for"]
+
+_MAX_IDLE = 8
+
+
+class ConnectionPool:
+    """Idle connections to one server with one set of session settings.
+
+    Thread-safe: each connection is used by one caller at a time (taken out of
+    the pool while in use).
+
+    Parameters
+    ----------
+    config
+        Connection parameters.
+    settings
+        ``(name, value)`` pairs set on every new session (``set_config``).
+    connect_timeout
+        Seconds libpq waits for a connection, unless the parameters set it.
+    max_idle
+        Idle connections kept; more are closed when given back.
+    """
+
+    def __init__(
+        self,
+        config: ConnectionConfig,
+        settings: tuple[tuple[str, str], ...],
+        connect_timeout: int,
+        max_idle: int = _MAX_IDLE,
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.connect_timeout = connect_timeout
+        self.max_idle = max_idle
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self.opened = 0  # connections opened by this pool (observability, tests)
+
+    def connect(self) -> Any:
+        """Open a new connection (autocommit, session settings applied).
+
+        Returns
+        -------
+        psycopg2.extensions.connection
+            The connection; the caller owns it.
+
+        Raises
+        ------
+        psycopg2.Error
+            The server is unreachable or refuses the connection.
+        """
+        import psycopg2
+
+        kwargs = self.config.connect_kwargs()
+        kwargs.setdefault("connect_timeout", str(self.connect_timeout))
+        conn = psycopg2.connect(**kwargs)
+        try:
+            conn.autocommit = True
+            if self.settings:
+                with conn.cursor() as cur:
+                    # Values go as parameters; names are fixed by the connector.
+                    cur.execute(
+                        "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in self.settings),
+                        [part for pair in self.settings for part in pair],
+                    )
+        except BaseException:
+            conn.close()
+            raise
+        self.opened += 1
+        return conn
+
+    def acquire(self) -> tuple[Any, bool]:
+        """Take an idle connection, or open one.
+
+        Returns
+        -------
+        tuple
+            ``(connection, reused)``: ``reused`` is True when the connection
+            comes from the pool (it may have died while idle; the caller
+            retries once on a new connection when its first statement fails).
+        """
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn, True
+        return self.connect(), False
+
+    def release(self, conn: Any) -> None:
+        """Give a connection back; it is closed unless idle and healthy.
+
+        Parameters
+        ----------
+        conn
+            A connection from :meth:`acquire` or :meth:`connect`.
+        """
+        import psycopg2.extensions as ext
+
+        healthy = (
+            not conn.closed
+            and conn.autocommit
+            and conn.info.transaction_status == ext.TRANSACTION_STATUS_IDLE
+        )
+        if healthy:
+            with self._lock:
+                if len(self._idle) < self.max_idle:
+                    self._idle.append(conn)
+                    return
+        _close_quietly(conn)
+
+    def discard(self, conn: Any, *, flush: bool = False) -> None:
+        """Close a connection that failed; with ``flush``, also every idle one.
+
+        Parameters
+        ----------
+        conn
+            The failed connection.
+        flush
+            Drop the idle connections too (after a connection failure: the
+            server probably restarted and they are dead as well).
+        """
+        _close_quietly(conn)
+        if flush:
+            with self._lock:
+                idle, self._idle = self._idle, []
+            for other in idle:
+                _close_quietly(other)
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            _close_quietly(conn)
+
+    @property
+    def idle_count(self) -> int:
+        """Number of idle connections (for tests and metrics).
+
+        Returns
+        -------
+        int
+            Connections waiting in the pool.
+        """
+        with self._lock:
+            return len(self._idle)
+
+
+def _close_quietly(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # closing a broken connection may fail
+        conn.close()
+
+
+_POOLS: dict[tuple[Any, ...], ConnectionPool] = {}
+_POOLS_LOCK = threading.Lock()
+_POOLS_PID = os.getpid()
+# Connections inherited through fork() are kept referenced, never closed or
+# garbage-collected in the child: closing would end the parent's session.
+_INHERITED: list[ConnectionPool] = []
+
+
+def pool_for(
+    config: ConnectionConfig, settings: tuple[tuple[str, str], ...], connect_timeout: int
+) -> ConnectionPool:
+    """Return the process-wide pool for these parameters and settings.
+
+    Parameters
+    ----------
+    config
+        Connection parameters.
+    settings
+        Session settings.
+    connect_timeout
+        Seconds to wait for a connection.
+
+    Returns
+    -------
+    ConnectionPool
+        Shared by every sink of this process with the same arguments.
+    """
+    global _POOLS_PID
+    key = (config.key, settings, connect_timeout)
+    with _POOLS_LOCK:
+        if os.getpid() != _POOLS_PID:
+            _INHERITED.extend(_POOLS.values())
+            _POOLS.clear()
+            _POOLS_PID = os.getpid()
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = ConnectionPool(config, settings, connect_timeout)
+        return pool
+
+
+def close_all_pools() -> None:
+    """Close the idle connections of every pool of this process (registered atexit)."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values()) if os.getpid() == _POOLS_PID else []
+        _POOLS.clear()
+    for pool in pools:
+        pool.close()
+
+
+atexit.register(close_all_pools)

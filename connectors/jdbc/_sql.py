@@ -1,0 +1,358 @@
+"""SQL statements, composed with :mod:`psycopg2.sql`.
+
+Identifiers (tables, columns) always go through :class:`psycopg2.sql.Identifier`
+and values always travel as query parameters: nothing from the data or the
+user's options is ever formatted into SQL text. The only literal SQL fragments
+are the PostgreSQL type names of :func:`~._typemap.postgres_type`, which come
+from a fixed table in this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from psycopg2 import sql
+
+from ._config import QualifiedName
+
+__all__ = [
+    "OP_COLUMN",
+    "SEQ_COLUMN",
+    "copy_into",
+    "create_marker_table",
+    "create_staging",
+    "create_table",
+    "delete_old_markers",
+    "ident",
+    "insert_marker",
+    "merge_cdc",
+    "merge_upsert",
+    "select_markers",
+]
+
+#: Staging-table column holding the CDC operation.
+OP_COLUMN = "__twophase_op"
+#: Staging-table column holding the row's position in the partition.
+SEQ_COLUMN = "__twophase_seq"
+
+RESERVED_COLUMNS = frozenset({OP_COLUMN, SEQ_COLUMN})
+
+
+def ident(name: QualifiedName) -> sql.Identifier:
+    """Return the identifier of a (possibly schema-qualified) table.
+
+    Parameters
+    ----------
+    name
+        The table name.
+
+    Returns
+    -------
+    psycopg2.sql.Identifier
+        ``"schema"."table"`` or ``"table"``.
+    """
+    return sql.Identifier(*name.parts())
+
+
+def _columns(names: Sequence[str]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+
+def copy_into(table: sql.Composable, columns: Sequence[str]) -> sql.Composed:
+    """``COPY table (columns) FROM STDIN (FORMAT csv)``.
+
+    Parameters
+    ----------
+    table
+        Target or staging table.
+    columns
+        The column list, in the order of the CSV fields.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        The statement.
+    """
+    return sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(table, _columns(columns))
+
+
+def create_staging(
+    staging: sql.Composable,
+    target: sql.Composable,
+    columns: Sequence[str],
+    *,
+    with_op: bool,
+    temporary: bool,
+) -> sql.Composed:
+    """Create the staging table of one transaction, shaped like the written columns.
+
+    ``CREATE TABLE ... AS SELECT ... WITH NO DATA`` copies the column types
+    (with their length limits) but no constraints, so that NOT NULL and
+    unique violations surface in the merge, where they are reported.
+
+    Parameters
+    ----------
+    staging
+        The staging table name.
+    target
+        The target table.
+    columns
+        The data columns.
+    with_op
+        Add the CDC operation column.
+    temporary
+        A ``TEMP ... ON COMMIT DROP`` table (protocol B). Protocol A cannot
+        use one (PostgreSQL refuses to prepare a transaction that touched a
+        temporary table) and uses an ``UNLOGGED`` table dropped before
+        ``PREPARE TRANSACTION``.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        The statement.
+    """
+    extra = [sql.SQL("NULL::bigint AS {}").format(sql.Identifier(SEQ_COLUMN))]
+    if with_op:
+        extra.append(sql.SQL("NULL::text AS {}").format(sql.Identifier(OP_COLUMN)))
+    select = sql.SQL(", ").join([*(sql.Identifier(c) for c in columns), *extra])
+    if temporary:
+        head = sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT ").format(staging)
+    else:
+        head = sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT ").format(staging)
+    return head + select + sql.SQL(" FROM {} WITH NO DATA").format(target)
+
+
+def _latest_per_key(
+    staging: sql.Composable, keys: Sequence[str], order_column: str | None
+) -> sql.Composed:
+    """``SELECT DISTINCT ON (keys) * FROM staging ORDER BY keys, order DESC, seq DESC``."""
+    order = [sql.SQL("{} ASC").format(sql.Identifier(k)) for k in keys]
+    if order_column is not None:
+        order.append(sql.SQL("{} DESC NULLS LAST").format(sql.Identifier(order_column)))
+    order.append(sql.SQL("{} DESC").format(sql.Identifier(SEQ_COLUMN)))
+    return sql.SQL("SELECT DISTINCT ON ({}) * FROM {} ORDER BY {}").format(
+        _columns(keys), staging, sql.SQL(", ").join(order)
+    )
+
+
+def _on_conflict(columns: Sequence[str], keys: Sequence[str]) -> sql.Composed:
+    updates = [c for c in columns if c not in keys]
+    if not updates:
+        return sql.SQL(" ON CONFLICT ({}) DO NOTHING").format(_columns(keys))
+    assignments = sql.SQL(", ").join(
+        sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in updates
+    )
+    return sql.SQL(" ON CONFLICT ({}) DO UPDATE SET {}").format(_columns(keys), assignments)
+
+
+def merge_upsert(
+    target: sql.Composable,
+    staging: sql.Composable,
+    columns: Sequence[str],
+    keys: Sequence[str],
+    order_column: str | None,
+) -> sql.Composed:
+    """Insert the latest staged row of every key, updating existing rows.
+
+    Parameters
+    ----------
+    target, staging
+        The tables.
+    columns
+        The data columns.
+    keys
+        The key columns (a unique index on exactly them must exist).
+    order_column
+        Orders the rows of one key (largest wins), before row order.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        ``INSERT ... SELECT DISTINCT ON ... ON CONFLICT (keys) DO UPDATE``.
+    """
+    return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM ({}) AS latest").format(
+        target, _columns(columns), _columns(columns), _latest_per_key(staging, keys, order_column)
+    ) + _on_conflict(columns, keys)
+
+
+def merge_cdc(
+    target: sql.Composable,
+    staging: sql.Composable,
+    columns: Sequence[str],
+    keys: Sequence[str],
+    order_column: str | None,
+) -> sql.Composed:
+    """Apply the latest staged change of every key: delete for ``d``, upsert otherwise.
+
+    One statement: the DELETE and the INSERT are data-modifying CTEs over the
+    same de-duplicated rows and touch disjoint keys.
+
+    Parameters
+    ----------
+    target, staging
+        The tables.
+    columns
+        The data columns.
+    keys
+        The key columns.
+    order_column
+        Orders the changes of one key (largest wins), before row order.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        The statement.
+    """
+    op = sql.Identifier(OP_COLUMN)
+    match = sql.SQL(" AND ").join(
+        sql.SQL("t.{} = latest.{}").format(sql.Identifier(k), sql.Identifier(k)) for k in keys
+    )
+    return (
+        sql.SQL(
+            "WITH latest AS ({}), "
+            "deleted AS (DELETE FROM {} AS t USING latest WHERE latest.{} = 'd' AND {}), "
+            "upserted AS (INSERT INTO {} ({}) SELECT {} FROM latest WHERE latest.{} <> 'd'"
+        ).format(
+            _latest_per_key(staging, keys, order_column),
+            target,
+            op,
+            match,
+            target,
+            _columns(columns),
+            _columns(columns),
+            op,
+        )
+        + _on_conflict(columns, keys)
+        + sql.SQL(") SELECT 1")
+    )
+
+
+def create_table(
+    target: sql.Composable, fields: Sequence[tuple[str, str, bool]], keys: Sequence[str]
+) -> sql.Composed:
+    """``CREATE TABLE IF NOT EXISTS`` with a primary key on ``keys`` (if any).
+
+    Parameters
+    ----------
+    target
+        The table.
+    fields
+        ``(name, PostgreSQL type from the mapping, not null)``.
+    keys
+        Primary key columns, or empty.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        The statement.
+    """
+    parts = [
+        sql.SQL("{} {}{}").format(
+            sql.Identifier(name), sql.SQL(pg_type), sql.SQL(" NOT NULL" if not_null else "")
+        )
+        for name, pg_type, not_null in fields
+    ]
+    if keys:
+        parts.append(sql.SQL("PRIMARY KEY ({})").format(_columns(keys)))
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(target, sql.SQL(", ").join(parts))
+
+
+def create_marker_table(table: sql.Composable) -> sql.Composed:
+    """Create the marker table of protocol B.
+
+    The primary key also refuses a second identical marker, so that a
+    partition can never be recorded twice with the same rows.
+
+    Parameters
+    ----------
+    table
+        The marker table.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        ``CREATE TABLE IF NOT EXISTS``.
+    """
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} ("
+        "identity text NOT NULL, "
+        "batch_id bigint NOT NULL, "
+        "partition_id integer NOT NULL, "
+        "attempt integer NOT NULL, "
+        "fingerprint text NOT NULL, "
+        "committed_at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint))"
+    ).format(table)
+
+
+def insert_marker(table: sql.Composable) -> sql.Composed:
+    """Insert one marker; parameters identity, batch, partition, attempt, fingerprint.
+
+    Parameters
+    ----------
+    table
+        The marker table.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        The statement.
+    """
+    return sql.SQL(
+        "INSERT INTO {} (identity, batch_id, partition_id, attempt, fingerprint) "
+        "VALUES (%s, %s, %s, %s, %s)"
+    ).format(table)
+
+
+def select_markers(table: sql.Composable) -> sql.Composed:
+    """Markers of one batch; parameters identity, batch.
+
+    Parameters
+    ----------
+    table
+        The marker table.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        The statement.
+    """
+    return sql.SQL(
+        "SELECT partition_id, attempt, fingerprint FROM {} "
+        "WHERE identity = %s AND batch_id = %s ORDER BY partition_id, attempt"
+    ).format(table)
+
+
+def marker_exists(table: sql.Composable) -> sql.Composed:
+    """Whether a transaction's marker is committed; parameters identity, batch, partition, attempt.
+
+    Parameters
+    ----------
+    table
+        The marker table.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        The statement.
+    """
+    return sql.SQL(
+        "SELECT EXISTS (SELECT 1 FROM {} WHERE identity = %s AND batch_id = %s "
+        "AND partition_id = %s AND attempt = %s)"
+    ).format(table)
+
+
+def delete_old_markers(table: sql.Composable) -> sql.Composed:
+    """Prune markers of old batches; parameters identity, oldest batch to keep.
+
+    Parameters
+    ----------
+    table
+        The marker table.
+
+    Returns
+    -------
+    psycopg2.sql.Composed
+        The statement.
+    """
+    return sql.SQL("DELETE FROM {} WHERE identity = %s AND batch_id < %s").format(table)

@@ -1,0 +1,67 @@
+"""Helpers shared by the PostgreSQL connector's integration tests (imported by name).
+
+A module of its own, not ``conftest``: several test folders have a ``conftest.py``, so
+``from conftest import ...`` could pick another folder's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from twophase.connectors.jdbc import postgres_sink
+
+PROTOCOLS = ("coordinated", "markers")
+
+
+class PgTarget:
+    """One server plus helpers to inspect what a reader sees."""
+
+    def __init__(self, server: Any, protocol: str) -> None:
+        self.server = server
+        self.protocol = protocol
+        self.dsn: str = server.dsn
+
+    def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+        conn = self.server.connect()
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(statement, params)
+                return list(cur.fetchall()) if cur.description else []
+        finally:
+            conn.close()
+
+    def rows(self, table: str, order_by: str = "id") -> list[tuple[Any, ...]]:
+        return self.sql(f'SELECT * FROM "{table}" ORDER BY "{order_by}"')
+
+    def ids(self, table: str) -> list[int]:
+        if not self.sql("SELECT to_regclass(%s)", (f'"{table}"',))[0][0]:
+            return []
+        return [r[0] for r in self.sql(f'SELECT id FROM "{table}"')]
+
+    def prepared(self) -> list[str]:
+        return [g for g, _db in self.server.prepared_transactions() if g.startswith("tp:")]
+
+    def clean_prepared(self) -> None:
+        self.server.rollback_prepared(r"tp:")
+
+    def sink(self, name: str, table: str, **kwargs: Any) -> Any:
+        kwargs.setdefault("protocol", self.protocol)
+        kwargs.setdefault("lock_timeout", 5.0)
+        kwargs.setdefault("dsn", self.dsn)
+        return postgres_sink(name, table=table, **kwargs)
+
+
+def id_batch(
+    ids: list[int], payload: Callable[[int], str | None] = lambda i: f"row-{i}"
+) -> pa.RecordBatch:
+    """Rows ``(id bigint, payload text)``."""
+    return pa.record_batch(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "payload": pa.array([payload(i) for i in ids], pa.string()),
+        }
+    )

@@ -1,0 +1,265 @@
+"""Bad input: a clear error naming sink, batch and column, and nothing of the batch visible.
+
+Protocol A gives "nothing of the batch visible" for every error: the failing
+batch's prepared transactions are rolled back. Protocol B commits partition by
+partition, so a row-level error (NOT NULL, too long, bad value) leaves the
+failing partition invisible but partitions that committed before it stay
+committed; the replay skips them by their markers, so once the input or the
+table is fixed the batch completes exactly once. Schema-level errors are found
+before anything is written, in both protocols.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from jdbc_support import PgTarget
+
+from twophase.errors import ConfigurationError, DataError, TwoPhaseError
+from twophase.testing import LocalRunner, assert_exactly_once
+
+pytestmark = pytest.mark.integration
+
+
+def rows(
+    ids: list[int], values: list[Any], value_type: pa.DataType | None = None
+) -> pa.RecordBatch:
+    values_array = pa.array(values, value_type or pa.string())
+    return pa.record_batch({"id": pa.array(ids, pa.int64()), "v": values_array})
+
+
+def run_bad_batch(
+    pg: PgTarget,
+    table: str,
+    bad: pa.RecordBatch,
+    expected: type[TwoPhaseError],
+    *,
+    column: str | None,
+    mode: str = "append",
+    match: str = "",
+) -> LocalRunner:
+    """Batch 0 is good; batch 1 has ``bad`` in its last partition and must fail cleanly."""
+    keys = {"key_columns": ["id"]} if mode != "append" else {}
+    runner = LocalRunner(pg.sink("bad", table, mode=mode, **keys))
+    runner.run_batch(0, [[rows([1], ["ok"])]])
+    good = [[rows([10], ["ok"])], [rows([11], ["ok"])]]
+    with pytest.raises(expected, match=match) as info:
+        runner.run_batch(1, [*good, [bad]])
+    text = str(info.value)
+    assert "sink='bad'" in text, text
+    assert "batch=1" in text, text
+    if column is not None:
+        assert info.value.column == column, text
+        assert f"column={column!r}" in text, text
+    visible = pg.ids(table)
+    bad_ids = bad.column(0).to_pylist()
+    assert not set(bad_ids) & set(visible), "a row of the failing partition is visible"
+    if pg.protocol == "coordinated":
+        assert_exactly_once(visible, [1])  # nothing of batch 1
+        assert pg.prepared() == [], "the failed batch left prepared transactions"
+    else:
+        assert set(visible) <= {1, 10, 11}
+    return runner
+
+
+def test_not_null_violation_in_copy(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint, v text NOT NULL)')
+    run_bad_batch(pg, table, rows([20, 21], ["ok", None]), DataError, column="v", match="not-null")
+
+
+def test_not_null_violation_in_the_upsert_merge(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, v text NOT NULL)')
+    run_bad_batch(
+        pg, table, rows([20], [None]), DataError, column="v", mode="upsert", match="not-null"
+    )
+
+
+def test_over_long_varchar(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, v varchar(3))')
+    run_bad_batch(pg, table, rows([20], ["toolong"]), DataError, column="v", match="too long")
+
+
+def test_over_long_varchar_in_upsert_staging(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, v varchar(3))')
+    run_bad_batch(
+        pg, table, rows([20], ["toolong"]), DataError, column="v", mode="upsert", match="too long"
+    )
+
+
+def test_value_the_column_type_cannot_parse(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint, v uuid)')
+    runner = LocalRunner(pg.sink("bad", table))
+    good = str(uuid.uuid4())
+    with pytest.raises(DataError, match="invalid input syntax for type uuid") as info:
+        runner.run_batch(0, [[rows([1], [good])], [rows([2, 3], [good, "not-a-uuid"])]])
+    assert info.value.column == "v"
+    assert "batch=0" in str(info.value)
+    if pg.protocol == "coordinated":
+        assert pg.ids(table) == []
+    else:
+        assert pg.ids(table) == [1]
+
+
+def test_integer_out_of_range_for_a_narrower_column(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint, v smallint)')
+    bad = rows([20], [70_000], pa.int64())
+    runner = LocalRunner(pg.sink("bad", table))
+    with pytest.raises(DataError, match="out of range") as info:
+        runner.run_batch(0, [[bad]])
+    assert info.value.column == "v"
+    assert pg.ids(table) == []
+
+
+def test_schema_type_mismatch_is_found_before_writing(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint, v integer)')
+    runner = LocalRunner(pg.sink("bad", table))
+    with pytest.raises(
+        ConfigurationError, match="is integer but the input column is string"
+    ) as info:
+        runner.run_batch(0, [[rows([1], ["x"])]])
+    assert info.value.column == "v"
+    assert "sink='bad'" in str(info.value)
+    assert "batch=0" in str(info.value)
+    assert pg.ids(table) == []
+
+
+def test_missing_column_is_found_before_writing(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint, "V" text)')
+    runner = LocalRunner(pg.sink("bad", table))
+    with pytest.raises(ConfigurationError, match="case-sensitive") as info:
+        runner.run_batch(0, [[rows([1], ["x"])]])
+    assert info.value.column == "v"
+    assert "batch=0" in str(info.value)
+    assert pg.ids(table) == []
+
+
+def test_required_column_missing_from_the_input(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint, v text, must text NOT NULL)')
+    runner = LocalRunner(pg.sink("bad", table))
+    with pytest.raises(ConfigurationError, match="NOT NULL without a default") as info:
+        runner.run_batch(0, [[rows([1], ["x"])]])
+    assert info.value.column == "must"
+
+
+def test_missing_table(pg: PgTarget, table: str) -> None:
+    runner = LocalRunner(pg.sink("bad", table))
+    with pytest.raises(ConfigurationError, match=f"table {table} does not exist") as info:
+        runner.run_batch(0, [[rows([1], ["x"])]])
+    assert "sink='bad'" in str(info.value)
+    assert "batch=0" in str(info.value)
+
+
+def test_upsert_without_a_unique_key(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint, v text)')
+    runner = LocalRunner(pg.sink("bad", table, mode="upsert", key_columns=["id"]))
+    with pytest.raises(ConfigurationError, match="unique index or primary key"):
+        runner.run_batch(0, [[rows([1], ["x"])]])
+
+
+def test_cdc_operation_outside_c_r_u_d(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, v text)')
+    runner = LocalRunner(pg.sink("bad", table, mode="cdc", key_columns=["id"]))
+    batch = pa.record_batch(
+        {"id": pa.array([1, 2], pa.int64()), "op": ["c", "t"], "v": ["a", None]}
+    )
+    with pytest.raises(DataError, match="other than 'c', 'r', 'u', 'd' \\(first: 't'\\)") as info:
+        runner.run_batch(0, [[batch]])
+    assert info.value.column == "op"
+    assert "batch=0" in str(info.value)
+    assert pg.ids(table) == []
+
+
+def test_permission_denied_is_found_at_start(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint, v text)')
+    pg.sql(f'GRANT SELECT ON "{table}" TO twophase_test')
+    sink = pg.sink("bad", table, dsn=pg.server.password_dsn)
+    with pytest.raises(ConfigurationError, match=r"permission denied.*lacks INSERT") as info:
+        LocalRunner(sink).run_batch(0, [[rows([1], ["x"])]])
+    assert "sink='bad'" in str(info.value)
+    assert pg.ids(table) == []
+
+
+def test_permission_denied_while_writing(pg: PgTarget, table: str) -> None:
+    """Privileges revoked after the start: COPY fails with 42501, mapped, nothing visible."""
+    from twophase._types import SinkContext, TaskContext
+
+    pg.sql(f'CREATE TABLE "{table}" (id bigint, v text)')
+    pg.sql(f'GRANT SELECT, INSERT ON "{table}" TO twophase_test')
+    sink = pg.sink("bad", table, dsn=pg.server.password_dsn, marker_table=f"{table}_markers")
+    sink.open(SinkContext("bad", "ident-perm", "q", "r", "/tmp/unused"))
+    pg.sql(f'REVOKE INSERT ON "{table}" FROM twophase_test')
+    txn = sink.begin_transaction(TaskContext("bad", "ident-perm", 3, 0, 0))
+
+    def write_and_prepare() -> None:
+        sink.write(txn, rows([1], ["x"]))  # the COPY streams: its error may come at the end
+        sink.pre_commit(txn)
+
+    with pytest.raises(ConfigurationError, match="permission denied") as info:
+        write_and_prepare()
+    sink.abort(txn)
+    assert "batch=3" in str(info.value)
+    assert pg.ids(table) == []
+
+
+def test_prepared_transaction_slots_exhausted(pg_a: PgTarget, table: str) -> None:
+    pg_a.sql(f'CREATE TABLE "{table}" (id bigint, v text)')
+    sink = pg_a.sink("bad", table)
+    runner = LocalRunner(sink)
+    runner.run_batch(0, [[rows([1], ["ok"])]])
+    free = 64 - len(pg_a.server.prepared_transactions())
+    fillers = [f"filler-{uuid.uuid4().hex}" for _ in range(free - 1)]  # one slot left
+    conn = pg_a.server.connect()
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            for gid in fillers:
+                cur.execute("BEGIN")
+                cur.execute("PREPARE TRANSACTION %s", (gid,))
+        with pytest.raises(
+            ConfigurationError, match="maximum number of prepared transactions"
+        ) as info:
+            runner.run_batch(1, [[rows([10], ["ok"])], [rows([11], ["ok"])]])
+        assert info.value.setting == "max_prepared_transactions"
+        assert "sink='bad'" in str(info.value)
+        assert "batch=1" in str(info.value)
+        assert "pg_prepared_xacts" in str(info.value)
+        assert_exactly_once(pg_a.ids(table), [1])
+        assert pg_a.prepared() == []
+    finally:
+        with conn.cursor() as cur:
+            for gid in fillers:
+                cur.execute("ROLLBACK PREPARED %s", (gid,))
+        conn.close()
+    runner.restart()
+    runner.run_batch(1, [[rows([10], ["ok"])], [rows([11], ["ok"])]])
+    assert_exactly_once(pg_a.ids(table), [1, 10, 11])
+
+
+def test_markers_protocol_completes_exactly_once_after_the_data_is_fixed(
+    pg_b: PgTarget, table: str
+) -> None:
+    pg_b.sql(f'CREATE TABLE "{table}" (id bigint, v varchar(3))')
+    runner = run_bad_batch(
+        pg_b, table, rows([20], ["toolong"]), DataError, column="v", match="too long"
+    )
+    assert sorted(pg_b.ids(table)) == [1, 10, 11]  # the partitions before the bad one
+    pg_b.sql(f'ALTER TABLE "{table}" ALTER COLUMN v TYPE varchar(10)')
+    runner.restart()
+    runner.run_batch(1, [[rows([10], ["ok"])], [rows([11], ["ok"])], [rows([20], ["toolong"])]])
+    assert_exactly_once(pg_b.ids(table), [1, 10, 11, 20])
+
+
+def test_generated_and_identity_columns_are_refused_then_filled(pg: PgTarget, table: str) -> None:
+    pg.sql(
+        f'CREATE TABLE "{table}" (id bigint GENERATED ALWAYS AS IDENTITY, v text, '
+        "n int GENERATED ALWAYS AS (length(v)) STORED)"
+    )
+    runner = LocalRunner(pg.sink("bad", table))
+    with pytest.raises(ConfigurationError, match="cannot be written") as info:
+        runner.run_batch(0, [[rows([1], ["x"])]])
+    assert info.value.column == "id"
+    runner.run_batch(0, [[pa.record_batch({"v": ["abc"]})]])
+    assert pg.sql(f'SELECT id, v, n FROM "{table}"') == [(1, "abc", 3)]

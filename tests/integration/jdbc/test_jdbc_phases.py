@@ -1,0 +1,226 @@
+"""State after each phase, recovery hooks and protocol detection, against the real server."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from typing import Any
+
+import pytest
+from jdbc_support import PgTarget, id_batch
+
+from twophase._types import RecoveryContext, SinkContext, TaskContext
+from twophase.connectors.jdbc import (
+    PostgresHandle,
+    PostgresMarkerSink,
+    PostgresOptions,
+    PostgresTwoPhaseSink,
+    QualifiedName,
+    list_prepared_transactions,
+    postgres_sink,
+)
+from twophase.connectors.jdbc._config import ConnectionConfig
+from twophase.errors import ConfigurationError, FatalError
+from twophase.testing import LocalRunner, assert_exactly_once
+
+pytestmark = pytest.mark.integration
+
+IDENTITY = "it-0123456789abcdef"
+
+
+def opened(sink: Any, identity: str = IDENTITY) -> Any:
+    sink.open(SinkContext(sink.name, identity, "query", "run", "/tmp/unused"))
+    return sink
+
+
+def executor_copy(sink: Any) -> Any:
+    return pickle.loads(pickle.dumps(sink))
+
+
+def create_ids_table(pg: PgTarget, table: str) -> None:
+    pg.sql(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, payload text)')
+
+
+def test_prepared_rows_are_invisible_until_commit_prepared(pg_a: PgTarget, table: str) -> None:
+    create_ids_table(pg_a, table)
+    sink = opened(pg_a.sink("phases", table))
+    executor = executor_copy(sink)
+    txn = executor.begin_transaction(TaskContext("phases", IDENTITY, 5, 1, 0))
+    executor.write(txn, id_batch([1, 2]))
+    executor.write(txn, id_batch([3]))
+    handle = executor.pre_commit(txn)
+    assert isinstance(handle, PostgresHandle)
+    assert handle.xid
+    assert handle.rows == 3
+    assert handle.transaction_id == f"tp:{IDENTITY}:5:1:0"
+    # phase 1 done: prepared, listed, invisible
+    assert pg_a.prepared() == [handle.transaction_id]
+    assert pg_a.ids(table) == []
+    listed = sink.list_in_doubt(RecoveryContext(IDENTITY, 0))
+    assert [(h.transaction_id, h.batch_id, h.partition_id, h.attempt) for h in listed] == [
+        (handle.transaction_id, 5, 1, 0)
+    ]
+    # phase 2: committed, visible, gone from pg_prepared_xacts
+    sink.commit(pickle.loads(pickle.dumps(handle)))
+    assert sorted(pg_a.ids(table)) == [1, 2, 3]
+    assert pg_a.prepared() == []
+    sink.commit(handle)  # idempotent: the xid says committed
+    sink.recover_and_commit(handle)
+    assert sorted(pg_a.ids(table)) == [1, 2, 3]
+
+
+def test_commit_of_a_decided_transaction_rolled_back_by_hand_is_fatal(
+    pg_a: PgTarget, table: str
+) -> None:
+    create_ids_table(pg_a, table)
+    sink = opened(pg_a.sink("phases", table))
+    txn = sink.begin_transaction(TaskContext("phases", IDENTITY, 1, 0, 0))
+    sink.write(txn, id_batch([1]))
+    handle = sink.pre_commit(txn)
+    pg_a.sql("ROLLBACK PREPARED %s", (handle.transaction_id,))
+    with pytest.raises(FatalError, match="rows are lost") as info:
+        sink.commit(handle)
+    assert "sink='phases'" in str(info.value)
+    assert "batch=1" in str(info.value)
+
+
+def test_commit_of_an_unknown_gid_without_xid_is_taken_as_committed(
+    pg_a: PgTarget, table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    create_ids_table(pg_a, table)
+    sink = opened(pg_a.sink("phases", table))
+    with caplog.at_level(logging.WARNING):
+        sink.commit(PostgresHandle(f"tp:{IDENTITY}:9:0:0", 9, 0, 0))
+    assert "taken as committed" in caplog.text
+
+
+def test_recover_and_abort_rolls_back_and_tolerates_unknown_gids(
+    pg_a: PgTarget, table: str
+) -> None:
+    create_ids_table(pg_a, table)
+    sink = opened(pg_a.sink("phases", table))
+    txn = sink.begin_transaction(TaskContext("phases", IDENTITY, 2, 0, 0))
+    sink.write(txn, id_batch([7]))
+    handle = sink.pre_commit(txn)
+    sink.recover_and_abort(handle)
+    sink.recover_and_abort(handle)  # already gone: success
+    assert pg_a.prepared() == []
+    assert pg_a.ids(table) == []
+    with pytest.raises(ConfigurationError, match="not a gid of this connector"):
+        sink.recover_and_abort(PostgresHandle("someone-elses-gid", 2, 0, 0))
+
+
+def test_list_in_doubt_sees_only_this_identity(pg_a: PgTarget, table: str) -> None:
+    create_ids_table(pg_a, table)
+    sink = opened(pg_a.sink("phases", table))
+    others = ["other", f"{IDENTITY}:x", IDENTITY[:-1]]
+    for n, identity in enumerate([IDENTITY, *others]):
+        txn = sink.begin_transaction(TaskContext("phases", identity, 1, n, 0))
+        sink.write(txn, id_batch([100 + n]))
+        sink.pre_commit(txn)
+    conn = pg_a.server.connect()
+    conn.autocommit = True
+    with conn.cursor() as cur:  # a foreign prepared transaction that is not ours at all
+        cur.execute("BEGIN")
+        cur.execute("PREPARE TRANSACTION 'foreign-app-gid'")
+    conn.close()
+    try:
+        mine = sink.list_in_doubt(RecoveryContext(IDENTITY, 0))
+        assert [h.transaction_id for h in mine] == [f"tp:{IDENTITY}:1:0:0"]
+        listed = list_prepared_transactions(pg_a.dsn)
+        assert {p.identity for p in listed} == {IDENTITY, *others}
+        assert all(p.database == "twophase" for p in listed)
+    finally:
+        pg_a.sql("ROLLBACK PREPARED 'foreign-app-gid'")
+
+
+def test_abort_rolls_back_open_and_prepared_transactions(pg_a: PgTarget, table: str) -> None:
+    create_ids_table(pg_a, table)
+    sink = opened(pg_a.sink("phases", table))
+    open_txn = sink.begin_transaction(TaskContext("phases", IDENTITY, 3, 0, 0))
+    sink.write(open_txn, id_batch([1]))
+    sink.abort(open_txn)
+    sink.abort(open_txn)
+    prepared = sink.begin_transaction(TaskContext("phases", IDENTITY, 3, 1, 0))
+    sink.write(prepared, id_batch([2]))
+    sink.pre_commit(prepared)
+    sink.abort(prepared)
+    assert pg_a.prepared() == []
+    assert pg_a.ids(table) == []
+
+
+def test_auto_detection_picks_the_protocol_and_logs_it_once(
+    pg: PgTarget, table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    create_ids_table(pg, table)
+    with caplog.at_level(logging.INFO, logger="twophase.connectors.jdbc"):
+        sink = postgres_sink("detect", table=table, dsn=pg.dsn)
+        opened(sink)
+    expected = PostgresTwoPhaseSink if pg.protocol == "coordinated" else PostgresMarkerSink
+    assert isinstance(sink, expected)
+    lines = [
+        r.getMessage() for r in caplog.records if "max_prepared_transactions=" in r.getMessage()
+    ]
+    assert len(lines) == 1
+    assert f"protocol '{pg.protocol}'" in lines[0]
+    if pg.protocol == "coordinated":
+        assert sink.max_transactions_per_batch == 48
+
+
+def test_forcing_coordinated_without_prepared_transactions_fails_at_start_with_the_server_hint(
+    pg_b: PgTarget, table: str
+) -> None:
+    create_ids_table(pg_b, table)
+    with pytest.raises(ConfigurationError) as info:
+        postgres_sink("forced", table=table, dsn=pg_b.dsn, protocol="coordinated")
+    text = str(info.value)
+    assert "prepared transactions are disabled" in text
+    assert "Set max_prepared_transactions to a nonzero value" in text  # the server's own hint
+    assert info.value.setting == "max_prepared_transactions"
+    # The class built directly fails in open(), before any batch.
+    direct = PostgresTwoPhaseSink(
+        "forced", PostgresOptions(table=QualifiedName(None, table)), ConnectionConfig(pg_b.dsn)
+    )
+    with pytest.raises(ConfigurationError, match="nonzero value"):
+        opened(direct)
+
+
+def test_markers_are_written_read_and_pruned(pg_b: PgTarget, table: str) -> None:
+    create_ids_table(pg_b, table)
+    sink = pg_b.sink("markers", table, marker_retention=3, marker_table="it_markers")
+    runner = LocalRunner(sink)
+    for batch_id in range(7):
+        runner.run_batch(batch_id, [[id_batch([batch_id * 10])], [id_batch([batch_id * 10 + 1])]])
+    identity = runner.identity.token
+    markers = sink.read_markers(identity, 6)
+    assert sorted(m.partition_id for m in markers) == [0, 1]
+    assert all(m.fingerprint.count == 1 for m in markers)
+    kept = pg_b.sql("SELECT DISTINCT batch_id FROM it_markers WHERE identity = %s", (identity,))
+    assert sorted(r[0] for r in kept) == [4, 5, 6]  # pruned at batch 6 (6 % 3 == 0)
+    assert_exactly_once(pg_b.ids(table), [b * 10 + p for b in range(7) for p in range(2)])
+    assert sink.list_in_doubt(RecoveryContext(identity, 2)) == []
+    pg_b.sql("DROP TABLE it_markers")
+
+
+def test_marker_commit_is_idempotent_and_abort_of_committed_is_refused(
+    pg_b: PgTarget, table: str
+) -> None:
+    from twophase._types import Fingerprint, Marker
+
+    create_ids_table(pg_b, table)
+    sink = opened(pg_b.sink("markers", table))
+    txn = sink.begin_transaction(TaskContext("markers", IDENTITY, 4, 0, 0))
+    sink.write(txn, id_batch([1, 2]))
+    sink.write_marker(txn, Marker(IDENTITY, 4, 0, 0, Fingerprint(2, 99)))
+    handle = sink.pre_commit(txn)
+    assert pg_b.ids(table) == []
+    sink.commit(handle)
+    assert sorted(pg_b.ids(table)) == [1, 2]
+    sink.commit(handle)  # no longer live here, but its marker says committed
+    with pytest.raises(FatalError, match="cannot be rolled back"):
+        sink.recover_and_abort(handle)
+    gone = PostgresHandle(f"tp:{IDENTITY}:4:1:0", 4, 1, 0)
+    sink.recover_and_abort(gone)  # never committed, not live: nothing to do
+    with pytest.raises(FatalError, match="neither live"):
+        sink.commit(gone)
+    pg_b.sql("DELETE FROM twophase_markers WHERE identity = %s", (IDENTITY,))

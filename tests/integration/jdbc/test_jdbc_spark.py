@@ -1,0 +1,91 @@
+"""End to end: a Spark Structured Streaming query writing into PostgreSQL, both protocols."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from jdbc_support import PgTarget
+
+import twophase
+from twophase.testing import assert_exactly_once
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def write_files(source: Path, first: int, count: int, rows: int = 50) -> list[int]:
+    """One Parquet file per micro-batch (maxFilesPerTrigger=1), with increasing mtimes."""
+    source.mkdir(parents=True, exist_ok=True)
+    written: list[int] = []
+    for batch in range(first, first + count):
+        ids = [batch * 1000 + i for i in range(rows)]
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "payload": [f"p{i}" for i in ids],
+                "tags": pa.array([[f"t{i % 3}"] for i in ids], pa.list_(pa.string())),
+            }
+        )
+        path = source / f"part-{batch:04d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (1_700_000_000 + batch, 1_700_000_000 + batch))
+        written += ids
+    return written
+
+
+def run(spark: Any, source: Path, checkpoint: Path, sink: Any, transform: Any = None) -> None:
+    df = (
+        spark.readStream.schema("id long, payload string, tags array<string>")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+    )
+    if transform is not None:
+        df = transform(df)
+    query = twophase.write_stream(
+        df, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
+    ).start()
+    try:
+        assert query.awaitTermination(180), "the query did not finish in time"
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None
+
+
+def test_streaming_query_writes_exactly_once_and_resumes_from_its_checkpoint(
+    spark: Any, pg: PgTarget, table: str, tmp_path: Path
+) -> None:
+    expected = write_files(tmp_path / "in", 0, 2)
+    sink = pg.sink("spark_e2e", table, create_table=True)
+    run(spark, tmp_path / "in", tmp_path / "chk", sink, lambda df: df.repartition(3))
+    assert_exactly_once(pg.ids(table), expected)
+    assert [m.outcome for m in sink.metrics_history] == ["committed", "committed"]
+    assert pg.prepared() == []
+    expected += write_files(tmp_path / "in", 2, 1)
+    sink = pg.sink("spark_e2e", table)  # a restart of the application
+    run(spark, tmp_path / "in", tmp_path / "chk", sink, lambda df: df.repartition(3))
+    assert_exactly_once(pg.ids(table), expected)
+    tags = pg.sql(f'SELECT tags FROM "{table}" WHERE id = 1')
+    assert tags == [(["t1"],)]
+
+
+def test_streaming_upsert_repartitioned_by_key(
+    spark: Any, pg: PgTarget, table: str, tmp_path: Path
+) -> None:
+    write_files(tmp_path / "in", 0, 2, rows=20)
+    sink = pg.sink("spark_upsert", table, mode="upsert", key_columns=["id"], create_table=True)
+
+    def by_key(df: Any) -> Any:
+        from pyspark.sql import functions as f
+
+        # Both batches write ids 0..19 (modulo 1000): the second updates the first.
+        return df.withColumn("id", f.col("id") % 1000).repartition(2, "id")
+
+    run(spark, tmp_path / "in", tmp_path / "chk", sink, by_key)
+    rows = pg.rows(table)
+    assert [r[0] for r in rows] == list(range(20))
+    assert all(r[1] == f"p{1000 + r[0]}" for r in rows), rows[:3]
