@@ -41,7 +41,12 @@ from ._types import (
     SinkContext,
     TransactionHandle,
 )
-from .errors import CommitFailedError, NondeterministicBatchError, TwoPhaseError
+from .errors import (
+    CommitFailedError,
+    ConfigurationError,
+    NondeterministicBatchError,
+    TwoPhaseError,
+)
 
 __all__ = [
     "COORDINATED_STEPS",
@@ -249,7 +254,29 @@ class Coordinator:
         self._recover()
         self._opened = True
 
+    def _check_protocol_unchanged(self) -> None:
+        """Refuse to switch protocols while a batch of the other protocol is unfinished."""
+        state = self.log.state
+        pending = state.pending_decisions()
+        marker_started = [b for b in state.unfinished() if b not in state.decided]
+        if isinstance(self.sink, TwoPhaseCommitSink):
+            foreign, needed = marker_started, CommitProtocol.MARKERS
+        else:
+            foreign, needed = pending, CommitProtocol.COORDINATED
+        if foreign:
+            raise ConfigurationError(
+                f"batch {foreign[0]} was started with the {needed.value} protocol and is not "
+                f"finished, but this sink uses the {self.sink.protocol.value} protocol. Switching "
+                "protocols under one checkpoint would lose or duplicate that batch: restart the "
+                f"query once with a {needed.value} sink to finish it (e.g. pin the connector's "
+                "protocol), then switch",
+                sink=self.sink.name,
+                batch_id=foreign[0],
+                setting="protocol",
+            )
+
     def _recover(self) -> None:
+        self._check_protocol_unchanged()
         state = self.log.state
         retries = [0]
         for batch_id in state.pending_decisions():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -220,3 +221,26 @@ def test_in_doubt_listing_for_operators() -> None:
     assert sorted(h.partition_id for h in in_doubt) == [0, 1, 2]
     assert all(h.batch_id == 0 for h in in_doubt)
     assert sink.list_in_doubt(RecoveryContext("other.0000000000000000", 0)) == []
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "step"),
+    [(FakeSink, FakeMarkerSink, "decided"), (FakeMarkerSink, FakeSink, "phase1_done")],
+)
+def test_switching_protocol_with_an_unfinished_batch_is_refused(
+    tmp_path: Path, first: type[Any], second: type[Any], step: str
+) -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(first("s", target), tmp_path)
+    runner.crash_at(step, 0)
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, split(0))
+    committed = sorted(ids(target))
+    switched = LocalRunner(second("s", target), tmp_path, query_id=runner.query_id)
+    with pytest.raises(ConfigurationError, match="Switching protocols") as info:
+        switched.run_batch(0, split(0))
+    assert info.value.setting == "protocol"
+    assert sorted(ids(target)) == committed, "the refused run wrote or lost rows"
+    runner.restart()  # the original protocol finishes the batch
+    runner.run_batch(0, split(0))
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0)])
