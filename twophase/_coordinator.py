@@ -156,8 +156,11 @@ def match_markers(
         A committed partition is not part of the replay.
     """
     committed = Counter(m.fingerprint for m in markers)
+    committed_at = {(m.partition_id, m.fingerprint) for m in markers}
     by_fingerprint: dict[Fingerprint, list[int]] = {}
-    for pid in sorted(replayed):
+    # Prefer skipping the partition that committed those rows under the same
+    # id, so that a partition written now never reuses a committed (id, rows).
+    for pid in sorted(replayed, key=lambda p: ((p, replayed[p]) not in committed_at, p)):
         by_fingerprint.setdefault(replayed[pid], []).append(pid)
     skip: set[int] = set()
     missing: list[tuple[Fingerprint, int]] = []

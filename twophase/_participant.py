@@ -188,13 +188,18 @@ def _abort_quietly(sink: _SinkBase[Any, Any], txn: Any, error: BaseException) ->
         error.add_note(f"abort() of the failed transaction also failed: {abort_error!r}")
 
 
-def _clear_earlier_attempts(sink: TwoPhaseCommitSink[Any, Any], ctx: TaskContext) -> None:
-    """Roll back what earlier attempts of this partition left prepared."""
-    for handle in sink.list_in_doubt(RecoveryContext(ctx.identity, 0)):
-        if (
-            handle.batch_id == ctx.batch_id
-            and handle.partition_id == ctx.partition_id
-            and handle.attempt < ctx.attempt
+def _clear_earlier_attempts(sink: _SinkBase[Any, Any], ctx: TaskContext) -> None:
+    """Roll back (A) or fence (B) what earlier attempts of this partition left open.
+
+    Slot-named targets (Kafka) list in-doubt slots with no batch of their own:
+    a handle with ``batch_id < 0`` names the slot only, and fencing it is what
+    this attempt needs.
+    """
+    for handle in sink.list_in_doubt(RecoveryContext(ctx.identity, ctx.partition_id + 1)):
+        if handle.partition_id != ctx.partition_id:
+            continue
+        if handle.batch_id < 0 or (
+            handle.batch_id == ctx.batch_id and handle.attempt < ctx.attempt
         ):
             _log.info("aborting %s left by an earlier attempt", handle.transaction_id)
             sink.recover_and_abort(handle)
@@ -237,8 +242,10 @@ def _run_markers(
     if ctx.partition_id in plan.skip:
         return TaskResult(ctx.partition_id, ctx.attempt, 0, skipped=True)
     if ctx.attempt > 0:
-        # An earlier attempt of this task may have committed before failing
-        # (e.g. lost while reporting back). Its marker tells.
+        # Fence earlier attempts of this slot first (a zombie must not commit
+        # after we looked), then read: an earlier attempt may have committed
+        # before failing (e.g. lost while reporting back). Its marker tells.
+        _clear_earlier_attempts(sink, ctx)
         mine = [
             m
             for m in sink.read_markers(ctx.identity, ctx.batch_id)

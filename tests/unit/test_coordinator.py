@@ -10,13 +10,17 @@ import pyarrow as pa
 import pytest
 
 from twophase import (
+    AbortRequiredError,
     CommitFailedError,
     ConcurrentQueryError,
     ConfigurationError,
+    Fingerprint,
+    Marker,
     RecoveryContext,
     RetryPolicy,
     TaskContext,
 )
+from twophase._coordinator import match_markers
 from twophase.testing import (
     FakeMarkerSink,
     FakeSink,
@@ -244,3 +248,27 @@ def test_switching_protocol_with_an_unfinished_batch_is_refused(
     runner.restart()  # the original protocol finishes the batch
     runner.run_batch(0, split(0))
     assert_exactly_once(ids(target), [r["id"] for r in rows(0)])
+
+
+def test_marker_retry_fences_a_zombie_attempt_before_reading_markers() -> None:
+    target = FakeTarget.in_memory()
+    sink = FakeMarkerSink("m", target)
+    runner = LocalRunner(sink, max_task_failures=2)
+    runner.run_batch(0, split(0))
+    # attempt 0 of partition 0 is a zombie: still open, about to commit
+    zombie_ctx = TaskContext("m", runner.identity.token, 1, 0, 0)
+    zombie = sink.begin_transaction(zombie_ctx)
+    sink.write(zombie, pa.RecordBatch.from_pylist(split(1)[0]))
+    target.fail("begin_transaction", batch_id=1, partition_id=0, attempt=0)
+    runner.run_batch(1, split(1))  # attempt 1 of partition 0 runs
+    with pytest.raises(AbortRequiredError):
+        sink.commit(sink.pre_commit(zombie))  # fenced: its transaction is gone
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1)])
+
+
+def test_replay_skips_the_partition_that_committed_under_the_same_id() -> None:
+    fp = Fingerprint(1, 42)
+    markers = [Marker("s.1", 0, 1, 0, fp)]
+    skip, expected = match_markers(markers, {0: fp, 1: fp}, sink="s", batch_id=0)
+    assert skip == frozenset({1})
+    assert expected == {0: fp}
