@@ -1,0 +1,269 @@
+"""Driver-side checks against the cluster: broker limits and the control topic."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, TopicCollection
+from confluent_kafka.admin import AdminClient
+
+from twophase.errors import ConfigurationError
+
+from ._compat import ConfigResource, NewTopic, ResourceType
+from ._errors import ErrorContext, kafka_error_of, map_kafka_error
+
+__all__ = [
+    "CONTROL_TOPIC_CONFIG",
+    "broker_max_transaction_timeout",
+    "check_topic_exists",
+    "ensure_control_topic",
+]
+
+_log = logging.getLogger("twophase.connectors.kafka")
+
+#: Configuration of a control topic the sink creates. Compaction keeps every
+#: marker that is not tombstoned (no time- or size-based deletion ever removes a
+#: marker a replay still needs); small segments let compaction catch up; tombstones
+#: of finished batches need not outlive an hour (only this sink reads the topic).
+CONTROL_TOPIC_CONFIG: Mapping[str, str] = {
+    "cleanup.policy": "compact",
+    "segment.ms": "3600000",
+    "min.cleanable.dirty.ratio": "0.1",
+    "delete.retention.ms": "3600000",
+}
+
+_DENIED = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.POLICY_VIOLATION,
+    }
+)
+
+
+def _code(exc: BaseException) -> int | None:
+    err = kafka_error_of(exc)
+    return None if err is None else int(err.code())
+
+
+def broker_max_transaction_timeout(admin: AdminClient, *, sink: str, timeout: float) -> int | None:
+    """Read the smallest ``transaction.max.timeout.ms`` of the cluster's brokers.
+
+    Parameters
+    ----------
+    admin
+        An admin client.
+    sink
+        The sink name (named in errors).
+    timeout
+        Seconds per request.
+
+    Returns
+    -------
+    int or None
+        The limit, or None when the brokers' configuration cannot be described
+        (not authorised): the broker then checks the timeout itself at the
+        first ``init_transactions``.
+    """
+    try:
+        brokers = list(admin.list_topics(timeout=timeout).brokers)
+    except Exception as exc:
+        err = kafka_error_of(exc)
+        if err is None:
+            raise
+        raise map_kafka_error(err, ErrorContext("connecting to the brokers", sink)) from exc
+    resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
+    limits: list[int] = []
+    try:
+        futures = admin.describe_configs(resources, request_timeout=timeout)
+        for future in futures.values():
+            entries = future.result()
+            entry = entries.get("transaction.max.timeout.ms")
+            if entry is not None and entry.value is not None:
+                limits.append(int(entry.value))
+    except Exception as exc:
+        if kafka_error_of(exc) is None:
+            raise
+        _log.warning(
+            "sink %s: cannot describe the brokers' transaction.max.timeout.ms (%s); the broker "
+            "will check transaction.timeout.ms at the first init_transactions",
+            sink,
+            exc,
+        )
+        return None
+    return min(limits) if limits else None
+
+
+def check_topic_exists(admin: AdminClient, topic: str, *, sink: str, timeout: float) -> bool:
+    """Tell whether a topic exists, without creating it (no metadata auto-creation).
+
+    Parameters
+    ----------
+    admin
+        An admin client.
+    topic
+        The topic.
+    sink
+        The sink name (named in errors).
+    timeout
+        Seconds.
+
+    Returns
+    -------
+    bool
+        True if the topic exists.
+    """
+    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
+    try:
+        future.result()
+    except Exception as exc:
+        code = _code(exc)
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            return False
+        err = kafka_error_of(exc)
+        if err is None:
+            raise
+        raise map_kafka_error(err, ErrorContext("describing topics", sink, topic=topic)) from exc
+    return True
+
+
+def _create_hint(topic: str, partitions: int) -> str:
+    return (
+        f"kafka-topics.sh --create --topic {topic} --partitions {partitions} "
+        "--config cleanup.policy=compact"
+    )
+
+
+def ensure_control_topic(
+    admin: AdminClient,
+    topic: str,
+    *,
+    sink: str,
+    create: bool,
+    partitions: int,
+    replication_factor: int,
+    timeout: float,
+) -> bool:
+    """Make sure the control topic exists and is compacted.
+
+    Runs on the driver in ``open``. Idempotent: a topic created concurrently
+    by another driver counts as created.
+
+    Parameters
+    ----------
+    admin
+        An admin client.
+    topic
+        The control topic.
+    sink
+        The sink name (named in errors).
+    create
+        Create the topic when it is missing.
+    partitions
+        Partitions of a created topic (markers only use partition 0).
+    replication_factor
+        Replication factor of a created topic (-1: the broker default).
+    timeout
+        Seconds per request.
+
+    Returns
+    -------
+    bool
+        True if this call created the topic.
+
+    Raises
+    ------
+    ConfigurationError
+        If the topic is missing and cannot (or may not) be created, or exists
+        with a cleanup policy that may delete markers.
+    """
+    created = False
+    if not check_topic_exists(admin, topic, sink=sink, timeout=timeout):
+        if not create:
+            raise ConfigurationError(
+                f"the control topic {topic!r} does not exist and create_control_topic=False; "
+                f"create it: {_create_hint(topic, partitions)}",
+                sink=sink,
+                setting="control_topic",
+            )
+        futures = admin.create_topics(
+            [NewTopic(topic, partitions, replication_factor, config=dict(CONTROL_TOPIC_CONFIG))],
+            operation_timeout=timeout,
+            request_timeout=timeout,
+        )
+        try:
+            futures[topic].result()
+            created = True
+            _log.info("sink %s: created the compacted control topic %s", sink, topic)
+        except Exception as exc:
+            code = _code(exc)
+            if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                pass
+            elif code in _DENIED:
+                raise ConfigurationError(
+                    f"the control topic {topic!r} does not exist and this principal may not "
+                    f"create it ({exc}). Create it once ({_create_hint(topic, partitions)}) or "
+                    "grant CREATE on it",
+                    sink=sink,
+                    setting="control_topic",
+                ) from exc
+            else:
+                err = kafka_error_of(exc)
+                if err is None:
+                    raise
+                raise map_kafka_error(
+                    err, ErrorContext("creating the control topic", sink, topic=topic)
+                ) from exc
+    _check_control_topic_config(admin, topic, sink=sink, timeout=timeout, just_created=created)
+    return created
+
+
+def _check_control_topic_config(
+    admin: AdminClient, topic: str, *, sink: str, timeout: float, just_created: bool
+) -> None:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    # A topic created a moment ago may not be known to every broker yet.
+    attempts = 20 if just_created else 1
+    entries: Mapping[str, Any] | None = None
+    for attempt in range(1, attempts + 1):
+        try:
+            entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result()
+            break
+        except Exception as exc:
+            if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART and attempt < attempts:
+                time.sleep(0.25)
+                continue
+            if kafka_error_of(exc) is None:
+                raise
+            _log.warning(
+                "sink %s: cannot describe the control topic %s (%s); make sure it is compacted "
+                "(cleanup.policy=compact)",
+                sink,
+                topic,
+                exc,
+            )
+            return
+    if entries is None:
+        return
+
+    def value(name: str) -> str | None:
+        entry = entries.get(name)
+        return None if entry is None else entry.value
+
+    policy = {p.strip() for p in (value("cleanup.policy") or "").split(",") if p.strip()}
+    deletes = "delete" in policy and not (
+        value("retention.ms") == "-1" and value("retention.bytes") == "-1"
+    )
+    if "compact" not in policy or deletes:
+        raise ConfigurationError(
+            f"the control topic {topic!r} has cleanup.policy={value('cleanup.policy')!r}: "
+            "retention could delete the marker of a committed partition before a replay "
+            "reads it, and the replay would then write that partition twice. Set "
+            f"cleanup.policy=compact (kafka-configs.sh --alter --entity-type topics "
+            f"--entity-name {topic} --add-config cleanup.policy=compact)",
+            sink=sink,
+            setting="control_topic",
+        )

@@ -1,0 +1,414 @@
+"""Producer configuration: defaults, enforced settings and validation.
+
+The user's producer configuration (librdkafka property names) is passed
+through, with three kinds of changes:
+
+* **enforced** -- ``enable.idempotence=true`` and ``acks=all``: exactly-once
+  needs both; an explicit contrary value is refused;
+* **owned by the sink** -- ``transactional.id`` (one per sink identity and
+  partition slot, from ``transactional_id_prefix``) and the delivery-report
+  settings; setting them is refused;
+* **defaults** -- :data:`PRODUCER_DEFAULTS`, tuned for throughput and for
+  Java-compatible partitioning; any of them can be overridden.
+
+Spark's own Kafka sink takes Java client properties (``kafka.*`` options);
+:func:`translate_spark_options` maps them, with a precise error for the few
+Java-only ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from twophase.errors import ConfigurationError
+
+__all__ = [
+    "CLIENT_KEY_PREFIXES",
+    "DEFAULT_TRANSACTION_TIMEOUT_MS",
+    "PRODUCER_DEFAULTS",
+    "client_config",
+    "config_key",
+    "normalise_producer_config",
+    "translate_spark_options",
+    "validate_topic_name",
+]
+
+#: Short on purpose: a task that dies mid-transaction holds back
+#: ``read_committed`` consumers of the partitions it wrote until the broker
+#: aborts the transaction (or recovery fences it). A partition's whole write
+#: must fit in it.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
+#: Defaults applied unless the user sets the key (see docs/kafka.md, "Tuning").
+PRODUCER_DEFAULTS: Mapping[str, Any] = {
+    # Java-compatible key hashing, so that keyed records land in the same
+    # partition as with Spark's built-in Kafka sink (librdkafka's own default,
+    # consistent_random, hashes differently).
+    "partitioner": "murmur2_random",
+    # A task produces its whole partition at once: wait a little longer than
+    # librdkafka's 5 ms to fill larger batches (batch.size stays at librdkafka's
+    # 1 MB default).
+    "linger.ms": 20,
+    # Cheap on the executor's CPU, and halves the bytes the brokers receive,
+    # replicate and store for typical text/JSON values. Set "none" to turn it off.
+    "compression.type": "lz4",
+}
+
+#: Settings exactly-once cannot do without; an explicit contrary value is refused.
+_ENFORCED_TRUE = ("enable.idempotence",)
+_ACKS_ALL = ("all", "-1", -1)
+
+#: Settings the sink owns.
+_OWNED = {
+    "transactional.id": "the sink sets it per sink identity and partition slot; set "
+    "transactional_id_prefix instead",
+    "delivery.report.only.error": "the sink manages delivery reports itself",
+    "on_delivery": "the sink manages delivery reports itself",
+    "dr_cb": "the sink manages delivery reports itself",
+    "dr_msg_cb": "the sink manages delivery reports itself",
+}
+
+#: Prefixes (and exact names) of the properties the admin client and the
+#: control-topic consumer share with the producer: connection and security.
+CLIENT_KEY_PREFIXES = (
+    "bootstrap.servers",
+    "client.id",
+    "client.dns.lookup",
+    "client.rack",
+    "security.protocol",
+    "sasl.",
+    "ssl.",
+    "ssl_",
+    "enable.ssl.",
+    "enable.sasl.",
+    "https.",
+    "socket.",
+    "broker.",
+    "api.version",
+    "reconnect.",
+    "retry.backoff",
+    "connections.max.idle.ms",
+    "metadata.",
+    "topic.metadata.refresh",
+    "receive.message.max.bytes",
+    "plugin.library.paths",
+    "debug",
+    "log_level",
+    "log.",
+    "logger",
+    "error_cb",
+    "oauth_cb",
+    "throttle_cb",
+)
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+#: Java client properties librdkafka does not know, with what to do instead.
+_JAVA_ONLY = {
+    "key.serializer": "twophase writes the key and value columns as bytes (string or binary "
+    "columns); remove the option",
+    "value.serializer": "twophase writes the key and value columns as bytes (string or binary "
+    "columns); remove the option",
+    "ssl.truststore.location": "librdkafka reads PEM CA certificates: set ssl.ca.location "
+    "(export the JKS truststore with `keytool -exportcert -rfc`)",
+    "ssl.truststore.password": "librdkafka reads PEM CA certificates: set ssl.ca.location",
+    "ssl.truststore.type": "librdkafka reads PEM CA certificates: set ssl.ca.location",
+    "ssl.keystore.type": "librdkafka reads PKCS#12 keystores (ssl.keystore.location, "
+    "ssl.keystore.password) or PEM files (ssl.certificate.location, ssl.key.location); "
+    "remove ssl.keystore.type",
+    "buffer.memory": "set queue.buffering.max.kbytes instead",
+    "max.request.size": "set message.max.bytes instead",
+    "max.block.ms": "not applicable: the sink waits for the local queue to drain",
+    "interceptor.classes": "Java interceptors cannot run in librdkafka; remove the option",
+    "partitioner.class": "set partitioner (murmur2_random is the Java-compatible default)",
+    "metric.reporters": "Java metric reporters cannot run in librdkafka; use stats_cb",
+    "sasl.login.callback.handler.class": "use oauth_cb or sasl.oauthbearer.* settings",
+    "sasl.client.callback.handler.class": "use oauth_cb or sasl.oauthbearer.* settings",
+}
+
+_JAAS_RE = re.compile(
+    r"^\s*org\.apache\.kafka\.common\.security\.(?:plain\.PlainLoginModule|"
+    r"scram\.ScramLoginModule)\s+required\s+(?P<opts>.*?);?\s*$",
+    re.DOTALL,
+)
+_JAAS_OPT_RE = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def validate_topic_name(name: Any, setting: str, *, sink: str | None = None) -> str:
+    """Check a Kafka topic name.
+
+    Parameters
+    ----------
+    name
+        The name.
+    setting
+        The sink option it came from (named in the error).
+    sink
+        The sink name (named in the error).
+
+    Returns
+    -------
+    str
+        The name.
+
+    Raises
+    ------
+    ConfigurationError
+        If it is not 1-249 characters from ``[A-Za-z0-9._-]`` or is ``.``/``..``.
+    """
+    if not isinstance(name, str) or not _TOPIC_RE.match(name) or name in (".", ".."):
+        raise ConfigurationError(
+            f"{name!r} is not a valid Kafka topic name: use 1-249 characters from "
+            "[A-Za-z0-9._-] (and not '.' or '..')",
+            sink=sink,
+            setting=setting,
+        )
+    return name
+
+
+def _truthy(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    return None
+
+
+def normalise_producer_config(
+    sink: str,
+    *,
+    bootstrap_servers: str | None,
+    producer_config: Mapping[str, Any] | None,
+    transaction_timeout_ms: int | None,
+) -> dict[str, Any]:
+    """Validate the user's producer settings and apply enforced values and defaults.
+
+    Runs wherever the sink is built (the driver); no network access.
+
+    Parameters
+    ----------
+    sink
+        The sink name (named in errors).
+    bootstrap_servers
+        Shortcut for ``producer_config["bootstrap.servers"]``.
+    producer_config
+        librdkafka producer properties.
+    transaction_timeout_ms
+        ``transaction.timeout.ms``; None takes the value in ``producer_config``
+        or :data:`DEFAULT_TRANSACTION_TIMEOUT_MS`.
+
+    Returns
+    -------
+    dict
+        The producer configuration without ``transactional.id``.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the offending setting.
+    """
+    conf: dict[str, Any] = dict(producer_config or {})
+    for key in conf:
+        if not isinstance(key, str):
+            raise ConfigurationError(
+                f"producer_config keys must be strings, got {key!r}", sink=sink
+            )
+    if bootstrap_servers is not None:
+        given = conf.get("bootstrap.servers")
+        if given is not None and given != bootstrap_servers:
+            raise ConfigurationError(
+                f"bootstrap_servers={bootstrap_servers!r} disagrees with "
+                f"producer_config['bootstrap.servers']={given!r}; set one of them",
+                sink=sink,
+                setting="bootstrap.servers",
+            )
+        conf["bootstrap.servers"] = bootstrap_servers
+    if not conf.get("bootstrap.servers"):
+        raise ConfigurationError(
+            "no brokers configured: pass bootstrap_servers='host:9092,...' (or "
+            "producer_config={'bootstrap.servers': ...})",
+            sink=sink,
+            setting="bootstrap.servers",
+        )
+    for key, why in _OWNED.items():
+        if key in conf:
+            raise ConfigurationError(f"{key} cannot be set: {why}", sink=sink, setting=key)
+    for key in _ENFORCED_TRUE:
+        if key in conf and _truthy(conf[key]) is not True:
+            raise ConfigurationError(
+                f"{key}={conf[key]!r} is refused: transactions, hence exactly-once, need "
+                f"{key}=true (remove the setting)",
+                sink=sink,
+                setting=key,
+            )
+    for key in ("acks", "request.required.acks"):
+        if key in conf and conf[key] not in _ACKS_ALL:
+            raise ConfigurationError(
+                f"{key}={conf[key]!r} is refused: exactly-once needs acks=all (a record "
+                "acknowledged by one replica can be lost when that broker fails); remove the "
+                "setting",
+                sink=sink,
+                setting=key,
+            )
+    in_conf = conf.pop("transaction.timeout.ms", None)
+    if (
+        in_conf is not None
+        and transaction_timeout_ms is not None
+        and int(in_conf) != int(transaction_timeout_ms)
+    ):
+        raise ConfigurationError(
+            f"transaction_timeout_ms={transaction_timeout_ms} disagrees with "
+            f"producer_config['transaction.timeout.ms']={in_conf!r}; set one of them",
+            sink=sink,
+            setting="transaction.timeout.ms",
+        )
+    timeout = transaction_timeout_ms if transaction_timeout_ms is not None else in_conf
+    timeout = DEFAULT_TRANSACTION_TIMEOUT_MS if timeout is None else timeout
+    try:
+        timeout_ms = int(timeout)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"transaction.timeout.ms must be an integer number of milliseconds, got {timeout!r}",
+            sink=sink,
+            setting="transaction.timeout.ms",
+        ) from None
+    if timeout_ms < 1000:
+        raise ConfigurationError(
+            f"transaction.timeout.ms={timeout_ms} is too short: every partition of a batch "
+            "must be written and committed within it; use at least 1000 (default 60000)",
+            sink=sink,
+            setting="transaction.timeout.ms",
+        )
+    out: dict[str, Any] = dict(PRODUCER_DEFAULTS)
+    out.update(conf)
+    out["enable.idempotence"] = True
+    if "request.required.acks" not in out:
+        out["acks"] = "all"
+    out["transaction.timeout.ms"] = timeout_ms
+    return out
+
+
+def client_config(producer_conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep the connection and security settings of a producer configuration.
+
+    The admin client and the control-topic consumer use them, so that they
+    reach the same cluster with the same credentials without warnings about
+    producer-only properties.
+
+    Parameters
+    ----------
+    producer_conf
+        A normalised producer configuration.
+
+    Returns
+    -------
+    dict
+        The shared subset (see :data:`CLIENT_KEY_PREFIXES`).
+    """
+    return {
+        key: value
+        for key, value in producer_conf.items()
+        if any(key == p or key.startswith(p) for p in CLIENT_KEY_PREFIXES)
+    }
+
+
+def config_key(conf: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Build a hashable key of a configuration, for the producer pool.
+
+    Callables (``error_cb``, ``oauth_cb``...) are keyed by their qualified
+    name, so that a sink unpickled again on an executor finds its producers.
+
+    Parameters
+    ----------
+    conf
+        The configuration.
+
+    Returns
+    -------
+    tuple
+        Sorted ``(key, text)`` pairs.
+    """
+    items = []
+    for key, value in conf.items():
+        if callable(value):
+            text = f"<callable {getattr(value, '__module__', '?')}."
+            text += f"{getattr(value, '__qualname__', type(value).__qualname__)}>"
+        else:
+            text = repr(value)
+        items.append((key, text))
+    return tuple(sorted(items))
+
+
+def _translate_jaas(sink: str, value: str) -> dict[str, str]:
+    match = _JAAS_RE.match(value)
+    if match is None:
+        raise ConfigurationError(
+            "kafka.sasl.jaas.config: only the PLAIN and SCRAM login modules can be translated "
+            "to librdkafka (sasl.username / sasl.password); for OAUTHBEARER set "
+            "sasl.oauthbearer.* (or oauth_cb), for GSSAPI set sasl.kerberos.*",
+            sink=sink,
+            setting="kafka.sasl.jaas.config",
+        )
+    opts = {k: v.encode().decode("unicode_escape") for k, v in _JAAS_OPT_RE.findall(match["opts"])}
+    if "username" not in opts or "password" not in opts:
+        raise ConfigurationError(
+            'kafka.sasl.jaas.config: expected username="..." password="..."',
+            sink=sink,
+            setting="kafka.sasl.jaas.config",
+        )
+    return {"sasl.username": opts["username"], "sasl.password": opts["password"]}
+
+
+def translate_spark_options(
+    sink: str, options: Mapping[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    """Translate the options of Spark's Kafka sink into producer settings.
+
+    Parameters
+    ----------
+    sink
+        The sink name (named in errors).
+    options
+        What was passed to ``df.writeStream.format("kafka").option(...)``:
+        ``kafka.*`` Java producer properties and ``topic``.
+
+    Returns
+    -------
+    tuple of (dict, str or None)
+        The librdkafka producer configuration and the default topic.
+
+    Raises
+    ------
+    ConfigurationError
+        For an option twophase cannot honour, naming it and what to use
+        instead.
+    """
+    producer: dict[str, Any] = {}
+    topic: str | None = None
+    for key, value in options.items():
+        if key == "topic":
+            topic = value
+            continue
+        if not key.startswith("kafka."):
+            raise ConfigurationError(
+                f"unknown Kafka sink option {key!r}: only 'topic' and 'kafka.*' producer "
+                "properties are sink options (checkpointLocation, trigger and outputMode go "
+                "on writeStream, as before)",
+                sink=sink,
+                setting=key,
+            )
+        name = key[len("kafka.") :]
+        if name in _JAVA_ONLY:
+            raise ConfigurationError(
+                f"{key} is a Java client setting: {_JAVA_ONLY[name]}", sink=sink, setting=key
+            )
+        if name == "sasl.jaas.config":
+            producer.update(_translate_jaas(sink, str(value)))
+            continue
+        producer[name] = value
+    return producer, topic

@@ -1,0 +1,396 @@
+"""Idempotence markers in the compacted control topic, and reading them back fast.
+
+A marker is one record in partition 0 of the control topic, produced inside
+the partition's transaction, so it is visible to ``read_committed`` readers
+if and only if the partition's records are.
+
+Record layout
+-------------
+key
+    ``<identity>/<batch>/<partition>/<attempt>/<nonce>`` (UTF-8). The nonce
+    makes every committed marker its own key: a compacted topic keeps only the
+    latest record per key, and two commits of one batch may share identity,
+    batch, partition and attempt (a replay in another partition layout), so
+    without it compaction could erase a marker that is still needed.
+value
+    compact JSON: ``{"v": 1, "identity", "batch", "partition", "attempt",
+    "fingerprint", "records", "transactional_id"}``; the fingerprint in
+    :meth:`twophase.Fingerprint.__str__` form. A null value is a tombstone
+    (garbage collection of markers of finished batches, see
+    :mod:`._pool`).
+
+Why reading stays fast
+----------------------
+Batches of one sink run one after another: every transaction of batch ``M``
+commits before batch ``M + 1`` begins, so in partition 0 every marker of an
+earlier batch sits at a lower offset than every record of batch ``N``.
+:class:`MarkerReader` therefore reads backwards from the end, in windows that
+grow fourfold, and stops at the first window holding a marker of this
+identity from a batch before ``N``. A replay typically reads one window of
+a few thousand small records whatever the topic's size.
+
+Before reading, the reader waits until the last stable offset reaches the
+high-water mark seen at the start, so that a marker committed after an open
+transaction (a sibling task's) is not missed: ``read_committed`` readers
+stop at the first open transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from twophase import Fingerprint, Marker
+from twophase.errors import CoordinatorLogError, RetriableError
+
+from ._compat import earliest_offset, latest_offset
+from ._errors import ErrorContext, kafka_error_of, map_kafka_error
+
+__all__ = [
+    "CONTROL_PARTITION",
+    "MarkerReader",
+    "decode_marker",
+    "encode_marker",
+    "identity_prefix",
+    "marker_key",
+    "new_nonce",
+]
+
+_log = logging.getLogger("twophase.connectors.kafka")
+
+#: Markers of every identity go to this partition of the control topic, so that
+#: adding partitions to the topic never moves them.
+CONTROL_PARTITION = 0
+
+_FORMAT = 1
+_FIRST_WINDOW = 4096
+_READER_GROUP = "twophase-marker-reader"
+
+
+def new_nonce() -> str:
+    """Return a short random nonce, unique per transaction.
+
+    Returns
+    -------
+    str
+        12 hex digits.
+    """
+    return uuid.uuid4().hex[:12]
+
+
+def identity_prefix(identity: str) -> bytes:
+    """Return the key prefix shared by every control record of an identity.
+
+    Parameters
+    ----------
+    identity
+        The sink identity token.
+
+    Returns
+    -------
+    bytes
+        ``b"<identity>/"``.
+    """
+    return f"{identity}/".encode()
+
+
+def marker_key(marker: Marker, nonce: str) -> bytes:
+    """Return the control-topic key of a marker.
+
+    Parameters
+    ----------
+    marker
+        The marker.
+    nonce
+        From :func:`new_nonce`, one per transaction.
+
+    Returns
+    -------
+    bytes
+        ``<identity>/<batch>/<partition>/<attempt>/<nonce>``.
+    """
+    return (
+        f"{marker.identity}/{marker.batch_id}/{marker.partition_id}/{marker.attempt}/{nonce}"
+    ).encode()
+
+
+def encode_marker(marker: Marker, *, transactional_id: str, records: int) -> bytes:
+    """Encode a marker as the value of its control record.
+
+    Parameters
+    ----------
+    marker
+        The marker.
+    transactional_id
+        The producer's ``transactional.id`` (for operators).
+    records
+        Records the transaction produced (for operators).
+
+    Returns
+    -------
+    bytes
+        Compact JSON.
+    """
+    body = {
+        "v": _FORMAT,
+        "identity": marker.identity,
+        "batch": marker.batch_id,
+        "partition": marker.partition_id,
+        "attempt": marker.attempt,
+        "fingerprint": str(marker.fingerprint),
+        "records": records,
+        "transactional_id": transactional_id,
+    }
+    return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_marker(value: bytes, *, where: str = "the control topic") -> Marker:
+    """Decode the value of a control record.
+
+    Parameters
+    ----------
+    value
+        The record value (not a tombstone).
+    where
+        Topic and offset, named in errors.
+
+    Returns
+    -------
+    Marker
+        The marker.
+
+    Raises
+    ------
+    CoordinatorLogError
+        If the value is not a marker of a known format.
+    """
+    try:
+        body = json.loads(value)
+        if not isinstance(body, dict):
+            raise TypeError("not an object")
+        version = body.get("v")
+        if version != _FORMAT:
+            raise CoordinatorLogError(
+                f"marker at {where} has format version {version!r}; this twophase reads "
+                f"version {_FORMAT}. Upgrade twophase on every driver and executor"
+            )
+        return Marker(
+            identity=str(body["identity"]),
+            batch_id=int(body["batch"]),
+            partition_id=int(body["partition"]),
+            attempt=int(body["attempt"]),
+            fingerprint=Fingerprint.parse(str(body["fingerprint"])),
+        )
+    except CoordinatorLogError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CoordinatorLogError(
+            f"the record at {where} is not a valid twophase marker ({exc}); something else "
+            "writes to the control topic. Give the sink a control topic of its own"
+        ) from exc
+
+
+@dataclass
+class _Window:
+    markers: list[Marker]
+    older_seen: bool
+    keys: set[bytes] = field(default_factory=set)
+
+
+class MarkerReader:
+    """Reads the committed markers of one batch from the control topic.
+
+    Runs on the driver (replays) or an executor (task retries). Every call
+    opens its own short-lived admin client and consumer.
+
+    Parameters
+    ----------
+    client_conf
+        Connection and security settings (see :func:`._config.client_config`).
+    control_topic
+        The control topic.
+    sink
+        The sink name (named in errors).
+    stable_timeout
+        Seconds to wait for open transactions on the control partition to
+        finish (they end within ``transaction.timeout.ms``).
+    operation_timeout
+        Seconds for each broker request and for the whole scan.
+    """
+
+    def __init__(
+        self,
+        client_conf: Mapping[str, Any],
+        control_topic: str,
+        *,
+        sink: str,
+        stable_timeout: float,
+        operation_timeout: float,
+    ) -> None:
+        self.client_conf = dict(client_conf)
+        self.control_topic = control_topic
+        self.sink = sink
+        self.stable_timeout = stable_timeout
+        self.operation_timeout = operation_timeout
+        #: Records read by the last :meth:`read` (for tests and metrics).
+        self.records_read = 0
+
+    def _ctx(self, action: str, batch_id: int) -> ErrorContext:
+        return ErrorContext(action, self.sink, batch_id=batch_id, topic=self.control_topic)
+
+    def _offsets(self, admin: AdminClient, spec: Any, level: Any, batch_id: int) -> int:
+        tp = TopicPartition(self.control_topic, CONTROL_PARTITION)
+        try:
+            futures = admin.list_offsets(
+                {tp: spec}, isolation_level=level, request_timeout=self.operation_timeout
+            )
+            result = next(iter(futures.values())).result()
+        except Exception as exc:
+            err = kafka_error_of(exc)
+            if err is None:
+                raise
+            raise map_kafka_error(err, self._ctx("reading the control topic", batch_id)) from exc
+        return int(result.offset)
+
+    def read(self, identity: str, batch_id: int) -> list[Marker]:
+        """Return the committed markers of one batch of one identity.
+
+        Parameters
+        ----------
+        identity
+            The sink identity token.
+        batch_id
+            The micro-batch id.
+
+        Returns
+        -------
+        list of Marker
+            Sorted by partition and attempt.
+
+        Raises
+        ------
+        RetriableError
+            If an open transaction keeps the control partition unstable for
+            longer than ``stable_timeout``, or the scan does not finish in
+            time.
+        CoordinatorLogError
+            If a record of this identity is not a valid marker.
+        """
+        self.records_read = 0
+        admin = AdminClient(self.client_conf)
+        low = self._offsets(admin, earliest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
+        high = self._offsets(admin, latest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
+        if high <= low:
+            return []
+        self._wait_stable(admin, high, batch_id)
+        consumer = Consumer(
+            {
+                **self.client_conf,
+                "group.id": _READER_GROUP,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 50,
+            }
+        )
+        prefix = identity_prefix(identity)
+        found: list[Marker] = []
+        deadline = time.monotonic() + self.operation_timeout
+        try:
+            end = high
+            window = _FIRST_WINDOW
+            while True:
+                start = max(low, end - window)
+                part = self._read_window(consumer, prefix, batch_id, start, end, deadline)
+                found.extend(m for m in part.markers if m.batch_id == batch_id)
+                if part.older_seen or start <= low:
+                    break
+                end = start
+                window *= 4
+        finally:
+            consumer.close()
+        found.sort(key=lambda m: (m.partition_id, m.attempt))
+        _log.debug(
+            "sink %s: %d marker(s) of batch %d in %s (%d records read)",
+            self.sink,
+            len(found),
+            batch_id,
+            self.control_topic,
+            self.records_read,
+        )
+        return found
+
+    def _wait_stable(self, admin: AdminClient, high: int, batch_id: int) -> None:
+        deadline = time.monotonic() + self.stable_timeout
+        pause = 0.05
+        while True:
+            stable = self._offsets(admin, latest_offset(), IsolationLevel.READ_COMMITTED, batch_id)
+            if stable >= high:
+                return
+            if time.monotonic() > deadline:
+                raise RetriableError(
+                    f"an open transaction has held the control topic {self.control_topic!r} "
+                    f"unstable for {self.stable_timeout:.0f} s (last stable offset {stable}, "
+                    f"high-water mark {high}); it ends when the broker aborts it after "
+                    "transaction.timeout.ms. Retry, or check for a stuck producer",
+                    sink=self.sink,
+                    batch_id=batch_id,
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    def _read_window(
+        self,
+        consumer: Consumer,
+        prefix: bytes,
+        batch_id: int,
+        start: int,
+        end: int,
+        deadline: float,
+    ) -> _Window:
+        consumer.assign([TopicPartition(self.control_topic, CONTROL_PARTITION, start)])
+        out = _Window([], False)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RetriableError(
+                    f"reading the markers of batch {batch_id} from {self.control_topic!r} did "
+                    f"not finish within {self.operation_timeout:.0f} s",
+                    sink=self.sink,
+                    batch_id=batch_id,
+                )
+            for msg in consumer.consume(num_messages=1000, timeout=min(remaining, 0.05)):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return out
+                    raise map_kafka_error(err, self._ctx("reading the control topic", batch_id))
+                offset = msg.offset()
+                if offset is None or offset >= end:
+                    return out
+                self.records_read += 1
+                key = msg.key()
+                value = msg.value()
+                if not isinstance(key, bytes) or not isinstance(value, bytes):
+                    continue  # a tombstone, or not ours
+                if not key.startswith(prefix):
+                    continue  # a tombstone, or another identity's marker
+                if key in out.keys:
+                    continue  # the same commit's marker twice (never written so, but cheap)
+                out.keys.add(key)
+                marker = decode_marker(value, where=f"{self.control_topic}[0]@{offset}")
+                if marker.identity != prefix[:-1].decode():
+                    continue  # an identity that merely starts like this one
+                if marker.batch_id < batch_id:
+                    out.older_seen = True
+                else:
+                    out.markers.append(marker)

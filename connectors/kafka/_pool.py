@@ -1,0 +1,350 @@
+"""Per-process state of the participants: pooled producers, prepared transactions, markers.
+
+Spark reuses Python worker processes across tasks, so a module-level pool lets
+a worker keep one initialised transactional producer per ``transactional.id``
+(sink identity and partition slot) across micro-batches: ``init_transactions``
+(a coordinator round trip, and the fencing of older instances) runs once per
+producer instead of once per batch.
+
+A slot's producer may be idle in several workers (slot 3 ran in worker A for
+batch 7 and in worker B for batch 8). Only the most recently initialised one is
+live; the others are fenced and find out at their first produce. The sink
+therefore probes a reused producer with the first record of the transaction
+and, when it turns out fenced, replaces it (see ``KafkaSink.write``).
+
+Everything here is guarded by one lock: a process may run several
+participants in threads (``twophase.testing.LocalRunner`` does, and so may a
+user's test).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
+
+__all__ = [
+    "MAX_IDLE_PRODUCERS",
+    "PooledProducer",
+    "clear",
+    "discard_idle",
+    "give_back",
+    "idle_count",
+    "mark_committed",
+    "pop_prepared",
+    "register_prepared",
+    "remember_marker",
+    "stale_markers",
+    "take",
+    "was_committed",
+]
+
+#: Idle producers kept per process; the least recently used beyond it are closed.
+MAX_IDLE_PRODUCERS = 32
+
+#: Delivery errors kept per transaction (the rest are only counted).
+_MAX_ERRORS = 100
+
+#: Marker keys remembered per transactional id for garbage collection.
+_MAX_REMEMBERED = 256
+
+_lock = threading.Lock()
+_generation = itertools.count(1)
+_idle: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], PooledProducer] = OrderedDict()
+_prepared: dict[str, Any] = {}
+_written: dict[tuple[str, str], list[tuple[int, bytes]]] = {}
+_committed: OrderedDict[str, None] = OrderedDict()
+_MAX_COMMITTED = 1024
+
+
+class PooledProducer:
+    """A transactional producer and the delivery errors of its current transaction.
+
+    Lives in one executor process and never leaves it.
+
+    Parameters
+    ----------
+    transactional_id
+        The producer's ``transactional.id``.
+    conf
+        The producer configuration (without ``transactional.id``).
+    conf_key
+        Hashable form of ``conf`` (:func:`._config.config_key`).
+    """
+
+    def __init__(
+        self,
+        transactional_id: str,
+        conf: Mapping[str, Any],
+        conf_key: tuple[tuple[str, str], ...],
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.key = (transactional_id, conf_key)
+        #: Initialisation order in this process: the higher, the newer.
+        self.generation = next(_generation)
+        #: Set when the producer hit a fatal error or was fenced: never reuse it.
+        self.broken = False
+        #: Set once ``init_transactions`` succeeded.
+        self.initialised = False
+        #: Delivery errors of the current transaction: (error, message).
+        self.errors: list[tuple[KafkaError, Any]] = []
+        self.error_count = 0
+        self.producer = Producer(
+            {
+                **conf,
+                "transactional.id": transactional_id,
+                # Only failed deliveries call back into Python: no per-record cost.
+                "delivery.report.only.error": True,
+                "on_delivery": self._on_delivery,
+            }
+        )
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        # As little as possible here: confluent-kafka may call back while a
+        # fatal error's exception is pending, and then any call fails.
+        if err is not None:
+            self.error_count += 1
+            if len(self.errors) < _MAX_ERRORS:
+                self.errors.append((err, msg))
+
+    def reset_errors(self) -> None:
+        """Forget the delivery errors of the previous transaction."""
+        self.errors = []
+        self.error_count = 0
+
+    def close(self) -> None:
+        """Close the producer quietly (aborting any open transaction)."""
+        self.broken = True
+        with warnings.catch_warnings():
+            # close() warns when it cannot abort (fenced, fatal): expected here.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            # Closing a broken producer is best effort.
+            with contextlib.suppress(Exception):
+                self.producer.close()
+
+    def __repr__(self) -> str:
+        state = "broken" if self.broken else "ok"
+        return f"PooledProducer({self.transactional_id!r}, gen={self.generation}, {state})"
+
+
+def take(transactional_id: str, conf_key: tuple[tuple[str, str], ...]) -> PooledProducer | None:
+    """Check out the idle producer of a transactional id, if this process has one.
+
+    Parameters
+    ----------
+    transactional_id
+        The slot's ``transactional.id``.
+    conf_key
+        The configuration key; a producer built with another configuration is
+        not reused.
+
+    Returns
+    -------
+    PooledProducer or None
+        The producer, now owned by the caller until :func:`give_back`.
+    """
+    with _lock:
+        return _idle.pop((transactional_id, conf_key), None)
+
+
+def give_back(entry: PooledProducer) -> None:
+    """Return a producer to the pool after its transaction committed or aborted.
+
+    A broken producer is closed instead. When the pool already holds a producer
+    for the same id, the newer one (the live one) is kept.
+
+    Parameters
+    ----------
+    entry
+        The producer.
+    """
+    to_close: list[PooledProducer] = []
+    if entry.broken or not entry.initialised:
+        to_close.append(entry)
+    else:
+        with _lock:
+            other = _idle.pop(entry.key, None)
+            if other is not None and other.generation > entry.generation:
+                entry, other = other, entry
+            if other is not None:
+                to_close.append(other)
+            _idle[entry.key] = entry
+            while len(_idle) > MAX_IDLE_PRODUCERS:
+                to_close.append(_idle.popitem(last=False)[1])
+    for stale in to_close:
+        stale.close()
+
+
+def discard_idle(transactional_id: str) -> int:
+    """Close the idle producers of a transactional id (after it was fenced).
+
+    Parameters
+    ----------
+    transactional_id
+        The ``transactional.id``.
+
+    Returns
+    -------
+    int
+        How many were closed.
+    """
+    with _lock:
+        keys = [k for k in _idle if k[0] == transactional_id]
+        entries = [_idle.pop(k) for k in keys]
+    for entry in entries:
+        entry.close()
+    return len(entries)
+
+
+def idle_count() -> int:
+    """Return the number of idle producers in this process.
+
+    Returns
+    -------
+    int
+        Pool size.
+    """
+    with _lock:
+        return len(_idle)
+
+
+def clear() -> None:
+    """Close every idle producer and forget prepared transactions (tests, exit)."""
+    with _lock:
+        entries = list(_idle.values())
+        _idle.clear()
+        _prepared.clear()
+    for entry in entries:
+        entry.close()
+
+
+def register_prepared(transaction_id: str, txn: Any) -> None:
+    """Remember a pre-committed transaction until ``commit`` looks it up by its handle.
+
+    Parameters
+    ----------
+    transaction_id
+        The handle's ``transaction_id``.
+    txn
+        The live transaction.
+    """
+    with _lock:
+        _prepared[transaction_id] = txn
+
+
+def pop_prepared(transaction_id: str) -> Any:
+    """Take a pre-committed transaction back, or None if this process has none.
+
+    Parameters
+    ----------
+    transaction_id
+        The handle's ``transaction_id``.
+
+    Returns
+    -------
+    object or None
+        The live transaction.
+    """
+    with _lock:
+        return _prepared.pop(transaction_id, None)
+
+
+def mark_committed(transaction_id: str) -> None:
+    """Remember that this process committed a transaction (``commit`` is idempotent).
+
+    Parameters
+    ----------
+    transaction_id
+        The handle's ``transaction_id``.
+    """
+    with _lock:
+        _committed[transaction_id] = None
+        while len(_committed) > _MAX_COMMITTED:
+            _committed.popitem(last=False)
+
+
+def was_committed(transaction_id: str) -> bool:
+    """Tell whether this process committed a transaction recently.
+
+    Parameters
+    ----------
+    transaction_id
+        The handle's ``transaction_id``.
+
+    Returns
+    -------
+    bool
+        True if :func:`mark_committed` saw it among the last 1024.
+    """
+    with _lock:
+        return transaction_id in _committed
+
+
+def stale_markers(
+    transactional_id: str, control_topic: str, batch_id: int, limit: int
+) -> list[bytes]:
+    """Return keys of markers this process committed for batches before ``batch_id``.
+
+    Those batches are finished (a sink's batches run one after another), so
+    their markers are garbage; the next transaction of the slot writes
+    tombstones for them and compaction removes them.
+
+    Parameters
+    ----------
+    transactional_id
+        The slot's ``transactional.id``.
+    control_topic
+        The control topic.
+    batch_id
+        The batch being written.
+    limit
+        At most this many keys.
+
+    Returns
+    -------
+    list of bytes
+        Marker keys.
+    """
+    with _lock:
+        remembered = _written.get((transactional_id, control_topic), [])
+        return [key for batch, key in remembered if batch < batch_id][:limit]
+
+
+def remember_marker(
+    transactional_id: str,
+    control_topic: str,
+    batch_id: int,
+    key: bytes,
+    tombstoned: list[bytes],
+) -> None:
+    """Record a committed marker, and forget the keys its transaction tombstoned.
+
+    Parameters
+    ----------
+    transactional_id
+        The slot's ``transactional.id``.
+    control_topic
+        The control topic.
+    batch_id
+        The marker's batch.
+    key
+        The marker's key.
+    tombstoned
+        Keys the same transaction deleted.
+    """
+    gone = set(tombstoned)
+    with _lock:
+        slot = _written.setdefault((transactional_id, control_topic), [])
+        slot[:] = [(b, k) for b, k in slot if k not in gone]
+        slot.append((batch_id, key))
+        del slot[:-_MAX_REMEMBERED]
+
+
+atexit.register(clear)

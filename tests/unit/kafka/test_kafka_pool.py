@@ -1,0 +1,248 @@
+"""The per-process producer pool, prepared registry and marker garbage collection."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from twophase import Fingerprint, Marker, RecoveryContext, TaskContext
+from twophase.connectors.kafka import KafkaSink, KafkaTransactionHandle, _pool
+from twophase.errors import AbortRequiredError, FatalError
+
+pytestmark = pytest.mark.unit
+
+
+class StubProducer:
+    """Stands in for confluent_kafka.Producer: no network, records the calls."""
+
+    instances: ClassVar[list[StubProducer]] = []
+    fail_commit: ClassVar[KafkaError | None] = None
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = conf
+        self.calls: list[str] = []
+        self.closed = False
+        self.produced: list[tuple[Any, ...]] = []
+        StubProducer.instances.append(self)
+
+    def init_transactions(self, timeout: float) -> None:
+        self.calls.append("init")
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        headers: Any = None,
+    ) -> None:
+        self.produced.append((topic, value, key, partition))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        self.calls.append("flush")
+        return 0
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append("commit")
+        if StubProducer.fail_commit is not None:
+            raise KafkaException(StubProducer.fail_commit)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append("abort")
+
+    def close(self) -> bool:
+        self.closed = True
+        return True
+
+
+@pytest.fixture(autouse=True)
+def stub_producer(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    _pool.clear()
+    StubProducer.instances = []
+    StubProducer.fail_commit = None
+    monkeypatch.setattr(_pool, "Producer", StubProducer)
+    yield
+    _pool.clear()
+
+
+KEY = (("bootstrap.servers", "'x'"),)
+
+
+def entry(tid: str = "t-0") -> _pool.PooledProducer:
+    e = _pool.PooledProducer(tid, {"bootstrap.servers": "x"}, KEY)
+    e.initialised = True
+    return e
+
+
+def test_a_returned_producer_is_reused_for_the_same_id_and_config() -> None:
+    first = entry()
+    _pool.give_back(first)
+    assert _pool.take("t-0", KEY) is first
+    assert _pool.take("t-0", KEY) is None
+    assert _pool.take("t-1", KEY) is None
+
+
+def test_the_newer_of_two_producers_of_one_id_is_kept() -> None:
+    older, newer = entry(), entry()
+    _pool.give_back(newer)
+    _pool.give_back(older)
+    assert _pool.take("t-0", KEY) is newer
+    assert older.broken, "the older (fenced) instance must be closed"
+
+
+def test_broken_or_uninitialised_producers_are_closed_not_pooled() -> None:
+    broken = entry()
+    broken.broken = True
+    _pool.give_back(broken)
+    fresh = _pool.PooledProducer("t-0", {}, KEY)
+    _pool.give_back(fresh)
+    assert _pool.idle_count() == 0
+
+
+def test_the_pool_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_pool, "MAX_IDLE_PRODUCERS", 3)
+    entries = [entry(f"t-{i}") for i in range(5)]
+    for e in entries:
+        _pool.give_back(e)
+    assert _pool.idle_count() == 3
+    assert entries[0].broken
+    assert entries[1].broken
+    assert _pool.take("t-4", KEY) is entries[4]
+
+
+def test_discard_idle_closes_every_instance_of_an_id() -> None:
+    _pool.give_back(entry("t-0"))
+    _pool.give_back(entry("t-1"))
+    assert _pool.discard_idle("t-0") == 1
+    assert _pool.take("t-0", KEY) is None
+    assert _pool.take("t-1", KEY) is not None
+
+
+def test_markers_of_finished_batches_are_offered_for_tombstoning() -> None:
+    _pool.remember_marker("t-0", "ctl", 4, b"k4", [])
+    _pool.remember_marker("t-0", "ctl", 5, b"k5", [])
+    assert _pool.stale_markers("t-0", "ctl", 5, 10) == [b"k4"]
+    assert _pool.stale_markers("t-0", "ctl", 6, 1) == [b"k4"]
+    assert _pool.stale_markers("t-0", "other", 6, 10) == []
+    _pool.remember_marker("t-0", "ctl", 6, b"k6", [b"k4", b"k5"])
+    assert _pool.stale_markers("t-0", "ctl", 7, 10) == [b"k6"]
+
+
+# ------------------------------------------------- sink hooks over the stub
+SINK = KafkaSink("orders", bootstrap_servers="127.0.0.1:9", topic="out")
+CTX = TaskContext("orders", "orders.0123456789abcdef", 5, 2, 0)
+
+
+def run_partition(sink: KafkaSink, ctx: TaskContext = CTX) -> KafkaTransactionHandle:
+    txn = sink.begin_transaction(ctx)
+    sink.write(txn, pa.record_batch({"value": pa.array(["a", "b"])}))
+    sink.write_marker(
+        txn, Marker(ctx.identity, ctx.batch_id, ctx.partition_id, ctx.attempt, Fingerprint(2, 9))
+    )
+    handle = sink.pre_commit(txn)
+    sink.commit(handle)
+    return handle
+
+
+def test_the_steady_state_reuses_the_producer_without_init_transactions() -> None:
+    handle = run_partition(SINK)
+    assert handle.transactional_id == "twophase-orders.0123456789abcdef-2"
+    assert handle.records == 2
+    assert pickle.loads(pickle.dumps(handle)) == handle
+    run_partition(SINK, TaskContext("orders", CTX.identity, 6, 2, 0))
+    assert len(StubProducer.instances) == 1
+    calls = StubProducer.instances[0].calls
+    assert calls.count("init") == 1
+    assert calls.count("commit") == 2
+    # the reused producer was probed with the first record (one flush) before writing
+    assert calls.count("flush") == 3
+
+
+def test_a_retry_always_fences_with_a_new_producer() -> None:
+    run_partition(SINK)
+    run_partition(SINK, TaskContext("orders", CTX.identity, 5, 2, 1))
+    assert len(StubProducer.instances) == 2
+    assert StubProducer.instances[0].closed
+    assert StubProducer.instances[1].calls[0] == "init"
+
+
+def test_the_marker_goes_to_partition_0_of_the_control_topic_with_tombstones() -> None:
+    run_partition(SINK)
+    run_partition(SINK, TaskContext("orders", CTX.identity, 6, 2, 0))
+    produced = StubProducer.instances[0].produced
+    control = [p for p in produced if p[0] == "orders-twophase-markers"]
+    assert all(p[3] == 0 for p in control)
+    first_marker_key = control[0][2]
+    # batch 6 deleted the marker of batch 5 (finished) with a tombstone
+    assert ("orders-twophase-markers", None, first_marker_key, 0) in control
+
+
+def test_commit_is_idempotent_and_unknown_handles_fail_clearly() -> None:
+    handle = run_partition(SINK)
+    SINK.commit(handle)  # a second commit of a committed transaction succeeds
+    stranger = KafkaTransactionHandle("orders.x:9:9:0", 9, 9, 0, transactional_id="t")
+    with pytest.raises(FatalError, match="on the executor"):
+        SINK.commit(stranger)
+
+
+def test_pre_commit_without_a_marker_is_refused() -> None:
+    txn = SINK.begin_transaction(CTX)
+    SINK.write(txn, pa.record_batch({"value": pa.array(["a"])}))
+    with pytest.raises(FatalError, match="write_marker"):
+        SINK.pre_commit(txn)
+    SINK.abort(txn)
+    SINK.abort(txn)  # idempotent
+    assert StubProducer.instances[0].calls.count("abort") == 1
+
+
+def test_a_commit_the_broker_refuses_is_aborted_and_reported() -> None:
+    StubProducer.fail_commit = KafkaError(
+        KafkaError.INVALID_TXN_STATE, "no", txn_requires_abort=True
+    )
+    txn = SINK.begin_transaction(CTX)
+    SINK.write(txn, pa.record_batch({"value": pa.array(["a"])}))
+    SINK.write_marker(txn, Marker(CTX.identity, 5, 2, 0, Fingerprint(1, 1)))
+    handle = SINK.pre_commit(txn)
+    with pytest.raises(AbortRequiredError):
+        SINK.commit(handle)
+    assert "abort" in StubProducer.instances[0].calls
+    SINK.abort(txn)  # what the framework does next: a no-op now
+    assert StubProducer.instances[0].calls.count("abort") == 1
+
+
+def test_list_in_doubt_names_every_slot_ever_used() -> None:
+    handles = SINK.list_in_doubt(RecoveryContext(CTX.identity, 3, (7,)))
+    assert [h.transactional_id for h in handles] == [
+        f"twophase-{CTX.identity}-{slot}" for slot in range(3)
+    ]
+    assert {h.batch_id for h in handles} == {7}
+    assert all(pickle.loads(pickle.dumps(h)) == h for h in handles)
+
+
+def test_recover_and_abort_fences_the_slot_with_init_transactions() -> None:
+    run_partition(SINK)
+    handles = SINK.list_in_doubt(RecoveryContext(CTX.identity, 3))
+    (handle,) = [h for h in handles if h.partition_id == 2]
+    SINK.recover_and_abort(handle)
+    fencer = StubProducer.instances[-1]
+    assert fencer.conf["transactional.id"] == handle.transactional_id
+    assert fencer.calls == ["init"]
+    assert fencer.closed
+    assert StubProducer.instances[0].closed, "the now fenced pooled producer was dropped"
+
+
+def test_the_sink_pickles_to_executors() -> None:
+    clone = pickle.loads(pickle.dumps(SINK))
+    assert clone.producer_config == SINK.producer_config
+    assert clone.transactional_id(CTX.identity, 1) == SINK.transactional_id(CTX.identity, 1)
