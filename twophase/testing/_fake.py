@@ -61,7 +61,38 @@ def _of_identity(ids: Sequence[str], identity: str) -> list[TransactionHandle]:
     return handles
 
 
-class FakeSink(TwoPhaseCommitSink[FakeTransaction, TransactionHandle]):
+class _FakeParticipant:
+    """Executor hooks both fake sinks share (each consults the fault rules first)."""
+
+    target: FakeTarget
+
+    def begin_transaction(self, context: TaskContext) -> FakeTransaction:
+        """Open a transaction in the target (fault point ``begin_transaction``)."""
+        c = context
+        self.target.check_fault("begin_transaction", c.batch_id, c.partition_id, c.attempt)
+        self.target.begin(c.transaction_id)
+        return FakeTransaction(c)
+
+    def write(self, txn: FakeTransaction, batch: pa.RecordBatch) -> None:
+        """Append the batch's rows (fault point ``write``)."""
+        c = txn.context
+        self.target.check_fault("write", c.batch_id, c.partition_id, c.attempt)
+        self.target.append(txn.transaction_id, batch.to_pylist())
+
+    def abort(self, txn: FakeTransaction) -> None:
+        """Roll back the transaction (fault point ``abort``)."""
+        c = txn.context
+        self.target.check_fault("abort", c.batch_id, c.partition_id, c.attempt)
+        self.target.rollback(txn.transaction_id)
+
+    def recover_and_abort(self, handle: TransactionHandle) -> None:
+        """Roll back an in-doubt transaction (fault point ``recover_and_abort``)."""
+        h = handle
+        self.target.check_fault("recover_and_abort", h.batch_id, h.partition_id, h.attempt)
+        self.target.rollback(h.transaction_id)
+
+
+class FakeSink(_FakeParticipant, TwoPhaseCommitSink[FakeTransaction, TransactionHandle]):
     """A protocol-A sink writing to a :class:`FakeTarget`.
 
     Parameters
@@ -79,19 +110,6 @@ class FakeSink(TwoPhaseCommitSink[FakeTransaction, TransactionHandle]):
         self.target = target
 
     # participant hooks (executor)
-    def begin_transaction(self, context: TaskContext) -> FakeTransaction:
-        """Open a transaction in the target (fault point ``begin_transaction``)."""
-        c = context
-        self.target.check_fault("begin_transaction", c.batch_id, c.partition_id, c.attempt)
-        self.target.begin(c.transaction_id)
-        return FakeTransaction(c)
-
-    def write(self, txn: FakeTransaction, batch: pa.RecordBatch) -> None:
-        """Append the batch's rows (fault point ``write``)."""
-        c = txn.context
-        self.target.check_fault("write", c.batch_id, c.partition_id, c.attempt)
-        self.target.append(txn.transaction_id, batch.to_pylist())
-
     def pre_commit(self, txn: FakeTransaction) -> TransactionHandle:
         """Prepare the transaction (fault point ``pre_commit``)."""
         c = txn.context
@@ -99,13 +117,6 @@ class FakeSink(TwoPhaseCommitSink[FakeTransaction, TransactionHandle]):
         self.target.prepare(txn.transaction_id)
         return TransactionHandle(txn.transaction_id, c.batch_id, c.partition_id, c.attempt)
 
-    def abort(self, txn: FakeTransaction) -> None:
-        """Roll back the transaction (fault point ``abort``)."""
-        c = txn.context
-        self.target.check_fault("abort", c.batch_id, c.partition_id, c.attempt)
-        self.target.rollback(txn.transaction_id)
-
-    # coordinator hooks (driver)
     def commit(self, handle: TransactionHandle) -> None:
         """Commit a prepared transaction, idempotently (fault point ``commit``)."""
         h = handle
@@ -123,14 +134,8 @@ class FakeSink(TwoPhaseCommitSink[FakeTransaction, TransactionHandle]):
         self.target.check_fault("list_in_doubt")
         return _of_identity(self.target.prepared(), context.identity)
 
-    def recover_and_abort(self, handle: TransactionHandle) -> None:
-        """Roll back an in-doubt transaction (fault point ``recover_and_abort``)."""
-        h = handle
-        self.target.check_fault("recover_and_abort", h.batch_id, h.partition_id, h.attempt)
-        self.target.rollback(h.transaction_id)
 
-
-class FakeMarkerSink(MarkerCommitSink[FakeTransaction, TransactionHandle]):
+class FakeMarkerSink(_FakeParticipant, MarkerCommitSink[FakeTransaction, TransactionHandle]):
     """A protocol-B sink writing to a :class:`FakeTarget` with markers.
 
     Parameters
@@ -146,19 +151,6 @@ class FakeMarkerSink(MarkerCommitSink[FakeTransaction, TransactionHandle]):
     def __init__(self, name: str, target: FakeTarget, **kwargs: object) -> None:
         super().__init__(name, **kwargs)  # type: ignore[arg-type]
         self.target = target
-
-    def begin_transaction(self, context: TaskContext) -> FakeTransaction:
-        """Open a transaction (fault point ``begin_transaction``)."""
-        c = context
-        self.target.check_fault("begin_transaction", c.batch_id, c.partition_id, c.attempt)
-        self.target.begin(c.transaction_id)
-        return FakeTransaction(c)
-
-    def write(self, txn: FakeTransaction, batch: pa.RecordBatch) -> None:
-        """Append rows (fault point ``write``)."""
-        c = txn.context
-        self.target.check_fault("write", c.batch_id, c.partition_id, c.attempt)
-        self.target.append(txn.transaction_id, batch.to_pylist())
 
     def write_marker(self, txn: FakeTransaction, marker: Marker) -> None:
         """Attach the marker to the transaction (fault point ``write_marker``)."""
@@ -178,12 +170,6 @@ class FakeMarkerSink(MarkerCommitSink[FakeTransaction, TransactionHandle]):
         self.target.check_fault("commit", h.batch_id, h.partition_id, h.attempt)
         self.target.commit_open(h.transaction_id)
 
-    def abort(self, txn: FakeTransaction) -> None:
-        """Discard the transaction (fault point ``abort``)."""
-        c = txn.context
-        self.target.check_fault("abort", c.batch_id, c.partition_id, c.attempt)
-        self.target.rollback(txn.transaction_id)
-
     def read_markers(self, identity: str, batch_id: int) -> list[Marker]:
         """Return committed markers of the batch (fault point ``read_markers``)."""
         self.target.check_fault("read_markers", batch_id)
@@ -193,9 +179,3 @@ class FakeMarkerSink(MarkerCommitSink[FakeTransaction, TransactionHandle]):
         """List transactions of this identity left open by dead attempts."""
         self.target.check_fault("list_in_doubt")
         return _of_identity(self.target.open_transactions(), context.identity)
-
-    def recover_and_abort(self, handle: TransactionHandle) -> None:
-        """Discard a transaction left open (fault point ``recover_and_abort``)."""
-        h = handle
-        self.target.check_fault("recover_and_abort", h.batch_id, h.partition_id, h.attempt)
-        self.target.rollback(h.transaction_id)
