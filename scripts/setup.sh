@@ -93,6 +93,9 @@ if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]] \
     log "virtualenv: up to date ($("$PY" -V))"
 else
     log "pip install -e '.[dev]' into .venv"
+    # A new venv carries the interpreter's bundled (old) pip and setuptools; the packaging
+    # tests build without isolation, so the venv's own setuptools must read PEP 639 metadata.
+    "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip "setuptools>=77" wheel
     "$PY" -m pip install --quiet --disable-pip-version-check \
         -c scripts/constraints.txt -e '.[dev]'
     echo "$stamp" >"$stamp_file"
