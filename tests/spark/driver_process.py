@@ -2,8 +2,11 @@
 
 Usage: python -m tests.spark.driver_process SOURCE CHECKPOINT TARGET PROTOCOL [STEP BATCH INDEX]
 
-STEP is a coordinator step at which the driver SIGKILLs itself, or
-``phase1`` to have an executor SIGKILL the driver in the middle of phase 1.
+PROTOCOL is ``A`` or ``B`` (fake sinks over the directory TARGET) or
+``pg-A`` / ``pg-B`` (the PostgreSQL connector; TARGET is then
+``<dsn>|<table>``). STEP is a coordinator step at which the driver SIGKILLs
+itself, or ``phase1`` to have an executor SIGKILL the driver in the middle of
+phase 1 (fake sinks only).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.spark.helpers import run_query
 from twophase.dev import spark_session
@@ -18,9 +22,17 @@ from twophase.testing import CrashAt, FakeMarkerSink, FakeSink, FakeTarget
 
 
 def main(argv: list[str]) -> None:
-    source, checkpoint, target_dir, protocol = argv[:4]
-    target = FakeTarget(target_dir)
-    sink = FakeSink("killed", target) if protocol == "A" else FakeMarkerSink("killed", target)
+    source, checkpoint, target_spec, protocol = argv[:4]
+    sink: Any
+    if protocol.startswith("pg-"):
+        from twophase.connectors.jdbc import postgres_sink
+
+        dsn, table = target_spec.split("|")
+        mode = "coordinated" if protocol == "pg-A" else "markers"
+        sink = postgres_sink("killed", table=table, dsn=dsn, protocol=mode, create_table=True)
+    else:
+        target = FakeTarget(target_spec)
+        sink = FakeSink("killed", target) if protocol == "A" else FakeMarkerSink("killed", target)
     if len(argv) > 4:
         step, batch = argv[4], int(argv[5])
         index = int(argv[6]) if len(argv) > 6 and argv[6] != "-" else None

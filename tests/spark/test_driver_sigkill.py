@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,14 +21,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def drive(tmp_path: Path, protocol: str, *crash: str) -> tuple[int, str]:
+def drive(tmp_path: Path, protocol: str, *crash: str, target: str | None = None) -> tuple[int, str]:
     """Run the driver process; return its exit code and its log.
 
     In local mode the JVM and the Python workers die with the driver; as they
     are separate processes here, the whole process group is killed once the
     driver is gone (output goes to a file so no pipe keeps them waited for).
     """
-    args = [str(tmp_path / "in"), str(tmp_path / "chk"), str(tmp_path / "target"), protocol, *crash]
+    target = target or str(tmp_path / "target")
+    args = [str(tmp_path / "in"), str(tmp_path / "chk"), target, protocol, *crash]
     log_path = tmp_path / f"driver-{len(list(tmp_path.glob('driver-*.log')))}.log"
     with open(log_path, "w") as log:
         process = subprocess.Popen(
@@ -70,3 +73,51 @@ def test_sigkilled_driver_restarts_exactly_once(
     assert code == 0, log
     assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
     assert target.prepared() == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("protocol", "step", "index"),
+    [
+        ("pg-A", "decided", "-"),  # all prepared, none visible, decision durable
+        ("pg-A", "committed_handle", "0"),  # one partition visible, the other prepared
+        ("pg-B", "phase1_done", "-"),  # every partition committed with its marker
+    ],
+)
+def test_sigkilled_driver_with_postgres_restarts_exactly_once(
+    tmp_path: Path,
+    postgres_server: Any,
+    postgres_server_no_prepared: Any,
+    protocol: str,
+    step: str,
+    index: str,
+) -> None:
+    server = postgres_server if protocol == "pg-A" else postgres_server_no_prepared
+    table = f"killed_{uuid.uuid4().hex[:8]}"
+    spec = f"{server.dsn}|{table}"
+    expected = write_input(tmp_path / "in", 3)
+
+    def visible() -> list[int]:
+        conn = server.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s)", (table,))
+                if cur.fetchone()[0] is None:
+                    return []
+                cur.execute(f'SELECT id FROM "{table}"')
+                return [row[0] for row in cur.fetchall()]
+        finally:
+            conn.close()
+
+    def prepared() -> list[str]:
+        return [g for g, _db in server.prepared_transactions() if ":killed." in g]
+
+    code, log = drive(tmp_path, protocol, step, "1", index, target=spec)
+    assert code == -signal.SIGKILL, f"the driver was not killed (rc={code}):\n{log}"
+    assert len(visible()) < len(expected), "the kill came too late to test anything"
+    if protocol == "pg-A":
+        assert prepared(), "the killed driver should have left prepared transactions"
+    code, log = drive(tmp_path, protocol, target=spec)
+    assert code == 0, log
+    assert_exactly_once(visible(), expected)
+    assert prepared() == []
