@@ -4,7 +4,8 @@ Usage: python -m tests.spark.driver_process SOURCE CHECKPOINT TARGET PROTOCOL [S
 
 PROTOCOL is ``A`` or ``B`` (fake sinks over the directory TARGET) or
 ``pg-A`` / ``pg-B`` (the PostgreSQL connector; TARGET is then
-``<dsn>|<table>``). STEP is a coordinator step at which the driver SIGKILLs
+``<dsn>|<table>``) or ``kafka-B`` (the Kafka connector; TARGET is
+``<bootstrap>|<topic>``). STEP is a coordinator step at which the driver SIGKILLs
 itself, or ``phase1`` to have an executor SIGKILL the driver in the middle of
 phase 1 (fake sinks only).
 """
@@ -24,12 +25,19 @@ from twophase.testing import CrashAt, FakeMarkerSink, FakeSink, FakeTarget
 def main(argv: list[str]) -> None:
     source, checkpoint, target_spec, protocol = argv[:4]
     sink: Any
+    transform: Any = lambda df: df.repartition(2)  # noqa: E731
     if protocol.startswith("pg-"):
         from twophase.connectors.jdbc import postgres_sink
 
         dsn, table = target_spec.split("|")
         mode = "coordinated" if protocol == "pg-A" else "markers"
         sink = postgres_sink("killed", table=table, dsn=dsn, protocol=mode, create_table=True)
+    elif protocol == "kafka-B":
+        from twophase.connectors.kafka import KafkaSink
+
+        bootstrap, topic = target_spec.split("|")
+        sink = KafkaSink("killed", bootstrap_servers=bootstrap, topic=topic)
+        transform = lambda df: df.repartition(2).selectExpr("CAST(id AS STRING) AS value")  # noqa: E731
     else:
         target = FakeTarget(target_spec)
         sink = FakeSink("killed", target) if protocol == "A" else FakeMarkerSink("killed", target)
@@ -43,7 +51,7 @@ def main(argv: list[str]) -> None:
         else:
             sink._step_listener = CrashAt(step, batch, index, hard=True)
     spark = spark_session("twophase-killed-driver", master="local[2,2]", kafka=False)
-    run_query(spark, Path(source), Path(checkpoint), sink, lambda df: df.repartition(2))
+    run_query(spark, Path(source), Path(checkpoint), sink, transform)
     spark.stop()
 
 

@@ -121,3 +121,24 @@ def test_sigkilled_driver_with_postgres_restarts_exactly_once(
     assert code == 0, log
     assert_exactly_once(visible(), expected)
     assert prepared() == []
+
+
+@pytest.mark.integration
+def test_sigkilled_driver_with_kafka_restarts_exactly_once(
+    tmp_path: Path, kafka_broker: Any, make_topic: Any
+) -> None:
+    from tests.integration.kafka.conftest import read_all
+
+    topic = make_topic(partitions=2)
+    spec = f"{kafka_broker.bootstrap_servers}|{topic}"
+    expected = write_input(tmp_path / "in", 3)
+
+    def visible() -> list[int]:
+        return [int(r.value) for r in read_all(kafka_broker.bootstrap_servers, topic)]
+
+    code, log = drive(tmp_path, "kafka-B", "phase1_done", "1", "-", target=spec)
+    assert code == -signal.SIGKILL, f"the driver was not killed (rc={code}):\n{log}"
+    assert 0 < len(visible()) < len(expected), "the kill did not land inside the query"
+    code, log = drive(tmp_path, "kafka-B", target=spec)
+    assert code == 0, log
+    assert_exactly_once(visible(), expected)
