@@ -275,6 +275,7 @@ class SparkBatchExecution:
         self.df = df
         self._batch_id = batch_id
         self._persisted = False
+        self._partitions: int | None = None  # cached: df.rdd costs a planning round trip
 
     @property
     def batch_id(self) -> int:
@@ -287,11 +288,14 @@ class SparkBatchExecution:
 
     def num_partitions(self) -> int:
         """Return the number of partitions of the batch."""
-        return int(self.df.rdd.getNumPartitions())
+        if self._partitions is None:
+            self._partitions = int(self.df.rdd.getNumPartitions())
+        return self._partitions
 
     def limit_partitions(self, limit: int) -> None:
         """Coalesce the batch to at most ``limit`` partitions."""
         self.df = self.df.coalesce(limit)
+        self._partitions = None
 
     def _fs(self, location: str) -> tuple[Any, Any]:
         spark = self.df.sparkSession
@@ -311,6 +315,7 @@ class SparkBatchExecution:
         if not fs.exists(success):
             self.df.write.mode("overwrite").parquet(location)
         self.df = spark.read.parquet(location)
+        self._partitions = None
 
     def drop_staged(self, location: str) -> None:
         """Delete the staged copy of a committed batch."""
