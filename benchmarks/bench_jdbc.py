@@ -17,7 +17,7 @@ What is measured (rows/s, median of ``--repeat`` runs, 1M rows by default):
   included: planning, Parquet decode, Arrow conversion, Python workers).
 
 Everything is single-threaded on the client side except the Spark run, so the ratios compare like
-with like. The server is a throwaway cluster started here (``twophase.dev.PostgresServer``), made
+with like. The server is a throwaway cluster started here (``twophase_dev.PostgresServer``), made
 durable (fsync, synchronous_commit and full_page_writes on) unless ``--fast-server``; pass
 ``--dsn`` to use your own server instead.
 
@@ -175,7 +175,7 @@ class Bench:
         import pyarrow.parquet as pq
 
         import twophase
-        from twophase.dev import spark_session
+        from twophase_dev import spark_session
 
         spark = spark_session("bench-jdbc")
         spark.conf.set("spark.sql.shuffle.partitions", str(self.partitions))
@@ -214,7 +214,7 @@ def server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         conn.close()
         yield args.dsn, "coordinated" if int(mpt) > 0 else "markers"
         return
-    from twophase.dev import PostgresServer
+    from twophase_dev import PostgresServer
 
     durable = (
         {}

@@ -36,7 +36,7 @@ from typing import Any
 
 import twophase
 from twophase.connectors.kafka import KafkaSink
-from twophase.dev import ENV_KAFKA_BOOTSTRAP, KafkaBroker, attach_kafka, spark_session
+from twophase_dev import ENV_KAFKA_BOOTSTRAP, KafkaBroker, attach_kafka, spark_session
 
 PARTITIONS = 4  # target topic partitions
 INPUT_FILES = 2  # = Spark tasks of the micro-batch (local[2])

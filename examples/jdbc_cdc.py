@@ -84,7 +84,7 @@ def database(dsn: str | None) -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    from twophase.dev import PostgresServer
+    from twophase_dev import PostgresServer
 
     with PostgresServer() as pg:
         yield pg.dsn
@@ -98,7 +98,7 @@ def main() -> int:
 
     import psycopg2
 
-    from twophase.dev import spark_session
+    from twophase_dev import spark_session
 
     work = Path(tempfile.mkdtemp(prefix="twophase-cdc-example-"))
     try:

@@ -1,6 +1,6 @@
 """Exactly-once upserts from a Spark stream into PostgreSQL, surviving a restart.
 
-What it does: starts a throwaway PostgreSQL cluster (``twophase.dev``), writes order updates as
+What it does: starts a throwaway PostgreSQL cluster (``twophase_dev``), writes order updates as
 Parquet files (one file per micro-batch), and runs a Structured Streaming query that upserts them
 into ``orders`` with :func:`twophase.connectors.jdbc.postgres_sink`. It stops the query, adds
 files, restarts it from the same checkpoint, and checks that every order holds its latest version
@@ -124,7 +124,7 @@ def database(args: argparse.Namespace) -> Iterator[str]:
     if args.dsn:
         yield args.dsn
         return
-    from twophase.dev import PostgresServer
+    from twophase_dev import PostgresServer
 
     with PostgresServer(max_prepared_transactions=64 if args.prepared else 0) as pg:
         yield pg.dsn
@@ -145,7 +145,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("twophase.connectors.jdbc").setLevel(logging.INFO)  # the protocol choice
 
-    from twophase.dev import spark_session
+    from twophase_dev import spark_session
 
     work = Path(tempfile.mkdtemp(prefix="twophase-jdbc-example-"))  # input and checkpoint
     try:

@@ -8,8 +8,8 @@ checkpoint. A ``read_committed`` consumer then checks that the target holds ever
 once.
 
 Assumptions: a Kafka broker (``--bootstrap-servers``), or ``--dev`` to start a throwaway local one
-through :mod:`twophase.dev` (needs a machine prepared by ``scripts/setup.sh``); Spark's Kafka
-connector on the classpath (``twophase.dev.spark_session`` provides it locally).
+through :mod:`twophase_dev` (needs a machine prepared by ``scripts/setup.sh``); Spark's Kafka
+connector on the classpath (``twophase_dev.spark_session`` provides it locally).
 
 Guarantees, and their limits: consumers reading with ``isolation.level=read_committed`` see every
 enriched event exactly once, even if the driver or a task dies mid-batch and the query is
@@ -136,7 +136,7 @@ def main() -> int:
     if not args.dev and not args.bootstrap_servers:
         parser.error("pass --bootstrap-servers or --dev")
 
-    from twophase.dev import KafkaBroker, spark_session
+    from twophase_dev import KafkaBroker, spark_session
 
     broker = KafkaBroker().start() if args.dev else None
     bootstrap = broker.bootstrap_servers if broker else args.bootstrap_servers

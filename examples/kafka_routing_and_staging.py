@@ -8,7 +8,7 @@ pipeline *non-deterministic*: a replayed micro-batch would compute other header 
 ``staging=True`` makes that safe (see below).
 
 Assumptions: a broker at ``--bootstrap-servers``, or ``--dev`` for a throwaway local one through
-:mod:`twophase.dev`; the source and the two target topics exist (``--dev`` creates them).
+:mod:`twophase_dev`; the source and the two target topics exist (``--dev`` creates them).
 
 Guarantees, and their limits: ``read_committed`` consumers see every row exactly once in the
 topic the row chose. Without staging, a batch replayed after a crash would be refused with
@@ -84,7 +84,7 @@ def main() -> int:
     if not args.dev and not args.bootstrap_servers:
         parser.error("pass --bootstrap-servers or --dev")
 
-    from twophase.dev import KafkaBroker, spark_session
+    from twophase_dev import KafkaBroker, spark_session
 
     broker = KafkaBroker().start() if args.dev else None
     bootstrap = broker.bootstrap_servers if broker else args.bootstrap_servers

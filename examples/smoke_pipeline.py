@@ -1,7 +1,7 @@
 """Smoke pipeline: Kafka -> Spark Structured Streaming -> PostgreSQL, on throwaway local servers.
 
 What it does: starts a single-node Kafka broker and a PostgreSQL cluster through
-:mod:`twophase.dev`, produces JSON order events to a topic, and runs a streaming query that reads
+:mod:`twophase_dev`, produces JSON order events to a topic, and runs a streaming query that reads
 them with Spark's Kafka source and writes each micro-batch to a PostgreSQL table from
 ``foreachBatch``. It then stops the query, produces more events, restarts the query from the same
 checkpoint and shows that it resumes where it stopped. Everything it started is stopped at the end,
@@ -31,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from twophase.dev import KafkaBroker, PostgresServer, spark_session
+from twophase_dev import KafkaBroker, PostgresServer, spark_session
 
 TABLE = "orders"
 

@@ -4,7 +4,8 @@
 # Installs only what is missing, so a second run takes seconds:
 #   1. system packages: Java 17+ (Kafka 4 and Spark 4 need it), Maven (resolves the Kafka and
 #      Spark jars), PostgreSQL server binaries (the tests run throwaway clusters);
-#   2. the .venv virtualenv (Python >= 3.10) with twophase installed editable plus the dev extra;
+#   2. the .venv virtualenv (Python >= 3.10) with twophase installed editable plus the dev extra,
+#      and the development tools (tools/: twophase_dev, the twophase-dev command) editable too;
 #   3. the Kafka broker and Spark Kafka connector jars, downloaded once into ~/.m2 and cached.
 set -euo pipefail
 
@@ -83,27 +84,27 @@ if ! python_ok "$PY"; then
     "$BASE_PYTHON" -m venv .venv
 fi
 
-# pip is skipped when nothing changed since the last successful install (same pyproject.toml and
-# constraints, same checkout location, imports work).
+# pip is skipped when nothing changed since the last successful install (same pyproject.toml,
+# tools/pyproject.toml and constraints, same checkout location, imports work).
 stamp_file=.venv/.twophase-setup-stamp
-stamp="$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1) $ROOT"
+stamp="$(cat pyproject.toml tools/pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1) $ROOT"
 if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]] \
-    && "$PY" -c 'import twophase.dev, twophase.connectors, pyspark, confluent_kafka, psycopg2, pytest' \
+    && "$PY" -c 'import twophase_dev, twophase.connectors, pyspark, confluent_kafka, psycopg2, pytest' \
         >/dev/null 2>&1; then
     log "virtualenv: up to date ($("$PY" -V))"
 else
-    log "pip install -e '.[dev]' into .venv"
+    log "pip install -e '.[dev]' -e ./tools into .venv"
     # A new venv carries the interpreter's bundled (old) pip and setuptools; the packaging
     # tests build without isolation, so the venv's own setuptools must read PEP 639 metadata.
     "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip "setuptools>=77" wheel
     "$PY" -m pip install --quiet --disable-pip-version-check \
-        -c scripts/constraints.txt -e '.[dev]'
+        -c scripts/constraints.txt -e '.[dev]' -e ./tools
     echo "$stamp" >"$stamp_file"
 fi
 
 # --------------------------------------------------------------------------------------------
 # 3. Jars (Maven downloads them once; the resolved classpaths are cached in ~/.cache/twophase)
 # --------------------------------------------------------------------------------------------
-"$PY" -m twophase.dev resolve | sed 's/^/[setup] jars: /'
+"$PY" -m twophase_dev resolve | sed 's/^/[setup] jars: /'
 
 log "done in $((SECONDS - started)) s"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up the machine (scripts/setup.sh), then run every check and the whole test suite:
-# ruff (lint and format), mypy --strict on the package, and pytest with all markers (unit, spark,
-# integration, chaos, slow). Every step runs even if an earlier one failed; the exit status is
-# non-zero if any failed. Extra arguments go to pytest, e.g. 'bash scripts/test.sh -x -k kafka'.
+# ruff (lint and format), mypy --strict on the package and tools/twophase_dev, and pytest with all
+# markers (unit, spark, integration, chaos, slow). Every step runs even if an earlier one failed;
+# the exit status is non-zero if any failed. Extra arguments go to pytest, e.g.
+# 'bash scripts/test.sh -x -k kafka'.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,7 +28,8 @@ step() {  # step NAME COMMAND...: run it, remember a failure, carry on
 
 step "ruff check" "$PY" -m ruff check .
 step "ruff format --check" "$PY" -m ruff format --check .
-step "mypy --strict on twophase/ and connectors/" "$PY" -m mypy twophase connectors
+step "mypy --strict on twophase/, connectors/ and tools/twophase_dev/" \
+    "$PY" -m mypy twophase connectors tools/twophase_dev
 
 pytest_status=0
 printf '\n==> pytest\n'

@@ -4,7 +4,7 @@ Everything that starts a process lives here, so that unit tests never start anyt
 only starts its server when a test asks for it.
 
 - ``kafka_broker``: a single-node KRaft broker. Reuses ``$TWOPHASE_KAFKA_BOOTSTRAP`` when set
-  (e.g. after ``eval "$(python -m twophase.dev env)"``), else starts one for the session.
+  (e.g. after ``eval "$(python -m twophase_dev env)"``), else starts one for the session.
 - ``postgres_server``: PostgreSQL with ``max_prepared_transactions=64``; reuses
   ``$TWOPHASE_PG_DSN``.
 - ``postgres_server_no_prepared``: a second cluster with ``max_prepared_transactions=0`` (the JDBC
@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from twophase.dev import (
+from twophase_dev import (
     ENV_KAFKA_BOOTSTRAP,
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,

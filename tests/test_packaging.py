@@ -1,12 +1,15 @@
 """Packaging: the wheel and an editable install expose the connectors as ``twophase.connectors.*``.
 
 ``connectors/`` sits at the top of the repository but is mapped onto ``twophase.connectors`` by
-``[tool.setuptools] package-dir`` in pyproject.toml. These tests build from a copy of the source
-tree (so the working tree gets no ``build/`` or ``*.egg-info``) and need no server, no network.
+``[tool.setuptools] package-dir`` in pyproject.toml. The development infrastructure is a separate
+distribution (``tools/pyproject.toml``, package ``twophase_dev``, command ``twophase-dev``) and must
+never end up in the ``twophase`` wheel. These tests build from a copy of the source tree (so the
+working tree gets no ``build/`` or ``*.egg-info``) and need no server, no network.
 """
 
 from __future__ import annotations
 
+import configparser
 import shutil
 import subprocess
 import sys
@@ -19,7 +22,19 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[1]
-_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "twophase", "connectors")
+# The rest of the repository is copied too, so that the build proves it leaves it out.
+_SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "twophase",
+    "connectors",
+    "tools",
+    "tests",
+    "examples",
+    "benchmarks",
+)
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
 
 
 def _copy_sources(dest: Path) -> Path:
@@ -27,7 +42,7 @@ def _copy_sources(dest: Path) -> Path:
     for name in _SOURCES:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dest / name, ignore=_IGNORE)
         elif src.exists():
             shutil.copy2(src, dest / name)
     return dest
@@ -41,26 +56,77 @@ def _run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def test_wheel_contains_connectors_under_twophase(tmp_path: Path) -> None:
-    src = _copy_sources(tmp_path / "src")
-    dist = tmp_path / "dist"
+def _build_wheel(src: Path, dist: Path, pattern: str) -> Path:
     # --no-isolation: build with the setuptools of this environment, no download.
     _run(sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", dist, src, cwd=src)
-    (wheel,) = dist.glob("twophase-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+    (wheel,) = dist.glob(pattern)
+    return wheel
 
+
+def _console_scripts(wheel: zipfile.ZipFile) -> dict[str, str]:
+    """Return the wheel's console scripts (name -> entry point); empty without entry_points.txt."""
+    entry_points = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    if not entry_points:
+        return {}
+    (name,) = entry_points
+    parser = configparser.ConfigParser(delimiters=("=",))
+    parser.read_string(wheel.read(name).decode())
+    if not parser.has_section("console_scripts"):
+        return {}
+    return dict(parser.items("console_scripts"))
+
+
+def test_wheel_contains_the_library_and_no_dev_infrastructure(tmp_path: Path) -> None:
+    src = _copy_sources(tmp_path / "src")
+    wheel_path = _build_wheel(src, tmp_path / "dist", "twophase-*.whl")
+    with zipfile.ZipFile(wheel_path) as wheel:
+        names = set(wheel.namelist())
+        scripts = _console_scripts(wheel)
+
+    assert "twophase/__init__.py" in names
+    assert "twophase/testing/__init__.py" in names
     assert "twophase/connectors/__init__.py" in names
     assert "twophase/connectors/kafka/__init__.py" in names
     assert "twophase/connectors/jdbc/__init__.py" in names
     assert "twophase/py.typed" in names
     assert "twophase/connectors/py.typed" in names
-    assert "twophase/dev/__main__.py" in names
-    assert not [n for n in names if n.startswith("connectors/")], "connectors/ leaked to top level"
-    # Every module of the source tree made it into the wheel.
-    for module in (ROOT / "connectors").rglob("*.py"):
-        relative = module.relative_to(ROOT / "connectors").as_posix()
-        if "__pycache__" not in relative:
-            assert f"twophase/connectors/{relative}" in names
+    # Every module of the core, the test kit and the connectors made it into the wheel.
+    for tree, prefix in (
+        (ROOT / "twophase", "twophase"),
+        (ROOT / "connectors", "twophase/connectors"),
+    ):
+        for module in tree.rglob("*.py"):
+            relative = module.relative_to(tree).as_posix()
+            if "__pycache__" not in relative:
+                assert f"{prefix}/{relative}" in names
+
+    # Nothing else: no development infrastructure, no repository folders at the top level.
+    top_level = {n.split("/", 1)[0] for n in names}
+    assert top_level == {"twophase", "twophase-0.1.0.dist-info"}, top_level
+    for forbidden in ("twophase/dev/", "twophase_dev/", "tools/", "tests/", "examples/"):
+        assert not [n for n in names if n.startswith(forbidden)], f"{forbidden} is in the wheel"
+    assert not [n for n in names if n.startswith(("benchmarks/", "connectors/"))]
+    assert not [n for n in names if "twophase_dev" in n]
+    for script, target in scripts.items():
+        assert script != "twophase-dev", f"console script {script} = {target}"
+        assert not target.startswith(("twophase_dev", "twophase.dev")), f"{script} = {target}"
+
+
+def test_tools_wheel_contains_twophase_dev_and_its_command(tmp_path: Path) -> None:
+    src = _copy_sources(tmp_path / "src")
+    wheel_path = _build_wheel(src / "tools", tmp_path / "dist", "twophase_dev-*.whl")
+    with zipfile.ZipFile(wheel_path) as wheel:
+        names = set(wheel.namelist())
+        scripts = _console_scripts(wheel)
+
+    assert "twophase_dev/__init__.py" in names
+    assert "twophase_dev/__main__.py" in names
+    assert "twophase_dev/py.typed" in names
+    for module in (ROOT / "tools" / "twophase_dev").glob("*.py"):
+        assert f"twophase_dev/{module.name}" in names
+    top_level = {n.split("/", 1)[0] for n in names}
+    assert top_level == {"twophase_dev", "twophase_dev-0.1.0.dist-info"}, top_level
+    assert scripts == {"twophase-dev": "twophase_dev.__main__:main"}
 
 
 def test_editable_install_maps_connectors_to_twophase_connectors(tmp_path: Path) -> None:
@@ -95,11 +161,14 @@ def test_editable_install_maps_connectors_to_twophase_connectors(tmp_path: Path)
     probe = _run(
         python,
         "-c",
-        "import twophase.connectors.kafka as k, twophase.connectors.jdbc as j, twophase.dev as d\n"
-        "print(k.__file__); print(j.__file__); print(d.__file__)",
+        "import importlib.util\n"
+        "import twophase.connectors.kafka as k, twophase.connectors.jdbc as j\n"
+        "print(k.__file__); print(j.__file__)\n"
+        "print(importlib.util.find_spec('twophase.dev'), importlib.util.find_spec('twophase_dev'))",
         cwd=tmp_path,
     )
-    kafka_file, jdbc_file, dev_file = (Path(p) for p in probe.stdout.split())
-    assert kafka_file == src / "connectors" / "kafka" / "__init__.py"
-    assert jdbc_file == src / "connectors" / "jdbc" / "__init__.py"
-    assert dev_file == src / "twophase" / "dev" / "__init__.py"
+    kafka_file, jdbc_file, dev_specs = probe.stdout.splitlines()
+    assert Path(kafka_file) == src / "connectors" / "kafka" / "__init__.py"
+    assert Path(jdbc_file) == src / "connectors" / "jdbc" / "__init__.py"
+    # The library's editable install brings no development infrastructure with it.
+    assert dev_specs == "None None"

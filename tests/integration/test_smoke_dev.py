@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from twophase.dev import (
+from twophase_dev import (
     DevInfraError,
     DevState,
     KafkaBroker,
@@ -24,7 +24,7 @@ from twophase.dev import (
     attach_postgres,
     free_ports,
 )
-from twophase.dev._common import process_alive
+from twophase_dev._common import process_alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -40,7 +40,7 @@ def dev_home(tmp_path: Path) -> Iterator[Path]:
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TWOPHASE_DEV_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "twophase.dev", *args],
+        [sys.executable, "-m", "twophase_dev", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -148,8 +148,8 @@ def test_taken_port_is_reported_clearly() -> None:
 
 def test_picked_port_taken_meanwhile_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
     """A free port that another process grabs before the server binds it is not fatal."""
-    import twophase.dev._kafka as kafka_module
-    import twophase.dev._postgres as postgres_module
+    import twophase_dev._kafka as kafka_module
+    import twophase_dev._postgres as postgres_module
 
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
-from twophase.dev import KafkaBroker
+from twophase_dev import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -10,7 +10,7 @@ import psycopg2
 import pytest
 from psycopg2 import errorcodes
 
-from twophase.dev import PostgresServer
+from twophase_dev import PostgresServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -125,7 +125,7 @@ def test_prepared_transaction_survives_a_server_restart(
     postgres_server: PostgresServer, table: str
 ) -> None:
     if not postgres_server.managed:
-        pytest.skip("the server at $TWOPHASE_PG_DSN was not started by twophase.dev")
+        pytest.skip("the server at $TWOPHASE_PG_DSN was not started by twophase_dev")
     gid = f"{GID_PREFIX}{uuid.uuid4().hex}"
     _prepare_rows(postgres_server, table, gid, range(3))
 
@@ -167,7 +167,7 @@ def test_prepare_fails_when_max_prepared_transactions_is_zero(
 
 def test_password_role_needs_its_password(postgres_server: PostgresServer) -> None:
     if not postgres_server.managed:
-        pytest.skip("the server at $TWOPHASE_PG_DSN was not started by twophase.dev")
+        pytest.skip("the server at $TWOPHASE_PG_DSN was not started by twophase_dev")
     conn = postgres_server.connect(superuser=False)
     try:
         with conn.cursor() as cur:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from twophase.dev import KafkaBroker
+from twophase_dev import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(600)]
 

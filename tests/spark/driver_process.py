@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.spark.helpers import run_query
-from twophase.dev import spark_session
 from twophase.testing import CrashAt, FakeMarkerSink, FakeSink, FakeTarget
+from twophase_dev import spark_session
 
 
 def main(argv: list[str]) -> None:

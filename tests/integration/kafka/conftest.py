@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from twophase import SinkContext
 from twophase.connectors.kafka import KafkaSink, _pool
-from twophase.dev import KafkaBroker
+from twophase_dev import KafkaBroker
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from twophase.connectors.kafka import KafkaSink, KafkaTransaction
-from twophase.dev import KafkaBroker
 from twophase.testing import LocalRunner, assert_exactly_once
+from twophase_dev import KafkaBroker
 
 pytestmark = [
     pytest.mark.integration,

@@ -20,8 +20,8 @@ from confluent_kafka import Producer
 
 import twophase
 from twophase.connectors.kafka import KafkaSink
-from twophase.dev import KafkaBroker
 from twophase.testing import assert_exactly_once
+from twophase_dev import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
 

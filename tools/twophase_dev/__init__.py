@@ -1,9 +1,10 @@
 """Local infrastructure for developing and testing twophase: Kafka, PostgreSQL, Spark's Kafka jars.
 
-This subpackage is the project's own tooling. The core (``twophase/*.py``) and the connectors never
-import it; the test suite (``tests/conftest.py``), the examples and the ``twophase-dev`` command do.
-It needs the ``dev`` extra (``confluent-kafka``, ``psycopg2-binary``), Java 17+, Maven and the
-PostgreSQL server binaries (``bash scripts/setup.sh`` installs all of them).
+This package is the project's own tooling, a separate distribution (``tools/pyproject.toml``,
+``twophase-dev``) that is not part of the ``twophase`` wheel. The core (``twophase/*.py``) and the
+connectors never import it; the test suite (``tests/conftest.py``), the examples and the
+``twophase-dev`` command do. It needs ``confluent-kafka``, ``psycopg2-binary``, PySpark, Java 17+,
+Maven and the PostgreSQL server binaries (``bash scripts/setup.sh`` installs all of them).
 
 What it provides:
 
@@ -19,18 +20,18 @@ Everything runs on the developer's machine; nothing here is shipped to Spark exe
 
 Examples
 --------
->>> from twophase.dev import KafkaBroker, PostgresServer  # doctest: +SKIP
+>>> from twophase_dev import KafkaBroker, PostgresServer  # doctest: +SKIP
 >>> with KafkaBroker() as kafka, PostgresServer() as pg:  # doctest: +SKIP
 ...     kafka.create_topic("events", partitions=2)
 ...     print(kafka.bootstrap_servers, pg.dsn)
 """
 
-from twophase.dev._common import DevInfraError, clean_stale_work_dirs, free_ports
-from twophase.dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
-from twophase.dev._maven import MavenArtifact, MavenError, resolve_classpath
-from twophase.dev._postgres import PostgresServer, find_postgres_bin_dir
-from twophase.dev._spark import spark_kafka_jars, spark_session, spark_test_conf
-from twophase.dev._state import (
+from twophase_dev._common import DevInfraError, clean_stale_work_dirs, free_ports
+from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
+from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
+from twophase_dev._postgres import PostgresServer, find_postgres_bin_dir
+from twophase_dev._spark import spark_kafka_jars, spark_session, spark_test_conf
+from twophase_dev._state import (
     ENV_KAFKA_BOOTSTRAP,
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,

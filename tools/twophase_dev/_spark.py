@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from twophase.dev._common import LOOPBACK, DevInfraError
-from twophase.dev._maven import (
+from twophase_dev._common import LOOPBACK, DevInfraError
+from twophase_dev._maven import (
     MavenArtifact,
     MavenError,
     artifact_of_jar,
@@ -228,7 +228,7 @@ def spark_session(
             raise DevInfraError(
                 "a SparkContext was already running without Spark's Kafka jars (jars can only be "
                 "added when the JVM starts); create the first session of the process with "
-                "twophase.dev.spark_session()"
+                "twophase_dev.spark_session()"
             )
     session.sparkContext.setLogLevel(log_level)
     return session

@@ -1,4 +1,4 @@
-"""Command line of the local infrastructure: ``python -m twophase.dev`` or ``twophase-dev``.
+"""Command line of the local infrastructure: ``python -m twophase_dev`` or ``twophase-dev``.
 
 Commands::
 
@@ -7,7 +7,7 @@ Commands::
     down [--kafka] [--postgres] [--postgres-no-prepared]
         stop what 'up' started (all if none is named) and delete its data; logs are kept
     status [--json]      show what 'up' started and whether it still runs
-    env                  print 'export ...' lines: eval "$(python -m twophase.dev env)"
+    env                  print 'export ...' lines: eval "$(python -m twophase_dev env)"
     spark-jars [--separator SEP]
                          print the jars Spark needs for its Kafka source (resolved with Maven)
     resolve [--refresh]  resolve (download) the Kafka broker and Spark Kafka jars ahead of time
@@ -22,10 +22,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from twophase.dev._common import DevInfraError
-from twophase.dev._kafka import kafka_classpath
-from twophase.dev._spark import spark_kafka_jars
-from twophase.dev._state import SERVICES, DevState, Report
+from twophase_dev._common import DevInfraError
+from twophase_dev._kafka import kafka_classpath
+from twophase_dev._spark import spark_kafka_jars
+from twophase_dev._state import SERVICES, DevState, Report
 
 __all__ = ["main"]
 
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_prepared_transactions=args.max_prepared_transactions,
             )
             _print_report(report)
-            print(f'To use them: eval "$({sys.executable} -m twophase.dev env)"')
+            print(f'To use them: eval "$({sys.executable} -m twophase_dev env)"')
         elif args.command == "down":
             _print_report(state.down(_selected(args, SERVICES)))
         elif args.command == "status":

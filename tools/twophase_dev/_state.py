@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twophase.dev._common import DevInfraError, cache_root, clean_stale_work_dirs, file_lock
-from twophase.dev._kafka import KafkaBroker
-from twophase.dev._postgres import PostgresServer
+from twophase_dev._common import DevInfraError, cache_root, clean_stale_work_dirs, file_lock
+from twophase_dev._kafka import KafkaBroker
+from twophase_dev._postgres import PostgresServer
 
 __all__ = [
     "ENV_KAFKA_BOOTSTRAP",
@@ -51,7 +51,7 @@ def state_home() -> Path:
     -------
     pathlib.Path
         ``$TWOPHASE_DEV_HOME`` if set, else ``<cache>/dev`` (see
-        :func:`twophase.dev._common.cache_root`).
+        :func:`twophase_dev._common.cache_root`).
     """
     explicit = os.environ.get("TWOPHASE_DEV_HOME")
     return Path(explicit).expanduser() if explicit else cache_root() / "dev"
