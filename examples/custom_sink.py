@@ -1,4 +1,4 @@
-"""A complete exactly-once sink in about 30 lines: JSON-lines files renamed into place.
+"""A complete protocol-A sink in about 40 lines: JSON-lines files renamed into place.
 
 Assumptions: ``directory`` is on a file system shared by the driver and the
 executors (local mode, or a network file system) where ``rename`` is atomic.
@@ -18,9 +18,15 @@ from typing import IO
 
 import pyarrow as pa
 
-from twophase import RecoveryContext, TaskContext, TransactionHandle, TwoPhaseCommitSink, iter_rows
+from twophase import (
+    RecoveryContext,
+    TaskContext,
+    TransactionHandle,
+    TwoPhaseCommitSink,
+    iter_rows,
+    parse_transaction_id,
+)
 from twophase.errors import TransactionError
-from twophase.testing import parse_transaction_id
 
 
 @dataclass

@@ -102,7 +102,7 @@ def run_query(spark: Any, source: Path, checkpoint: Path, dsn: str) -> None:
     error = query.exception()
     if error is not None:
         raise RuntimeError(f"the query failed: {error}")
-    for metrics in sink.metrics_history:
+    for metrics in twophase.batch_metrics(sink):
         print(f"  batch {metrics.batch_id}: {metrics.outcome}, {metrics.rows} rows")
 
 

@@ -80,7 +80,7 @@ def run_once(spark: Any, bootstrap: str, source: str, sink: KafkaSink, checkpoin
     )
     # write_stream = foreachBatch(sink) + checkpointLocation, and refuses unsafe settings
     # (speculative execution) before starting.
-    seen = len(sink.metrics_history)
+    seen = len(twophase.batch_metrics(sink))
     query = twophase.write_stream(
         enriched, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
     ).start()
@@ -90,7 +90,7 @@ def run_once(spark: Any, bootstrap: str, source: str, sink: KafkaSink, checkpoin
         query.stop()
     if query.exception() is not None:
         raise RuntimeError(f"the query failed: {query.exception()}")
-    for metrics in sink.metrics_history[seen:]:
+    for metrics in twophase.batch_metrics(sink)[seen:]:
         print(f"  batch {metrics.batch_id}: {metrics.outcome}, {metrics.rows} rows")
 
 

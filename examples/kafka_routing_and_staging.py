@@ -144,7 +144,8 @@ def main() -> int:
             count_committed(bootstrap, rejects),
         )
         print(
-            f"{len(sink.metrics_history)} batches: {accepted} accepted + {rejected} rejected "
+            f"{len(twophase.batch_metrics(sink))} batches: "
+            f"{accepted} accepted + {rejected} rejected "
             f"= {accepted + rejected} of {args.payments} payments"
         )
         return 0 if accepted + rejected == args.payments else 1

@@ -12,19 +12,17 @@ or let :func:`write_stream` wire it and refuse unsafe settings::
 
     query = twophase.write_stream(df, MySink("orders"), checkpoint_location="/chk/orders").start()
 
-Layout: the hooks are in ``_sink.py``; the driver-side coordinator in
-``_coordinator.py``; the executor-side participant in ``_participant.py``;
-the coordinator log and identity in ``_log.py`` and ``_identity.py``; the
-Spark glue in ``_spark.py``; errors in :mod:`twophase.errors`; the test kit in
-:mod:`twophase.testing`; connectors in :mod:`twophase.connectors`.
+This namespace is the whole public API: what a sink subclasses (the two base
+classes), receives (contexts, handles, markers, fingerprints, record batches),
+raises or catches (:mod:`twophase.errors`), and the helpers around them. The
+test kit is :mod:`twophase.testing`; the bundled connectors are
+:mod:`twophase.connectors.jdbc` and :mod:`twophase.connectors.kafka`.
 """
 
-from ._coordinator import COORDINATED_STEPS, MARKER_STEPS, BatchExecution, Coordinator
-from ._fingerprint import FingerprintAccumulator, fingerprint_batches
-from ._identity import SinkIdentity
-from ._log import CoordinatorLog, HadoopFileStore, LocalFileStore, LogStore
+from ._fingerprint import fingerprint_batches
 from ._metrics import BatchMetrics
 from ._retry import RetryPolicy
+from ._runtime import batch_metrics
 from ._sink import MarkerCommitSink, TwoPhaseCommitSink, iter_rows
 from ._spark import write_stream
 from ._types import (
@@ -35,6 +33,7 @@ from ._types import (
     SinkContext,
     TaskContext,
     TransactionHandle,
+    parse_transaction_id,
 )
 from .errors import (
     AbortRequiredError,
@@ -54,25 +53,16 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "COORDINATED_STEPS",
-    "MARKER_STEPS",
     "AbortRequiredError",
-    "BatchExecution",
     "BatchMetrics",
     "CommitFailedError",
     "CommitProtocol",
     "ConcurrentQueryError",
     "ConfigurationError",
-    "Coordinator",
-    "CoordinatorLog",
     "CoordinatorLogError",
     "DataError",
     "FatalError",
     "Fingerprint",
-    "FingerprintAccumulator",
-    "HadoopFileStore",
-    "LocalFileStore",
-    "LogStore",
     "Marker",
     "MarkerCommitSink",
     "NondeterministicBatchError",
@@ -80,7 +70,6 @@ __all__ = [
     "RetriableError",
     "RetryPolicy",
     "SinkContext",
-    "SinkIdentity",
     "TaskContext",
     "TransactionError",
     "TransactionHandle",
@@ -88,7 +77,9 @@ __all__ = [
     "TwoPhaseError",
     "UnsafeConfigurationError",
     "__version__",
+    "batch_metrics",
     "fingerprint_batches",
     "iter_rows",
+    "parse_transaction_id",
     "write_stream",
 ]

@@ -2,8 +2,10 @@
 
 One :class:`Coordinator` per run of a query and sink. It is engine-neutral:
 Spark (``twophase._spark``) and the test kit's local runner
-(``twophase.testing.LocalRunner``) both hand it a :class:`BatchExecution` that
-runs the participants. See ``docs/protocol.md`` for the diagrams.
+(``twophase.testing.LocalRunner``) both hand it the sink and a
+:class:`BatchExecution` that runs the participants. It keeps no reference to the
+sink between calls: the sink is settings plus hooks, the coordinator is the
+protocol's state over the log. See ``docs/protocol.md`` for the diagrams.
 
 Protocol A (coordinated) per batch::
 
@@ -29,10 +31,10 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from ._hooks import AnySink, CoordinatedHooks, MarkerHooks, as_coordinated, as_markers
 from ._log import CoordinatorLog
 from ._metrics import BatchMetrics
 from ._participant import TaskPlan, TaskResult
-from ._sink import MarkerCommitSink, TwoPhaseCommitSink, _SinkBase
 from ._types import (
     CommitProtocol,
     Fingerprint,
@@ -119,7 +121,7 @@ class BatchExecution(Protocol):
         """Fingerprint every non-empty partition, pinning the layout for the write."""
         ...
 
-    def run_participants(self, sink: _SinkBase[Any, Any], plan: TaskPlan) -> list[TaskResult]:
+    def run_participants(self, sink: AnySink, plan: TaskPlan) -> list[TaskResult]:
         """Run phase 1: one participant per partition; return every result."""
         ...
 
@@ -195,29 +197,30 @@ class Coordinator:
 
     Parameters
     ----------
-    sink
-        The sink.
     log
         The coordinator log of the sink identity (not yet claimed).
     context
         Query id, run id and identity.
     sleep
         Injectable sleep for retry backoff (the test kit's settable clock).
+    on_step
+        Called at every step of :data:`COORDINATED_STEPS` / :data:`MARKER_STEPS`
+        (the test kit crashes the driver there).
     """
 
     def __init__(
         self,
-        sink: _SinkBase[Any, Any],
         log: CoordinatorLog,
         context: SinkContext,
         *,
         sleep: Callable[[float], None] = time.sleep,
+        on_step: StepListener | None = None,
     ) -> None:
-        self.sink = sink
         self.log = log
         self.context = context
         self.identity = context.identity
         self._sleep = sleep
+        self._on_step = on_step
         self._opened = False
         #: Set by the engine glue when a batch failed: the next call starts a new run.
         self.failed = False
@@ -226,107 +229,112 @@ class Coordinator:
 
     # ------------------------------------------------------------ helpers
     def _step(self, step: str, batch_id: int, index: int | None = None) -> None:
-        listener = self.sink._step_listener
-        if listener is not None:
-            listener(step, batch_id, index)
+        if self._on_step is not None:
+            self._on_step(step, batch_id, index)
 
-    def _retrying(self, fn: Callable[[], None], counter: list[int]) -> None:
+    def _retrying(self, sink: AnySink, fn: Callable[[], None], counter: list[int]) -> None:
         def on_retry(failures: int, exc: BaseException) -> None:
             counter[0] += 1
-            _log.warning(
-                "sink %s: transient failure #%d, retrying: %s", self.sink.name, failures, exc
-            )
+            _log.warning("sink %s: transient failure #%d, retrying: %s", sink.name, failures, exc)
 
-        self.sink.retry.call(fn, on_retry=on_retry, sleep=self._sleep)
+        sink.retry.call(fn, on_retry=on_retry, sleep=self._sleep)
 
     def _recovery_context(self) -> RecoveryContext:
         state = self.log.state
         return RecoveryContext(self.identity, state.partition_slots, tuple(state.unfinished()))
 
     # ----------------------------------------------------------- recovery
-    def start(self) -> None:
+    def start(self, sink: AnySink) -> None:
         """Open the sink, claim the identity and recover (once per run).
 
         Runs on the driver before the first batch of a run.
+
+        Parameters
+        ----------
+        sink
+            The sink.
         """
         if self._opened:
             return
-        self.sink.open(self.context)
+        sink.open(self.context)
         self.log.load()
         self.log.claim(self.context.run_id, self.context.query_id)
-        self._recover()
+        self._recover(sink)
         self._opened = True
 
-    def _check_protocol_unchanged(self) -> None:
+    def _check_protocol_unchanged(self, sink: AnySink) -> None:
         """Refuse to switch protocols while a batch of the other protocol is unfinished."""
         state = self.log.state
         pending = state.pending_decisions()
         marker_started = [b for b in state.unfinished() if b not in state.decided]
-        if isinstance(self.sink, TwoPhaseCommitSink):
+        if sink.protocol is CommitProtocol.COORDINATED:
             foreign, needed = marker_started, CommitProtocol.MARKERS
         else:
             foreign, needed = pending, CommitProtocol.COORDINATED
         if foreign:
             raise ConfigurationError(
                 f"batch {foreign[0]} was started with the {needed.value} protocol and is not "
-                f"finished, but this sink uses the {self.sink.protocol.value} protocol. Switching "
+                f"finished, but this sink uses the {sink.protocol.value} protocol. Switching "
                 "protocols under one checkpoint would lose or duplicate that batch: restart the "
                 f"query once with a {needed.value} sink to finish it (e.g. pin the connector's "
                 "protocol), then switch",
-                sink=self.sink.name,
+                sink=sink.name,
                 batch_id=foreign[0],
                 setting="protocol",
             )
 
-    def _recover(self) -> None:
-        self._check_protocol_unchanged()
+    def _recover(self, sink: AnySink) -> None:
+        self._check_protocol_unchanged(sink)
         state = self.log.state
         retries = [0]
         for batch_id in state.pending_decisions():
             handles = self.log.read_decision(batch_id)
             _log.info(
                 "sink %s: finishing batch %d from its recorded decision (%d handles)",
-                self.sink.name,
+                sink.name,
                 batch_id,
                 len(handles),
             )
-            sink = self.sink
-            assert isinstance(sink, TwoPhaseCommitSink)
+            coordinated = as_coordinated(sink)
             for handle in handles:
-                self._retrying(functools.partial(sink.recover_and_commit, handle), retries)
+                self._retrying(
+                    sink, functools.partial(coordinated.recover_and_commit, handle), retries
+                )
                 self._recovered_committed += 1
             self.log.record_committed(batch_id, {"recovered": True, "handles": len(handles)})
         unfinished = state.unfinished()
-        if self.sink.protocol is CommitProtocol.COORDINATED or unfinished:
-            for handle in self.sink.list_in_doubt(self._recovery_context()):
+        if sink.protocol is CommitProtocol.COORDINATED or unfinished:
+            for handle in sink.list_in_doubt(self._recovery_context()):
                 _log.info(
                     "sink %s: aborting in-doubt transaction %s (no commit decision names it)",
-                    self.sink.name,
+                    sink.name,
                     getattr(handle, "transaction_id", handle),
                 )
-                self.sink.recover_and_abort(handle)
+                sink.recover_and_abort(handle)
                 self._recovered_aborted += 1
 
     # -------------------------------------------------------------- batch
-    def run_batch(self, execution: BatchExecution) -> BatchMetrics:
+    def run_batch(self, sink: AnySink, execution: BatchExecution) -> BatchMetrics:
         """Run one micro-batch through the protocol.
 
         Parameters
         ----------
+        sink
+            The sink (the driver's copy).
         execution
             The engine's view of the batch.
 
         Returns
         -------
         BatchMetrics
-            What happened; also recorded on the sink and logged.
+            What happened; also logged as one line.
         """
         batch_id = execution.batch_id
         self._step("start", batch_id)
         try:
-            self.start()
+            self.start(sink)
         except TwoPhaseError as exc:
-            raise exc.with_context(sink=self.sink.name, batch_id=batch_id) from exc.__cause__
+            raise exc.with_context(sink=sink.name, batch_id=batch_id) from exc.__cause__
         self._step("recovered", batch_id)
         recovered = (self._recovered_committed, self._recovered_aborted)
         self._recovered_committed = self._recovered_aborted = 0
@@ -334,62 +342,58 @@ class Coordinator:
         if self.log.state.is_committed(batch_id):
             _log.info(
                 "sink %s: batch %d is already committed; skipping the replay",
-                self.sink.name,
+                sink.name,
                 batch_id,
             )
             metrics = BatchMetrics(
-                self.sink.name,
+                sink.name,
                 batch_id,
-                self.sink.protocol.value,
+                sink.protocol.value,
                 "already-committed",
                 recovered_committed=recovered[0],
                 recovered_aborted=recovered[1],
             )
         else:
             try:
-                self.sink.check_schema(execution.schema(), batch_id)
-                limit = self.sink.max_transactions_per_batch
+                sink.check_schema(execution.schema(), batch_id)
+                limit = sink.max_transactions_per_batch
                 if limit is not None and execution.num_partitions() > limit:
                     execution.limit_partitions(limit)
-                if isinstance(self.sink, TwoPhaseCommitSink):
-                    metrics = self._run_coordinated(execution, recovered)
+                if sink.protocol is CommitProtocol.COORDINATED:
+                    metrics = self._run_coordinated(as_coordinated(sink), execution, recovered)
                 else:
-                    assert isinstance(self.sink, MarkerCommitSink)
-                    metrics = self._run_markers(execution, recovered)
+                    metrics = self._run_markers(as_markers(sink), execution, recovered)
             except TwoPhaseError as exc:
-                raise exc.with_context(sink=self.sink.name, batch_id=batch_id) from exc.__cause__
+                raise exc.with_context(sink=sink.name, batch_id=batch_id) from exc.__cause__
             finally:
                 execution.close()
-        self.sink._record_metrics(metrics)
         metrics.emit()
         return metrics
 
-    def _plan(self, batch_id: int, **kwargs: Any) -> TaskPlan:
-        return TaskPlan(self.sink.name, self.identity, batch_id, self.sink.protocol, **kwargs)
+    def _plan(self, sink: AnySink, batch_id: int, **kwargs: Any) -> TaskPlan:
+        return TaskPlan(sink.name, self.identity, batch_id, sink.protocol, **kwargs)
 
-    def _abort_batch(self, batch_id: int, keep: frozenset[str] = frozenset()) -> int:
+    def _abort_batch(self, sink: AnySink, batch_id: int, keep: frozenset[str] = frozenset()) -> int:
         """Roll back every in-doubt transaction of ``batch_id`` not in ``keep``."""
         aborted = 0
-        for handle in self.sink.list_in_doubt(self._recovery_context()):
+        for handle in sink.list_in_doubt(self._recovery_context()):
             if handle.batch_id == batch_id and handle.transaction_id not in keep:
-                self.sink.recover_and_abort(handle)
+                sink.recover_and_abort(handle)
                 aborted += 1
         return aborted
 
     def _run_coordinated(
-        self, execution: BatchExecution, recovered: tuple[int, int]
+        self, sink: CoordinatedHooks, execution: BatchExecution, recovered: tuple[int, int]
     ) -> BatchMetrics:
-        sink = self.sink
-        assert isinstance(sink, TwoPhaseCommitSink)
         batch_id = execution.batch_id
         t0 = time.perf_counter()
         try:
-            results = execution.run_participants(sink, self._plan(batch_id))
+            results = execution.run_participants(sink, self._plan(sink, batch_id))
         except BaseException as exc:
             # Driver-side abort of a failed batch: partitions that prepared
             # before another failed must not stay in doubt.
             try:
-                aborted = self._abort_batch(batch_id)
+                aborted = self._abort_batch(sink, batch_id)
                 if aborted:
                     _log.info(
                         "sink %s: batch %d failed; aborted %d prepared",
@@ -410,7 +414,7 @@ class Coordinator:
         retries = [0]
         for index, handle in enumerate(handles):
             try:
-                self._retrying(functools.partial(sink.commit, handle), retries)
+                self._retrying(sink, functools.partial(sink.commit, handle), retries)
             except Exception as exc:
                 raise CommitFailedError(
                     f"phase 2 could not commit {handle.transaction_id} ({exc}). The commit "
@@ -422,18 +426,13 @@ class Coordinator:
                 ) from exc
             self._step("committed_handle", batch_id, index)
         self._step("phase2_done", batch_id)
-        orphans = self._abort_batch(batch_id, frozenset(h.transaction_id for h in handles))
-        self.log.record_committed(batch_id, {"rows": rows})
-        t3 = time.perf_counter()
-        self._step("recorded_committed", batch_id)
+        orphans = self._abort_batch(sink, batch_id, frozenset(h.transaction_id for h in handles))
+        t3 = self._record_committed(batch_id, rows)
         self.log.compact(batch_id)
-        return BatchMetrics(
-            sink.name,
-            batch_id,
-            sink.protocol.value,
-            "committed",
+        return self._committed_metrics(
+            sink,
+            execution,
             rows=rows,
-            partitions=execution.num_partitions(),
             transactions=len(handles),
             phase1_seconds=t1 - t0,
             decision_seconds=t2 - t1,
@@ -443,12 +442,31 @@ class Coordinator:
             recovered_aborted=recovered[1] + orphans,
         )
 
+    def _record_committed(self, batch_id: int, rows: int) -> float:
+        """Record "batch N committed"; return the time right after it."""
+        self.log.record_committed(batch_id, {"rows": rows})
+        done = time.perf_counter()
+        self._step("recorded_committed", batch_id)
+        return done
+
+    def _committed_metrics(
+        self, sink: AnySink, execution: BatchExecution, **fields: Any
+    ) -> BatchMetrics:
+        return BatchMetrics(
+            sink.name,
+            execution.batch_id,
+            sink.protocol.value,
+            "committed",
+            partitions=execution.num_partitions(),
+            **fields,
+        )
+
     def _staging_location(self, batch_id: int) -> str:
         return f"{self.log.store.location}/staging/{batch_id}"
 
-    def _run_markers(self, execution: BatchExecution, recovered: tuple[int, int]) -> BatchMetrics:
-        sink = self.sink
-        assert isinstance(sink, MarkerCommitSink)
+    def _run_markers(
+        self, sink: MarkerHooks, execution: BatchExecution, recovered: tuple[int, int]
+    ) -> BatchMetrics:
         batch_id = execution.batch_id
         if sink.staging:
             execution.stage(self._staging_location(batch_id))
@@ -477,24 +495,21 @@ class Coordinator:
         self.log.record_intent(batch_id, execution.num_partitions())
         self._step("intent_recorded", batch_id)
         t1 = time.perf_counter()
-        plan = self._plan(batch_id, skip=skip, expected=expected, preexisting_markers=preexisting)
+        plan = self._plan(
+            sink, batch_id, skip=skip, expected=expected, preexisting_markers=preexisting
+        )
         results = execution.run_participants(sink, plan)
         self._step("phase1_done", batch_id)
         t2 = time.perf_counter()
         rows = sum(r.rows for r in results)
-        self.log.record_committed(batch_id, {"rows": rows})
-        t3 = time.perf_counter()
-        self._step("recorded_committed", batch_id)
+        t3 = self._record_committed(batch_id, rows)
         if sink.staging:
             execution.drop_staged(self._staging_location(batch_id))
         self.log.compact(batch_id)
-        return BatchMetrics(
-            sink.name,
-            batch_id,
-            sink.protocol.value,
-            "committed",
+        return self._committed_metrics(
+            sink,
+            execution,
             rows=rows,
-            partitions=execution.num_partitions(),
             transactions=sum(1 for r in results if r.marker is not None),
             skipped_partitions=sum(1 for r in results if r.skipped),
             phase1_seconds=t2 - t1,

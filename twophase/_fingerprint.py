@@ -16,6 +16,7 @@ import datetime
 import decimal
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -271,18 +272,29 @@ class FingerprintAccumulator:
         return Fingerprint(self.count, self.digest)
 
 
-def fingerprint_batches(batches: list[pa.RecordBatch] | tuple[pa.RecordBatch, ...]) -> Fingerprint:
-    """Fingerprint a sequence of record batches.
+def fingerprint_batches(batches: Iterable[pa.RecordBatch]) -> Fingerprint:
+    """Fingerprint a partition: count and order-independent digest of its rows.
+
+    The same function the framework uses for markers and replay checks, so a
+    sink or a test can compute what a marker of given rows will hold.
 
     Parameters
     ----------
     batches
-        The partition's record batches.
+        The partition's record batches (any iterable; consumed once).
 
     Returns
     -------
     Fingerprint
         Count and order-independent digest of all rows.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> a = fingerprint_batches([pa.record_batch({"x": [1, 2, 3]})])
+    >>> b = fingerprint_batches([pa.record_batch({"x": [3]}), pa.record_batch({"x": [2, 1]})])
+    >>> a == b, a.count
+    (True, 3)
     """
     acc = FingerprintAccumulator()
     for batch in batches:

@@ -3,7 +3,7 @@
 The identity token is ``<sink name>.<first 16 hex digits of the query id>``.
 Spark keeps the query id in ``<checkpoint>/metadata``: it survives restarts
 from the same checkpoint and is new when the checkpoint is reset, so a reset
-can never make new data look "already committed" (DESIGN.md section 3).
+can never make new data look "already committed" (``docs/guarantees.md``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 r"""The participant: what runs on an executor for one partition of a micro-batch.
 
 One call of :func:`run_participant` per Spark task attempt. It drives the
-sink's participant hooks in order (``begin_transaction`` -> ``write``\\* ->
-[``write_marker``] -> ``pre_commit`` [-> ``commit``]), aborts on any failure,
-and returns a small picklable :class:`TaskResult` to the driver.
+sink's participant hooks in order -- protocol A: ``begin_transaction`` ->
+``write``\\* -> ``pre_commit``; protocol B: ``begin_transaction`` -> ``write``\\*
+-> ``commit_with_marker`` -- aborts on any failure, and returns a small
+picklable :class:`TaskResult` to the driver.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from ._fingerprint import FingerprintAccumulator, fingerprint_batches
-from ._sink import MarkerCommitSink, TwoPhaseCommitSink, _SinkBase
+from ._hooks import AnySink, CoordinatedHooks, MarkerHooks, SinkHooks, as_coordinated, as_markers
 from ._types import (
     CommitProtocol,
     Fingerprint,
@@ -29,7 +30,7 @@ from ._types import (
 )
 from .errors import NondeterministicBatchError, TwoPhaseError
 
-__all__ = ["TaskPlan", "TaskResult", "fingerprint_partition", "run_participant"]
+__all__ = ["TaskPlan", "TaskResult", "run_participant"]
 
 _log = logging.getLogger("twophase.participant")
 
@@ -108,27 +109,8 @@ def _first_non_empty(
     return None, iterator
 
 
-def fingerprint_partition(batches: Iterable[pa.RecordBatch]) -> Fingerprint:
-    """Fingerprint a partition without writing it (protocol B replay check).
-
-    Parameters
-    ----------
-    batches
-        The partition's record batches.
-
-    Returns
-    -------
-    Fingerprint
-        Count and order-independent digest.
-    """
-    acc = FingerprintAccumulator()
-    for batch in batches:
-        acc.add(batch)
-    return acc.result()
-
-
 def run_participant(
-    sink: _SinkBase[Any, Any],
+    sink: AnySink,
     plan: TaskPlan,
     partition_id: int,
     attempt: int,
@@ -160,11 +142,9 @@ def run_participant(
     ctx = TaskContext(plan.sink_name, plan.identity, plan.batch_id, partition_id, attempt)
     try:
         if plan.protocol is CommitProtocol.COORDINATED:
-            assert isinstance(sink, TwoPhaseCommitSink)
-            result = _run_coordinated(sink, ctx, batches)
+            result = _run_coordinated(as_coordinated(sink), ctx, batches)
         else:
-            assert isinstance(sink, MarkerCommitSink)
-            result = _run_markers(sink, plan, ctx, batches)
+            result = _run_markers(as_markers(sink), plan, ctx, batches)
     except TwoPhaseError as exc:
         raise exc.with_context(
             sink=plan.sink_name, batch_id=plan.batch_id, partition_id=partition_id
@@ -180,7 +160,7 @@ def run_participant(
     )
 
 
-def _abort_quietly(sink: _SinkBase[Any, Any], txn: Any, error: BaseException) -> None:
+def _abort_quietly(sink: SinkHooks, txn: Any, error: BaseException) -> None:
     try:
         sink.abort(txn)
     except Exception as abort_error:
@@ -188,7 +168,7 @@ def _abort_quietly(sink: _SinkBase[Any, Any], txn: Any, error: BaseException) ->
         error.add_note(f"abort() of the failed transaction also failed: {abort_error!r}")
 
 
-def _clear_earlier_attempts(sink: _SinkBase[Any, Any], ctx: TaskContext) -> None:
+def _clear_earlier_attempts(sink: SinkHooks, ctx: TaskContext) -> None:
     """Roll back (A) or fence (B) what earlier attempts of this partition left open.
 
     Slot-named targets (Kafka) list in-doubt slots with no batch of their own:
@@ -206,7 +186,7 @@ def _clear_earlier_attempts(sink: _SinkBase[Any, Any], ctx: TaskContext) -> None
 
 
 def _run_coordinated(
-    sink: TwoPhaseCommitSink[Any, Any], ctx: TaskContext, batches: Iterable[pa.RecordBatch]
+    sink: CoordinatedHooks, ctx: TaskContext, batches: Iterable[pa.RecordBatch]
 ) -> TaskResult:
     if ctx.attempt > 0:
         _clear_earlier_attempts(sink, ctx)
@@ -220,11 +200,11 @@ def _run_coordinated(
             if batch.num_rows:
                 sink.write(txn, batch)
                 rows += batch.num_rows
-        handle = sink.pre_commit(txn)
+        handle: object = sink.pre_commit(txn)
     except BaseException as exc:
         _abort_quietly(sink, txn, exc)
         raise
-    if not isinstance(handle, TransactionHandle):
+    if not isinstance(handle, TransactionHandle):  # the hook's type is not enforced at run time
         _abort_quietly(sink, txn, TypeError())
         raise TypeError(
             f"{type(sink).__name__}.pre_commit() must return a TransactionHandle, "
@@ -234,7 +214,7 @@ def _run_coordinated(
 
 
 def _run_markers(
-    sink: MarkerCommitSink[Any, Any],
+    sink: MarkerHooks,
     plan: TaskPlan,
     ctx: TaskContext,
     batches: Iterable[pa.RecordBatch],
@@ -289,9 +269,7 @@ def _run_markers(
                 partition_id=ctx.partition_id,
             )
         marker = Marker(ctx.identity, ctx.batch_id, ctx.partition_id, ctx.attempt, fingerprint)
-        sink.write_marker(txn, marker)
-        handle = sink.pre_commit(txn)
-        sink.commit(handle)
+        sink.commit_with_marker(txn, marker)
     except BaseException as exc:
         _abort_quietly(sink, txn, exc)
         raise

@@ -1,34 +1,28 @@
-"""The sink base classes: the hooks a user implements, and the final entry point.
+"""The sink base classes: settings plus the hooks a user implements.
 
-Two classes, one per commit protocol (``DESIGN.md`` section 2):
+Two classes, one per commit protocol (``docs/protocol.md``):
 
 * :class:`TwoPhaseCommitSink` -- protocol A, coordinated two-phase commit, for
   targets whose prepared work can be committed later from another process.
 * :class:`MarkerCommitSink` -- protocol B, per-partition commit with
   idempotence markers, for targets without resumable transactions.
 
-The hooks are grouped by where they run, like Flink's Sink V2 split between
-writer and committer:
-
-* **participant hooks** run on executors, once per partition per attempt:
-  ``begin_transaction``, ``write``, ``pre_commit``, ``abort``
-  (and ``write_marker`` for protocol B);
-* **coordinator hooks** run on the driver: ``open``, ``commit``,
-  ``recover_and_commit``, ``recover_and_abort``, ``list_in_doubt``
-  (and ``read_markers`` for protocol B).
-
-Spark calls the sink object itself from ``foreachBatch``; ``__call__`` is final
-and drives the protocol, so a subclass cannot break it.
+Every hook's contract (where it runs, when and how often, whether it must be
+idempotent, what happens when it fails) is written here, once. The sink object
+holds settings only: the driver-side state of a running query (coordinator,
+log, metrics) lives in the engine, so a subclass may keep transient state and
+control its own pickling. ``__call__`` drives the protocol and is final.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import re
-from collections import deque
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, final
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, final
 
+from . import _spark
 from ._retry import RetryPolicy
 from ._types import (
     CommitProtocol,
@@ -42,24 +36,35 @@ from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
 
-    from ._coordinator import StepListener
-    from ._metrics import BatchMetrics
+    from ._hooks import AnySink
 
 __all__ = ["MarkerCommitSink", "TwoPhaseCommitSink", "iter_rows"]
 
 TxnT = TypeVar("TxnT")
 HandleT = TypeVar("HandleT", bound=TransactionHandle)
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 # Methods that drive the protocol. A subclass overriding one of them is refused
 # at class creation time (typing.final only helps type checkers).
-_FINAL_METHODS = ("__call__", "__getstate__", "__setstate__", "in_doubt_transactions")
+_FINAL_METHODS = ("__call__",)
 
 
-class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
-    """What both protocols share: identity, options and the participant hooks."""
+def _required(hook: _F) -> _F:
+    """Re-declare an optional hook of the shared base as abstract (same contract text)."""
+
+    @functools.wraps(hook)
+    def required(*args: Any, **kwargs: Any) -> Any:
+        return hook(*args, **kwargs)
+
+    return cast(_F, abc.abstractmethod(required))
+
+
+class _SinkBase(abc.ABC, Generic[TxnT]):
+    """Settings and the hooks both protocols share."""
 
     protocol: ClassVar[CommitProtocol]
 
@@ -85,7 +90,6 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
         *,
         checkpoint_location: str | None = None,
         retry: RetryPolicy | None = None,
-        history: int = 100,
     ) -> None:
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ConfigurationError(
@@ -94,31 +98,13 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
                 "transaction ids)",
                 setting="name",
             )
-        if history < 1:
-            raise ConfigurationError("history must be >= 1", sink=name, setting="history")
         self.name = name
         self.checkpoint_location = checkpoint_location
         self.retry = retry if retry is not None else RetryPolicy()
-        self._metrics: deque[BatchMetrics] = deque(maxlen=history)
-        self._step_listener: StepListener | None = None
-        self._driver: Any = None  # driver-side state, never pickled
-
-    # ----------------------------------------------------------- pickling
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        # Driver-only state stays on the driver: the coordinator, the log, the
-        # JVM handles and the metrics history.
-        state["_driver"] = None
-        state["_step_listener"] = None
-        state["_metrics"] = deque(maxlen=self._metrics.maxlen)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
 
     # ----------------------------------------------------- the entry point
     @final
-    def __call__(self, df: Any, batch_id: int) -> None:
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Run one micro-batch through the commit protocol (``foreachBatch``).
 
         Runs on the driver, once per micro-batch, from Spark's
@@ -132,66 +118,11 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
         batch_id
             The micro-batch id Spark passes to ``foreachBatch``.
         """
-        from ._spark import run_foreach_batch
-
-        run_foreach_batch(self, df, batch_id)
-
-    # --------------------------------------------------- observability
-    @property
-    def last_metrics(self) -> BatchMetrics | None:
-        """Metrics of the most recent batch this driver ran, or None.
-
-        Returns
-        -------
-        BatchMetrics or None
-            See :class:`twophase.BatchMetrics`.
-        """
-        return self._metrics[-1] if self._metrics else None
-
-    @property
-    def metrics_history(self) -> list[BatchMetrics]:
-        """Metrics of the most recent batches (bounded by ``history``), oldest first.
-
-        Returns
-        -------
-        list of BatchMetrics
-            One entry per batch call on this driver.
-        """
-        return list(self._metrics)
-
-    @final
-    def in_doubt_transactions(self, partition_slots: int = 0) -> Sequence[HandleT]:
-        """List this sink's in-doubt transactions, for operators.
-
-        Runs on the driver (or anywhere the target is reachable). Only valid
-        after the sink has run at least one batch in this process, because the
-        sink identity comes from the query.
-
-        Parameters
-        ----------
-        partition_slots
-            Passed to :meth:`list_in_doubt` (used by slot-named targets).
-
-        Returns
-        -------
-        sequence of handles
-            The prepared (or possibly open) transactions of this sink.
-        """
-        if self._driver is None:
-            raise ConfigurationError(
-                "the sink identity is not known yet: run a batch first, or use "
-                "twophase.testing / the connector's own inspection helpers",
-                sink=self.name,
-            )
-        identity: str = self._driver.identity
-        return self.list_in_doubt(RecoveryContext(identity, partition_slots))
-
-    def _record_metrics(self, metrics: BatchMetrics) -> None:
-        self._metrics.append(metrics)
+        _spark.run_foreach_batch(cast("AnySink", self), df, batch_id)
 
     # ============================================ coordinator hooks (driver)
     def open(self, context: SinkContext) -> None:
-        """Prepare the sink for a run of the query.
+        """Prepare the sink for a run of the query. Optional.
 
         Runs on
             the driver.
@@ -212,7 +143,7 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
         """
 
     def check_schema(self, schema: pa.Schema, batch_id: int) -> None:
-        """Validate the micro-batch schema before anything is written.
+        """Validate the micro-batch schema before anything is written. Optional.
 
         Runs on
             the driver.
@@ -232,20 +163,26 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
             The micro-batch id.
         """
 
-    @abc.abstractmethod
-    def list_in_doubt(self, context: RecoveryContext) -> Sequence[HandleT]:
-        """List this sink's transactions that may be prepared or open.
+    def list_in_doubt(self, context: RecoveryContext) -> Sequence[TransactionHandle]:
+        """List this sink's transactions that may still be prepared or open.
+
+        Required for protocol A. Optional for protocol B, where it names what
+        earlier attempts may have left open so that it can be fenced; the
+        default lists nothing, which is right for targets whose uncommitted
+        work dies with its connection or process.
 
         Runs on
-            the driver at recovery (first batch of every run) and after phase 2
-            of protocol A; on an executor when a task is retried.
+            the driver at recovery (first batch of every run) and, protocol A,
+            after phase 2 and after a failed phase 1; on an executor when a task
+            is retried (only handles of its own partition are used there).
         Called
             as above; must only return transactions whose id carries
             ``context.identity``.
         Idempotent
             required (read only).
         On failure
-            the batch fails before anything is written; restart retries it.
+            the batch (or the retried task) fails before anything is written;
+            a restart retries it.
 
         Parameters
         ----------
@@ -254,20 +191,23 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
 
         Returns
         -------
-        sequence of handles
-            One handle per in-doubt transaction.
+        sequence of TransactionHandle
+            One handle per in-doubt transaction (or per slot to fence).
         """
+        return ()
 
-    @abc.abstractmethod
-    def recover_and_abort(self, handle: HandleT) -> None:
-        """Roll back an in-doubt transaction that no commit decision names.
+    def recover_and_abort(self, handle: Any) -> None:
+        """Roll back or fence an in-doubt transaction that no commit decision names.
+
+        Required for protocol A; for protocol B, required when
+        :meth:`list_in_doubt` is overridden.
 
         Runs on
-            the driver at recovery and after phase 2 (orphans of dead
-            attempts); on an executor when a retried task clears what an earlier
-            attempt of the same partition left.
+            the driver at recovery and, protocol A, after phase 2 (orphans of
+            dead attempts); on an executor when a retried task clears what an
+            earlier attempt of the same partition left.
         Called
-            once per orphan found by :meth:`list_in_doubt`.
+            once per handle found by :meth:`list_in_doubt`.
         Idempotent
             required: the transaction may already be gone (treat "unknown
             transaction" as success).
@@ -278,8 +218,12 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
         Parameters
         ----------
         handle
-            The in-doubt transaction.
+            A handle from :meth:`list_in_doubt`.
         """
+        raise NotImplementedError(
+            f"{type(self).__qualname__}.list_in_doubt() returned {handle!r} but the sink "
+            "does not implement recover_and_abort() to roll it back"
+        )
 
     # ========================================= participant hooks (executor)
     @abc.abstractmethod
@@ -293,7 +237,7 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
             Empty partitions open no transaction.
         Idempotent
             not required: every attempt gets a new ``context.attempt``, so
-            transaction ids never repeat.
+            ``context.transaction_id`` never repeats.
         On failure
             the task fails and Spark retries it (new attempt) if allowed.
 
@@ -305,8 +249,9 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
         Returns
         -------
         TxnT
-            The live transaction (a connection, a producer...). It never leaves
-            the executor, so it need not be picklable.
+            The live transaction (a connection, a producer...). It is handed to
+            every later hook of this partition and never leaves the executor,
+            so it need not be picklable.
         """
 
     @abc.abstractmethod
@@ -316,7 +261,8 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
         Runs on
             an executor.
         Called
-            zero or more times per transaction, in partition order.
+            zero or more times per transaction, in partition order; never with
+            an empty batch.
         Idempotent
             not required: the whole transaction is aborted on any failure.
         On failure
@@ -332,13 +278,90 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
         """
 
     @abc.abstractmethod
-    def pre_commit(self, txn: TxnT) -> HandleT:
-        """Finish writing and make the transaction ready to commit.
+    def abort(self, txn: TxnT) -> None:
+        """Roll back this task's transaction, whatever state it is in.
 
         Runs on
             an executor.
         Called
-            once per transaction after the last ``write``.
+            when ``write`` or the commit step of the executor (protocol A:
+            ``pre_commit``; protocol B: ``commit_with_marker``) failed, at most
+            once per transaction.
+        Idempotent
+            required: the transaction may already be gone, or (protocol B)
+            its commit may even have landed before the failure was seen.
+        On failure
+            the error is attached to the original one as a note; the task
+            fails with the original error. Protocol A: anything left prepared
+            is found by :meth:`list_in_doubt` and rolled back later.
+
+        Parameters
+        ----------
+        txn
+            The transaction.
+        """
+
+
+class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
+    """Base of exactly-once sinks with coordinated two-phase commit (protocol A).
+
+    Subclass it for targets whose prepared work can be committed later from
+    another process: PostgreSQL ``PREPARE TRANSACTION``, files renamed into
+    place, multipart uploads. Executors begin, write and :meth:`pre_commit`
+    (prepare) a transaction per partition and return its handle; once every
+    partition is prepared the driver records the decision and calls
+    :meth:`commit` with each handle. Pass the sink itself to ``foreachBatch``
+    (or use :func:`twophase.write_stream`).
+
+    Hooks to implement: :meth:`begin_transaction`, :meth:`write`,
+    :meth:`pre_commit`, :meth:`abort` (executor); :meth:`commit`,
+    :meth:`list_in_doubt`, :meth:`recover_and_abort` (driver). Optional:
+    :meth:`open`, :meth:`check_schema`, :meth:`recover_and_commit`.
+
+    The sink is pickled to the executors with every batch: keep connections
+    out of ``__init__`` (open them in ``begin_transaction``), or exclude them
+    in your own ``__getstate__``.
+
+    Parameters
+    ----------
+    name
+        Name of the sink, part of every transaction id. 1-64 characters from
+        ``[A-Za-z0-9_.-]``.
+    checkpoint_location
+        The query's checkpoint location. Optional: found from the running query
+        when omitted; when given it is checked against the query.
+    retry
+        Backoff for driver-side commits that fail transiently.
+
+    Examples
+    --------
+    The shape of a sink that writes files and renames them into place
+    (``docs/custom-sink.md`` has the complete, tested version):
+
+    >>> from twophase import TwoPhaseCommitSink, TransactionHandle
+    >>> class FileSink(TwoPhaseCommitSink[str, TransactionHandle]):
+    ...     def begin_transaction(self, ctx): ...   # open "<id>.pending"
+    ...     def write(self, txn, batch): ...        # append rows
+    ...     def pre_commit(self, txn): ...          # fsync, return a handle
+    ...     def abort(self, txn): ...               # delete the pending file
+    ...     def commit(self, handle): ...           # rename into place
+    ...     def list_in_doubt(self, ctx): ...       # pending files of ctx.identity
+    ...     def recover_and_abort(self, handle): ...  # delete one
+    """
+
+    protocol: ClassVar[CommitProtocol] = CommitProtocol.COORDINATED
+
+    list_in_doubt = _required(_SinkBase.list_in_doubt)
+    recover_and_abort = _required(_SinkBase.recover_and_abort)
+
+    @abc.abstractmethod
+    def pre_commit(self, txn: TxnT) -> HandleT:
+        """Prepare the transaction so that the driver can commit it later.
+
+        Runs on
+            an executor.
+        Called
+            once per transaction, after the last ``write``.
         Idempotent
             not required.
         On failure
@@ -352,111 +375,38 @@ class _SinkBase(abc.ABC, Generic[TxnT, HandleT]):
         Returns
         -------
         HandleT
-            The handle that names the prepared transaction. Protocol A: it is
-            sent to the driver and recorded in the decision, so it must be
-            small and picklable.
-        """
-
-    @abc.abstractmethod
-    def abort(self, txn: TxnT) -> None:
-        """Roll back this task's transaction (open or prepared).
-
-        Runs on
-            an executor.
-        Called
-            when ``begin_transaction`` returned but ``write``, ``pre_commit``
-            (or, protocol B, ``commit``) failed, at most once per transaction.
-        Idempotent
-            required: the transaction may already be gone.
-        On failure
-            the error is attached to the original one as a note; the task
-            fails with the original error. Anything left prepared is found as
-            an orphan by :meth:`list_in_doubt` and rolled back later.
-
-        Parameters
-        ----------
-        txn
-            The transaction.
+            The handle that names the prepared transaction. It is sent to the
+            driver and recorded in the commit decision, so it must be small and
+            picklable (a frozen dataclass subclassing
+            :class:`~twophase.TransactionHandle`).
         """
 
     @abc.abstractmethod
     def commit(self, handle: HandleT) -> None:
-        """Make a pre-committed transaction durable and visible.
+        """Commit a prepared transaction: make it durable and visible.
 
         Runs on
-            protocol A: the driver, in phase 2, after the decision is durable.
-            Protocol B: the executor, right after ``pre_commit``.
+            the driver, in phase 2, after the decision is durable.
         Called
-            once per handle; again after a crash or a transient failure.
+            once per handle of the batch; again after a crash or a transient
+            failure.
         Idempotent
             required: committing an already committed transaction succeeds.
         On failure
-            protocol A: :class:`~twophase.errors.RetriableError` is retried
-            with backoff; anything else fails the batch, and the next start
-            finishes it with :meth:`recover_and_commit`. Protocol B: the task
-            fails; the retry finds the marker if the commit did land.
+            :class:`~twophase.errors.RetriableError` is retried with backoff;
+            anything else fails the batch, and the next start finishes it
+            with :meth:`recover_and_commit`.
 
         Parameters
         ----------
         handle
-            The handle from :meth:`pre_commit`.
+            A handle returned by :meth:`pre_commit`.
         """
 
-
-class TwoPhaseCommitSink(_SinkBase[TxnT, HandleT]):
-    """Base of exactly-once sinks with coordinated two-phase commit (protocol A).
-
-    Subclass it for targets whose prepared work can be committed later from
-    another process: PostgreSQL ``PREPARE TRANSACTION``, files renamed into
-    place, multipart uploads. Implement the participant hooks (executor) and
-    the coordinator hooks (driver); pass the sink itself to ``foreachBatch``.
-
-    The sink object is pickled to the executors: keep connections out of
-    ``__init__`` (open them lazily in ``begin_transaction``).
-
-    Parameters
-    ----------
-    name
-        Name of the sink, part of every transaction id. 1-64 characters from
-        ``[A-Za-z0-9_.-]``.
-    checkpoint_location
-        The query's checkpoint location. Optional: found from the running query
-        when omitted; when given it is checked against the query.
-    retry
-        Backoff for driver-side commits that fail transiently.
-    history
-        How many batches of metrics to keep in :attr:`metrics_history`.
-
-    Examples
-    --------
-    A minimal sink writing files that are renamed into place on commit:
-
-    >>> import os, pyarrow.parquet as pq
-    >>> from twophase import TwoPhaseCommitSink, TransactionHandle
-    >>> class FileSink(TwoPhaseCommitSink[str, TransactionHandle]):
-    ...     def __init__(self, name, directory):
-    ...         super().__init__(name)
-    ...         self.directory = directory
-    ...     def begin_transaction(self, ctx):
-    ...         self._ctx = ctx
-    ...         return os.path.join(self.directory, ctx.transaction_id + ".pending")
-    ...     def write(self, txn, batch):
-    ...         pq.write_table(pa.Table.from_batches([batch]), txn)
-    ...     def pre_commit(self, txn):
-    ...         c = self._ctx
-    ...         return TransactionHandle(txn, c.batch_id, c.partition_id, c.attempt)
-    ...     def abort(self, txn): ...
-    ...     def commit(self, handle): ...
-    ...     def list_in_doubt(self, ctx): ...
-    ...     def recover_and_abort(self, handle): ...
-
-    See ``docs/custom-sink.md`` for a complete, tested version.
-    """
-
-    protocol: ClassVar[CommitProtocol] = CommitProtocol.COORDINATED
-
     def recover_and_commit(self, handle: HandleT) -> None:
-        """Commit a transaction of a decided batch after a restart.
+        """Commit a transaction of a decided batch after a restart. Optional.
+
+        The default calls :meth:`commit`.
 
         Runs on
             the driver.
@@ -479,17 +429,24 @@ class TwoPhaseCommitSink(_SinkBase[TxnT, HandleT]):
         self.commit(handle)
 
 
-class MarkerCommitSink(_SinkBase[TxnT, HandleT]):
+class MarkerCommitSink(_SinkBase[TxnT]):
     """Base of exactly-once sinks with per-partition commit and markers (protocol B).
 
     For targets that cannot commit a transaction from another process (Kafka
-    through librdkafka, PostgreSQL with ``max_prepared_transactions = 0``).
-    Every partition commits on its executor; in the same transaction the
-    framework has it write an idempotence marker (:meth:`write_marker`). On
-    replay the coordinator reads the markers (:meth:`read_markers`) and writes
-    only partitions that are not committed yet, or stops with
+    through librdkafka, PostgreSQL with ``max_prepared_transactions = 0``,
+    SQLite, a plain file). Every partition commits on its executor, writing an
+    idempotence marker in the same transaction (:meth:`commit_with_marker`).
+    On replay the coordinator reads the markers (:meth:`read_markers`) and
+    writes only the partitions that are not committed yet, or stops with
     :class:`~twophase.errors.NondeterministicBatchError` when the replay does
     not match what was committed.
+
+    Hooks to implement: :meth:`begin_transaction`, :meth:`write`,
+    :meth:`commit_with_marker`, :meth:`abort` (executor) and
+    :meth:`read_markers`. Optional: :meth:`open`, :meth:`check_schema`, and
+    :meth:`list_in_doubt` with :meth:`recover_and_abort` for targets where an
+    earlier attempt's open transaction can outlive its task and must be
+    fenced before a retry reads the markers (Kafka).
 
     Parameters
     ----------
@@ -499,8 +456,21 @@ class MarkerCommitSink(_SinkBase[TxnT, HandleT]):
         Write every batch once to the checkpoint location and publish from that
         copy, so that replays are deterministic even when the pipeline is not.
         Costs one extra write and read of each batch.
-    checkpoint_location, retry, history
+    checkpoint_location, retry
         As for :class:`TwoPhaseCommitSink`.
+
+    Examples
+    --------
+    The shape of a sink over a database without prepared transactions
+    (``docs/custom-sink.md`` has the complete, tested version):
+
+    >>> from twophase import MarkerCommitSink
+    >>> class TableSink(MarkerCommitSink[object]):
+    ...     def begin_transaction(self, ctx): ...       # connect, BEGIN
+    ...     def write(self, txn, batch): ...            # INSERT the rows
+    ...     def commit_with_marker(self, txn, marker): ...  # INSERT marker, COMMIT
+    ...     def abort(self, txn): ...                   # ROLLBACK, close
+    ...     def read_markers(self, identity, batch_id): ...  # SELECT markers
     """
 
     protocol: ClassVar[CommitProtocol] = CommitProtocol.MARKERS
@@ -512,31 +482,32 @@ class MarkerCommitSink(_SinkBase[TxnT, HandleT]):
         staging: bool = False,
         checkpoint_location: str | None = None,
         retry: RetryPolicy | None = None,
-        history: int = 100,
     ) -> None:
-        super().__init__(
-            name, checkpoint_location=checkpoint_location, retry=retry, history=history
-        )
+        super().__init__(name, checkpoint_location=checkpoint_location, retry=retry)
         self.staging = staging
 
     @abc.abstractmethod
-    def write_marker(self, txn: TxnT, marker: Marker) -> None:
-        """Write the idempotence marker inside the partition's transaction.
+    def commit_with_marker(self, txn: TxnT, marker: Marker) -> None:
+        """Write the idempotence marker into the transaction and commit both.
 
         Runs on
-            an executor.
+            an executor, on the transaction this task began.
         Called
-            once per transaction, after the last ``write`` and before
-            ``pre_commit``: the marker must commit or abort with the rows.
+            once per transaction, after the last ``write``. The marker must
+            become visible exactly when the rows do: in the same transaction,
+            committed together.
         Idempotent
-            not required.
+            not required: a retried task reads the markers first and skips a
+            partition whose commit landed.
         On failure
-            the framework aborts the transaction and fails the task.
+            the framework calls :meth:`abort` and fails the task; Spark's retry
+            finds the marker if the commit did land, and writes the partition
+            otherwise.
 
         Parameters
         ----------
         txn
-            The transaction.
+            The transaction from :meth:`begin_transaction`.
         marker
             Identity, batch, partition, attempt and the rows' fingerprint.
         """
@@ -549,12 +520,13 @@ class MarkerCommitSink(_SinkBase[TxnT, HandleT]):
             the driver when a batch that was started before is replayed; on an
             executor when a task is retried.
         Called
-            before anything of the batch is written.
+            before anything of the batch is written; never in the steady
+            state.
         Idempotent
             required (read only). Only markers of committed transactions may be
             returned.
         On failure
-            the batch fails with nothing written.
+            the batch (or the retried task) fails with nothing written.
 
         Parameters
         ----------
@@ -578,7 +550,7 @@ def iter_rows(batch: pa.RecordBatch) -> Iterator[dict[str, Any]]:
     Parameters
     ----------
     batch
-        A record batch passed to :meth:`TwoPhaseCommitSink.write`.
+        A record batch passed to a sink's ``write`` hook.
 
     Yields
     ------

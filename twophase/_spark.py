@@ -1,8 +1,8 @@
 """The Spark glue: ``foreachBatch`` -> coordinator, and phase 1 through ``mapInArrow``.
 
 Runs on the driver, inside Spark's ``foreachBatch`` call. It finds the
-query's id and checkpoint (DESIGN.md section 1), refuses unsafe settings,
-keeps one :class:`~twophase.Coordinator` per run of the query, and runs the
+query's id and checkpoint (``docs/protocol.md``), refuses unsafe settings,
+keeps one coordinator per run of the query in the sink's runtime, and runs the
 participants with ``mapInArrow`` so executors receive Arrow record batches and
 the batch is computed once (one Spark job; a second one only when protocol B
 checks a replay, and then over a persisted copy).
@@ -13,19 +13,26 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ._coordinator import Coordinator
+from ._fingerprint import fingerprint_batches
+from ._hooks import AnySink
 from ._identity import SinkIdentity
-from ._log import CoordinatorLog, HadoopFileStore
-from ._participant import TaskPlan, TaskResult, fingerprint_partition, run_participant
+from ._log import CoordinatorLog
+from ._participant import TaskPlan, TaskResult, run_participant
+from ._runtime import runtime_of
 from ._serde import dumps, loads
-from ._sink import _SinkBase
+from ._store import HadoopFileStore
 from ._types import Fingerprint, SinkContext
 from .errors import ConfigurationError, UnsafeConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 __all__ = ["SparkBatchExecution", "run_foreach_batch", "write_stream"]
 
@@ -141,7 +148,7 @@ def _qualify(spark: Any, location: str) -> str:
     return str(fs.makeQualified(path).toString())
 
 
-def _resolve_checkpoint(sink: _SinkBase[Any, Any], spark: Any, query_id: str, batch_id: int) -> str:
+def _resolve_checkpoint(sink: AnySink, spark: Any, query_id: str, batch_id: int) -> str:
     found = find_checkpoint(spark, query_id)
     if sink.checkpoint_location is not None:
         given = _qualify(spark, sink.checkpoint_location)
@@ -169,7 +176,7 @@ def _resolve_checkpoint(sink: _SinkBase[Any, Any], spark: Any, query_id: str, ba
     return found
 
 
-def _driver_for(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> Coordinator:
+def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator:
     spark = df.sparkSession
     sc = spark.sparkContext
     query_id = sc.getLocalProperty(_QUERY_ID_KEY)
@@ -181,9 +188,10 @@ def _driver_for(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> Coordinato
             batch_id=batch_id,
         )
     run_id = f"{_PROCESS_RUN}:{query_id}"
-    current = sink._driver
+    runtime = runtime_of(sink)
+    current = runtime.coordinator
     if (
-        isinstance(current, Coordinator)
+        current is not None
         and current.context.query_id == query_id
         and current.context.run_id == run_id
         and not current.failed
@@ -195,13 +203,12 @@ def _driver_for(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> Coordinato
     location = identity.log_location(checkpoint)
     log = CoordinatorLog(HadoopFileStore(spark, location), sink=sink.name, identity=identity.token)
     context = SinkContext(sink.name, identity.token, query_id, run_id, location)
-    coordinator = Coordinator(sink, log, context)
-    sink._driver = coordinator
+    coordinator = runtime.coordinator = Coordinator(log, context, on_step=runtime.on_step)
     _log.info("sink %s: identity %s, coordinator log at %s", sink.name, identity.token, location)
     return coordinator
 
 
-def run_foreach_batch(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> None:
+def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int) -> None:
     """Run one micro-batch of ``sink`` (the body of ``sink.__call__``).
 
     Parameters
@@ -213,17 +220,11 @@ def run_foreach_batch(sink: _SinkBase[Any, Any], df: Any, batch_id: int) -> None
     batch_id
         The micro-batch id.
     """
-    coordinator = _driver_for(sink, df, batch_id)
-    try:
-        coordinator.run_batch(SparkBatchExecution(df, batch_id))
-    except BaseException:
-        # A failed batch ends the query; if the same process restarts it, start
-        # a new run (new epoch, recovery) rather than trusting cached state.
-        coordinator.failed = True
-        raise
+    _coordinator_for(sink, df, batch_id)
+    runtime_of(sink).run_batch(sink, SparkBatchExecution(df, batch_id))
 
 
-def _arrow_schema(df: Any) -> pa.Schema:
+def _arrow_schema(df: DataFrame) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     spark = df.sparkSession
@@ -237,7 +238,10 @@ def _arrow_schema(df: Any) -> pa.Schema:
 _RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
 
 
-def _participant_fn(sink: _SinkBase[Any, Any], plan: TaskPlan) -> Any:
+_ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def _participant_fn(sink: AnySink, plan: TaskPlan) -> _ArrowFn:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext as SparkTaskContext
 
@@ -254,7 +258,7 @@ def _fingerprint_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
 
     task = SparkTaskContext.get()
     assert task is not None
-    fingerprint = fingerprint_partition(batches)
+    fingerprint = fingerprint_batches(batches)
     yield pa.RecordBatch.from_pylist(
         [{"result": dumps((task.partitionId(), fingerprint))}], schema=_RESULT_SCHEMA
     )
@@ -271,7 +275,7 @@ class SparkBatchExecution:
         The micro-batch id.
     """
 
-    def __init__(self, df: Any, batch_id: int) -> None:
+    def __init__(self, df: DataFrame, batch_id: int) -> None:
         self.df = df
         self._batch_id = batch_id
         self._persisted = False
@@ -299,7 +303,7 @@ class SparkBatchExecution:
 
     def _fs(self, location: str) -> tuple[Any, Any]:
         spark = self.df.sparkSession
-        jvm = spark.sparkContext._jvm
+        jvm: Any = spark.sparkContext._jvm
         path = jvm.org.apache.hadoop.fs.Path(location)
         return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
 
@@ -335,7 +339,7 @@ class SparkBatchExecution:
                 result[partition_id] = fingerprint
         return result
 
-    def run_participants(self, sink: _SinkBase[Any, Any], plan: TaskPlan) -> list[TaskResult]:
+    def run_participants(self, sink: AnySink, plan: TaskPlan) -> list[TaskResult]:
         """Run phase 1: one participant per partition, in one Spark job."""
         fn = _participant_fn(sink, plan)
         rows = self.df.mapInArrow(fn, "result binary").collect()
@@ -349,13 +353,13 @@ class SparkBatchExecution:
 
 
 def write_stream(
-    df: Any,
-    sink: _SinkBase[Any, Any],
+    df: DataFrame,
+    sink: AnySink,
     *,
     checkpoint_location: str,
     query_name: str | None = None,
     trigger: dict[str, Any] | None = None,
-) -> Any:
+) -> DataStreamWriter:
     """Return a ``DataStreamWriter`` wired to ``sink`` -- call ``.start()`` on it.
 
     Sets ``foreachBatch(sink)`` and the checkpoint location together (so the

@@ -17,11 +17,12 @@ __all__ = [
     "SinkContext",
     "TaskContext",
     "TransactionHandle",
+    "parse_transaction_id",
 ]
 
 
 class CommitProtocol(enum.StrEnum):
-    """The two commit protocols of the design (``DESIGN.md`` section 2).
+    """The two commit protocols (``docs/protocol.md``).
 
     Attributes
     ----------
@@ -152,7 +153,7 @@ class Marker:
     """An idempotence marker of protocol B: this partition's rows are committed.
 
     Written by the participant inside the same transaction as the rows
-    (:meth:`MarkerCommitSink.write_marker`) and read back by the coordinator on
+    (:meth:`MarkerCommitSink.commit_with_marker`) and read back by the coordinator on
     replay (:meth:`MarkerCommitSink.read_markers`).
 
     Attributes
@@ -234,3 +235,32 @@ class RecoveryContext:
     identity: str
     partition_slots: int
     unfinished_batches: tuple[int, ...] = field(default=())
+
+
+def parse_transaction_id(transaction_id: str) -> TransactionHandle | None:
+    """Parse a :attr:`TaskContext.transaction_id` back into a handle.
+
+    Useful in :meth:`~twophase.TwoPhaseCommitSink.list_in_doubt` for targets
+    that name their transactions with the framework's transaction ids.
+
+    Parameters
+    ----------
+    transaction_id
+        ``"<identity>:<batch>:<partition>:<attempt>"``.
+
+    Returns
+    -------
+    TransactionHandle or None
+        None if the id has another shape.
+
+    Examples
+    --------
+    >>> parse_transaction_id("orders-1a2b:7:3:0")
+    TransactionHandle(transaction_id='orders-1a2b:7:3:0', batch_id=7, partition_id=3, attempt=0)
+    >>> parse_transaction_id("unrelated") is None
+    True
+    """
+    parts = transaction_id.rsplit(":", 3)
+    if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return TransactionHandle(transaction_id, int(parts[1]), int(parts[2]), int(parts[3]))

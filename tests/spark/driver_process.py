@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.spark.helpers import run_query
-from twophase.testing import CrashAt, FakeMarkerSink, FakeSink, FakeTarget
+from twophase.testing import CrashAt, FakeMarkerSink, FakeSink, FakeTarget, install_step_listener
 from twophase_dev import spark_session
 
 
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> None:
                 "write", batch_id=batch, partition_id=1, error="kill-pid", message=str(os.getpid())
             )
         else:
-            sink._step_listener = CrashAt(step, batch, index, hard=True)
+            install_step_listener(sink, CrashAt(step, batch, index, hard=True))
     spark = spark_session("twophase-killed-driver", master="local[2,2]", kafka=False)
     run_query(spark, Path(source), Path(checkpoint), sink, transform)
     spark.stop()

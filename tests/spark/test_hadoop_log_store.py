@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from twophase import CoordinatorLog, HadoopFileStore, TransactionHandle
+from twophase import TransactionHandle
+from twophase._log import CoordinatorLog
+from twophase._store import HadoopFileStore
 
 pytestmark = pytest.mark.spark
 

@@ -8,9 +8,17 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
+import twophase
 from tests.spark.helpers import run_query, write_input
 from twophase import ConfigurationError
-from twophase.testing import CrashAt, FakeMarkerSink, FakeSink, FakeTarget, assert_exactly_once
+from twophase.testing import (
+    CrashAt,
+    FakeMarkerSink,
+    FakeSink,
+    FakeTarget,
+    assert_exactly_once,
+    install_step_listener,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -34,7 +42,7 @@ def test_task_failures_are_retried_with_new_attempts(
     assert target.open_transactions() == []
     fired = {r.hook: target.fired(r) for r in target.rules()}
     assert fired == {"write": 1, "pre_commit": 1}, "the faults did not fire: nothing was tested"
-    assert [m.batch_id for m in sink.metrics_history] == [0, 1, 2]
+    assert [m.batch_id for m in twophase.batch_metrics(sink)] == [0, 1, 2]
     attempts = {
         (int(t.split(":")[1]), int(t.split(":")[2]), int(t.split(":")[3]))
         for t in target.committed()
@@ -62,7 +70,7 @@ def test_driver_failure_mid_protocol_then_restart_from_checkpoint(
     expected = write_input(tmp_path / "in", 3)
     sink = sink_cls("crashy", target)
     crash = CrashAt(step, batch_id=1, index=index, as_exception=True)
-    sink._step_listener = crash
+    install_step_listener(sink, crash)
     with pytest.raises(StreamingQueryException, match="simulated driver crash"):
         run_query(spark, tmp_path / "in", tmp_path / "chk", sink, lambda df: df.repartition(2))
     assert crash.fired
@@ -79,7 +87,7 @@ def test_protocol_a_replay_with_another_layout_is_exact(spark: Any, tmp_path: Pa
     target = FakeTarget(tmp_path / "target")
     expected = write_input(tmp_path / "in", 2)
     sink = FakeSink("layout", target)
-    sink._step_listener = CrashAt("phase1_done", batch_id=1, as_exception=True)
+    install_step_listener(sink, CrashAt("phase1_done", batch_id=1, as_exception=True))
     with pytest.raises(StreamingQueryException):
         run_query(spark, tmp_path / "in", tmp_path / "chk", sink, lambda df: df.repartition(3))
     # the restarted query shuffles into another layout (a code change between runs)
@@ -99,7 +107,7 @@ def test_protocol_b_replay_with_another_layout_is_refused_then_staging_is_exact(
     target = FakeTarget(tmp_path / "target")
     expected = write_input(tmp_path / "in", 2)
     sink = FakeMarkerSink("layout", target)
-    sink._step_listener = CrashAt("phase1_done", batch_id=1, as_exception=True)
+    install_step_listener(sink, CrashAt("phase1_done", batch_id=1, as_exception=True))
     with pytest.raises(StreamingQueryException):
         run_query(spark, tmp_path / "in", tmp_path / "chk", sink, lambda df: df.repartition(3))
     before = sorted(ids(target))
@@ -115,7 +123,7 @@ def test_protocol_b_replay_with_another_layout_is_refused_then_staging_is_exact(
     # the same pipeline with staging, from a fresh checkpoint, survives the same change
     target2 = FakeTarget(tmp_path / "target2")
     staged = FakeMarkerSink("staged", target2, staging=True)
-    staged._step_listener = CrashAt("phase1_done", batch_id=1, as_exception=True)
+    install_step_listener(staged, CrashAt("phase1_done", batch_id=1, as_exception=True))
     with pytest.raises(StreamingQueryException):
         run_query(spark, tmp_path / "in", tmp_path / "chk2", staged, lambda df: df.repartition(3))
     run_query(

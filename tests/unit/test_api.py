@@ -16,6 +16,7 @@ from twophase import (
     Fingerprint,
     Marker,
     NondeterministicBatchError,
+    RecoveryContext,
     RetriableError,
     RetryPolicy,
     TaskContext,
@@ -25,7 +26,7 @@ from twophase import (
     iter_rows,
 )
 from twophase._spark import check_speculation
-from twophase.testing import FakeSink, FakeTarget, LocalRunner
+from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, LocalRunner
 
 pytestmark = pytest.mark.unit
 
@@ -55,16 +56,93 @@ def test_commit_and_abort_are_abstract() -> None:
         Incomplete("x")  # type: ignore[abstract]
 
 
-def test_sink_pickles_without_driver_state() -> None:
+def test_sink_holds_settings_only_and_metrics_live_in_the_runtime() -> None:
     sink = FakeSink("s", FakeTarget.in_memory())
+    assert twophase.batch_metrics(sink) == []
     runner = LocalRunner(sink)
     runner.run_batch(0, [[{"id": 1}]])
-    assert sink._driver is not None
-    assert sink.last_metrics is not None
+    runner.run_batch(1, [[{"id": 2}]])
+    assert [m.batch_id for m in twophase.batch_metrics(sink)] == [0, 1]
+    assert [m.batch_id for m in runner.metrics_history] == [0, 1]
+    # Pickled the default way: nothing of the driver travels with the sink.
+    assert set(vars(sink)) == {"name", "checkpoint_location", "retry", "target"}
     clone = pickle.loads(pickle.dumps(sink))
-    assert clone._driver is None
-    assert clone.last_metrics is None
+    assert twophase.batch_metrics(clone) == []
     assert clone.name == "s"
+
+
+class _TransientStateSink(FakeMarkerSink):
+    """A user sink with a cache it does not want pickled: its own __getstate__."""
+
+    def __init__(self, name: str, target: FakeTarget) -> None:
+        super().__init__(name, target)
+        self.cache: dict[str, int] | None = {"warm": 1}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["cache"] = None
+        return state
+
+
+def test_subclass_may_keep_transient_state_and_control_its_pickling() -> None:
+    target = FakeTarget.in_memory()
+    sink = _TransientStateSink("t", target)
+    assert pickle.loads(pickle.dumps(sink)).cache is None
+    LocalRunner(sink).run_batch(0, [[{"id": 1}], [{"id": 2}]])
+    assert sorted(r["id"] for r in target.committed_rows()) == [1, 2]
+    assert sink.cache == {"warm": 1}
+
+
+def test_a_marker_sink_needs_five_hooks_and_fences_nothing_by_default() -> None:
+    class Minimal(twophase.MarkerCommitSink[list[pa.RecordBatch]]):
+        def begin_transaction(self, context: TaskContext) -> list[pa.RecordBatch]:
+            return []
+
+        def write(self, txn: list[pa.RecordBatch], batch: pa.RecordBatch) -> None:
+            txn.append(batch)
+
+        def commit_with_marker(self, txn: list[pa.RecordBatch], marker: Marker) -> None:
+            pass
+
+        def abort(self, txn: list[pa.RecordBatch]) -> None:
+            txn.clear()
+
+        def read_markers(self, identity: str, batch_id: int) -> list[Marker]:
+            return []
+
+    sink = Minimal("m")
+    assert sink.list_in_doubt(RecoveryContext("m.1", 4, (2,))) == ()
+    with pytest.raises(NotImplementedError, match="recover_and_abort"):
+        sink.recover_and_abort(TransactionHandle("m.1:2:0:0", 2, 0, 0))
+
+
+def test_protocol_a_requires_its_recovery_hooks() -> None:
+    class NoRecovery(twophase.TwoPhaseCommitSink[Any, TransactionHandle]):
+        def begin_transaction(self, context: TaskContext) -> Any: ...
+        def write(self, txn: Any, batch: pa.RecordBatch) -> None: ...
+        def pre_commit(self, txn: Any) -> TransactionHandle: ...
+        def abort(self, txn: Any) -> None: ...
+        def commit(self, handle: TransactionHandle) -> None: ...
+
+    with pytest.raises(TypeError, match="list_in_doubt") as info:
+        NoRecovery("x")  # type: ignore[abstract]
+    assert "recover_and_abort" in str(info.value)
+
+
+def test_public_api_is_the_documented_surface() -> None:
+    engine = {"Coordinator", "BatchExecution", "CoordinatorLog", "HadoopFileStore", "LogStore"}
+    assert not engine & set(twophase.__all__), "engine classes must stay private"
+    for name in twophase.__all__:
+        assert getattr(twophase, name) is not None, name
+    assert len(twophase.__all__) <= 30
+
+
+def test_parse_transaction_id_round_trips_a_task_context() -> None:
+    ctx = TaskContext("orders", "orders.abc", 7, 3, 1)
+    assert twophase.parse_transaction_id(ctx.transaction_id) == TransactionHandle(
+        ctx.transaction_id, 7, 3, 1
+    )
+    assert twophase.parse_transaction_id("orders.abc:x:3:1") is None
 
 
 @pytest.mark.parametrize(

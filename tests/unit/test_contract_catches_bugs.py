@@ -9,8 +9,15 @@ from typing import Any
 import pytest
 
 from twophase import Marker, TransactionHandle, TwoPhaseError
-from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, SinkContract
-from twophase.testing._fake import FakeTransaction
+from twophase.testing import (
+    FakeMarkerSink,
+    FakeSink,
+    FakeTarget,
+    FakeTransaction,
+    MarkerSinkContract,
+    SinkContract,
+    TwoPhaseSinkContract,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -40,6 +47,10 @@ class ForgetsMarkers(FakeMarkerSink):
         return []
 
 
+def _contract(cls: type[Any]) -> SinkContract:
+    return TwoPhaseSinkContract() if issubclass(cls, FakeSink) else MarkerSinkContract()
+
+
 def _fixtures(cls: type[Any]) -> tuple[Callable[[str], Any], Callable[[], list[int]]]:
     target = FakeTarget.in_memory()
     return (lambda name: cls(name, target)), (
@@ -64,11 +75,11 @@ def test_contract_fails_for_broken_sink(
 ) -> None:
     make_sink, read_ids = _fixtures(mutant)
     with pytest.raises((AssertionError, TwoPhaseError, pytest.fail.Exception)):
-        getattr(SinkContract(), test)(make_sink, read_ids, tmp_path, *args)
+        getattr(_contract(mutant), test)(make_sink, read_ids, tmp_path, *args)
 
 
 @pytest.mark.parametrize("cls", [FakeSink, FakeMarkerSink])
 def test_contract_passes_for_the_unbroken_fakes(cls: type[Any], tmp_path: Path) -> None:
     # the same calls as above do not raise for correct sinks
     make_sink, read_ids = _fixtures(cls)
-    SinkContract().test_contract_failed_batch_then_restart_is_exact(make_sink, read_ids, tmp_path)
+    _contract(cls).test_contract_failed_batch_then_restart_is_exact(make_sink, read_ids, tmp_path)

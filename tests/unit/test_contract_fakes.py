@@ -7,26 +7,34 @@ from typing import Any
 
 import pytest
 
-from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, SinkContract
+from twophase.testing import (
+    FakeMarkerSink,
+    FakeSink,
+    FakeTarget,
+    MarkerSinkContract,
+    TwoPhaseSinkContract,
+)
 
 pytestmark = pytest.mark.unit
 
 
-class TestFakeSinkContract(SinkContract):
+class _FakeTargetFixtures:
     @pytest.fixture
     def target(self) -> FakeTarget:
         return FakeTarget.in_memory()
-
-    @pytest.fixture
-    def make_sink(self, target: FakeTarget) -> Callable[[str], Any]:
-        return lambda name: FakeSink(name, target)
 
     @pytest.fixture
     def read_ids(self, target: FakeTarget) -> Callable[[], list[int]]:
         return lambda: [row["id"] for row in target.committed_rows()]
 
 
-class TestFakeMarkerSinkContract(TestFakeSinkContract):
+class TestFakeSinkContract(_FakeTargetFixtures, TwoPhaseSinkContract):
+    @pytest.fixture
+    def make_sink(self, target: FakeTarget) -> Callable[[str], Any]:
+        return lambda name: FakeSink(name, target)
+
+
+class TestFakeMarkerSinkContract(_FakeTargetFixtures, MarkerSinkContract):
     @pytest.fixture
     def make_sink(self, target: FakeTarget) -> Callable[[str], Any]:
         return lambda name: FakeMarkerSink(name, target)

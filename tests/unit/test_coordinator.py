@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import twophase
 from twophase import (
     AbortRequiredError,
     CommitFailedError,
@@ -107,10 +108,9 @@ def test_metrics_are_recorded_and_logged_once_per_batch(caplog: pytest.LogCaptur
     lines = [r.getMessage() for r in caplog.records if r.name == "twophase.metrics"]
     assert len(lines) == 2
     assert "sink=metered batch=0" in lines[0]
-    m = sink.last_metrics
-    assert m is not None
+    m = twophase.batch_metrics(sink)[-1]
     assert (m.batch_id, m.rows, m.partitions, m.transactions) == (1, 6, 2, 2)
-    assert [x.batch_id for x in sink.metrics_history] == [0, 1]
+    assert [x.batch_id for x in twophase.batch_metrics(sink)] == [0, 1]
     assert m.as_dict()["outcome"] == "committed"
 
 
@@ -221,7 +221,7 @@ def test_in_doubt_listing_for_operators() -> None:
     runner.crash_at("phase1_done", 0)
     with pytest.raises(SimulatedCrash):
         runner.run_batch(0, split(0))
-    in_doubt = runner.sink.in_doubt_transactions()
+    in_doubt = sink.list_in_doubt(RecoveryContext(runner.identity.token, 3))
     assert sorted(h.partition_id for h in in_doubt) == [0, 1, 2]
     assert all(h.batch_id == 0 for h in in_doubt)
     assert sink.list_in_doubt(RecoveryContext("other.0000000000000000", 0)) == []
@@ -261,8 +261,8 @@ def test_marker_retry_fences_a_zombie_attempt_before_reading_markers() -> None:
     sink.write(zombie, pa.RecordBatch.from_pylist(split(1)[0]))
     target.fail("begin_transaction", batch_id=1, partition_id=0, attempt=0)
     runner.run_batch(1, split(1))  # attempt 1 of partition 0 runs
-    with pytest.raises(AbortRequiredError):
-        sink.commit(sink.pre_commit(zombie))  # fenced: its transaction is gone
+    with pytest.raises(AbortRequiredError):  # fenced: the retry rolled the zombie back
+        sink.commit_with_marker(zombie, Marker(zombie_ctx.identity, 1, 0, 0, Fingerprint(1, 1)))
     assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1)])
 
 

@@ -11,13 +11,14 @@ every hook and attempt are explored too.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
 
 from tests.unit.conftest import EXPLORED
-from twophase import CommitFailedError, NondeterministicBatchError, RecoveryContext
+from twophase import CommitFailedError, NondeterministicBatchError, RecoveryContext, TwoPhaseError
 from twophase.testing import (
     COORDINATED_STEPS,
     MARKER_STEPS,
@@ -27,12 +28,14 @@ from twophase.testing import (
     LocalRunner,
     SimulatedCrash,
     assert_exactly_once,
+    install_step_listener,
 )
 
 pytestmark = pytest.mark.unit
 
 BATCHES = 3
 ROWS = 9
+FIRED: Counter[bool] = Counter()  # crashes that fired / were unreachable, across scenarios
 
 
 def ids_of(batch_id: int) -> list[int]:
@@ -69,12 +72,25 @@ def run_scenario(s: Scenario) -> None:
         replay = first if s.replay_layout == "same" else layout(batch_id, 2)
         if batch_id == s.crash_batch:
             parts = first
-            for step, index in s.crashes:
-                runner.crash_at(step, batch_id, index)
-                parts = _run_refusal_aware(s, runner, target, batch_id, parts, first, expected)
+            for number, (step, index) in enumerate(s.crashes):
+                crash = runner.crash_at(step, batch_id, index)
+                parts, outcome = _run_refusal_aware(
+                    s, runner, target, batch_id, parts, first, expected
+                )
+                # The first crash always fires. A second one may only miss because the
+                # first left nothing to do at its step: the batch was already committed,
+                # a refused replay restarted the driver, or the layout has fewer handles.
+                assert crash.fired or (
+                    number > 0
+                    and (
+                        outcome in ("already-committed", "refused")
+                        or (step == "committed_handle" and index is not None and index >= 2)
+                    )
+                ), f"crash at {step}/{index} did not fire (outcome {outcome})"
+                FIRED[crash.fired] += 1
                 runner.restart()
                 parts = replay if parts is not first or s.replay_layout == "same" else first
-            runner.sink._step_listener = None
+            install_step_listener(runner.sink, None)
             _run_refusal_aware(s, runner, target, batch_id, parts, first, expected)
         else:
             runner.run_batch(batch_id, layout(batch_id, 3))
@@ -93,13 +109,13 @@ def _run_refusal_aware(
     parts: list[list[dict[str, int]]],
     first: list[list[dict[str, int]]],
     expected: list[int],
-) -> list[list[dict[str, int]]]:
-    """Run the batch; return the layout the next replay must use."""
+) -> tuple[list[list[dict[str, int]]], str]:
+    """Run the batch; return the layout the next replay must use, and the outcome."""
     before = sorted(r["id"] for r in target.committed_rows())
     try:
-        runner.run_batch(batch_id, parts)
+        metrics = runner.run_batch(batch_id, parts)
     except SimulatedCrash:
-        return parts
+        return parts, "crashed"
     except NondeterministicBatchError:
         # Only protocol B without staging may refuse a changed layout, and it
         # must refuse before writing anything.
@@ -109,8 +125,8 @@ def _run_refusal_aware(
         assert sorted(r["id"] for r in target.committed_rows()) == before
         runner.restart()
         runner.run_batch(batch_id, first)  # the deterministic replay completes
-        return first
-    return parts
+        return first, "refused"
+    return parts, metrics.outcome
 
 
 def _points(steps: Sequence[str]) -> list[tuple[str, int | None]]:
@@ -152,57 +168,123 @@ def test_every_driver_crash_point_and_pair_recovers_exactly_once(protocol: str) 
             raise AssertionError(f"violation in {scenario}: {exc}") from exc
         checked += 1
     EXPLORED[f"driver crash points, protocol {protocol}"] += checked
-    assert checked > 100
+    points = len(_points(COORDINATED_STEPS if protocol == "A" else MARKER_STEPS))
+    stagings = 2 if protocol == "B" else 1
+    # (single crash + every ordered pair) x crash batch 0 or 1 x same/other layout x staging
+    assert checked == (points + points**2) * 2 * 2 * stagings
+    assert FIRED[True] > FIRED[False], "most crashes must fire"
 
 
-HOOKS_A = (
-    "begin_transaction",
-    "write",
-    "pre_commit",
-    "commit",
-    "list_in_doubt",
-    "recover_and_abort",
-)
-HOOKS_B = ("begin_transaction", "write", "write_marker", "pre_commit", "commit", "read_markers")
+# Hooks called once per partition attempt: a rule for (batch 1, partition p) failing k times in all
+# fires k times, whatever attempt numbers the retries and restarts use.
+PARTITION_HOOKS = {
+    "A": ("begin_transaction", "write", "pre_commit"),
+    "B": ("begin_transaction", "write", "commit_with_marker"),
+}
+MAX_RUNS = 4
+
+
+def _run_until_done(runner: LocalRunner, target: FakeTarget, batch_id: int) -> int:
+    """Run a batch, restarting after each injected failure; return the number of failed runs."""
+    for failed in range(MAX_RUNS):
+        try:
+            runner.run_batch(batch_id, layout(batch_id, 3))
+        except TwoPhaseError as exc:
+            error: TwoPhaseError = exc
+        else:
+            return failed
+        assert "injected fault" in str(error), f"not the injected fault: {error!r}"
+        runner.restart()
+    raise AssertionError(f"batch {batch_id} never went through in {MAX_RUNS} runs")
+
+
+def _check_exact(target: FakeTarget, *batches: int) -> None:
+    expected = [i for b in batches for i in ids_of(b)]
+    assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
+    assert target.prepared() == [], "prepared transactions left behind"
+    assert target.open_transactions() == [], "open transactions left behind"
+
+
+def _new(protocol: str, max_task_failures: int = 2) -> tuple[FakeTarget, LocalRunner]:
+    target = FakeTarget.in_memory()
+    sink = FakeSink("faults", target) if protocol == "A" else FakeMarkerSink("faults", target)
+    runner = LocalRunner(sink, max_task_failures=max_task_failures)
+    runner.run_batch(0, layout(0, 3))
+    return target, runner
 
 
 @pytest.mark.parametrize("protocol", ["A", "B"])
-def test_every_executor_fault_then_retry_or_restart_is_exactly_once(protocol: str) -> None:
+def test_every_partition_hook_failing_then_retry_or_restart_is_exactly_once(protocol: str) -> None:
     checked = 0
-    hooks = HOOKS_A if protocol == "A" else HOOKS_B
-    for hook, partition, attempt_fails in itertools.product(hooks, range(3), (1, 2, 3)):
-        target = FakeTarget.in_memory()
-        sink = FakeSink("faults", target) if protocol == "A" else FakeMarkerSink("faults", target)
-        runner = LocalRunner(sink, max_task_failures=2)
-        runner.run_batch(0, layout(0, 3))
-        for attempt in range(attempt_fails):
-            target.fail(hook, batch_id=1, partition_id=partition, attempt=attempt)
-        try:
-            runner.run_batch(1, layout(1, 3))
-        except CommitFailedError:
-            # phase 2 gave up after the decision: partly visible, finished on restart
-            assert protocol == "A"
-            assert hook == "commit"
-            decided = runner.log.read_decision(1)
-            assert sorted(h.partition_id for h in decided) == [0, 1, 2]
-            # phase 2 commits in partition order and stopped at the failing handle:
-            # it and the ones after it are still prepared, the decision stands
-            prepared = sorted(t.split(":")[2] for t in target.prepared())
-            assert prepared == [str(p) for p in range(partition, 3)]
-            target.clear_faults()
-            runner.restart()
-            runner.run_batch(1, layout(1, 3))
-        except Exception:
-            if protocol == "A":  # all-or-nothing before the decision
-                assert_exactly_once([r["id"] for r in target.committed_rows()], ids_of(0))
-            target.clear_faults()
-            runner.restart()
-            runner.run_batch(1, layout(1, 3))
+    for hook, partition, failures in itertools.product(
+        PARTITION_HOOKS[protocol], range(3), (1, 2, 3)
+    ):
+        target, runner = _new(protocol)
+        rule = target.fail(hook, batch_id=1, partition_id=partition, times=failures)
+        failed_runs = _run_until_done(runner, target, 1)
+        assert target.fired(rule) == failures, f"{hook} x{failures}: the fault did not fire"
+        # two attempts per run: one failure is absorbed by Spark's task retry
+        assert failed_runs == failures // 2
         runner.run_batch(2, layout(2, 3))
-        assert_exactly_once(
-            [r["id"] for r in target.committed_rows()], ids_of(0) + ids_of(1) + ids_of(2)
-        )
-        assert target.prepared() == []
-        assert target.open_transactions() == []
+        _check_exact(target, 0, 1, 2)
         checked += 1
+    assert checked == len(PARTITION_HOOKS[protocol]) * 3 * 3
     EXPLORED[f"executor faults, protocol {protocol}"] += checked
+
+
+@pytest.mark.parametrize("partition", range(3))
+def test_phase2_commit_that_fails_for_good_is_finished_by_the_restart(partition: int) -> None:
+    target, runner = _new("A")
+    rule = target.fail("commit", batch_id=1, partition_id=partition)
+    with pytest.raises(CommitFailedError):
+        runner.run_batch(1, layout(1, 3))
+    assert target.fired(rule) == 1
+    # the decision stands; phase 2 commits in partition order and stopped at the failing handle
+    assert sorted(h.partition_id for h in runner.log.read_decision(1)) == [0, 1, 2]
+    prepared = sorted(t.split(":")[2] for t in target.prepared())
+    assert prepared == [str(p) for p in range(partition, 3)]
+    runner.restart()
+    runner.run_batch(1, layout(1, 3))
+    runner.run_batch(2, layout(2, 3))
+    _check_exact(target, 0, 1, 2)
+    EXPLORED["executor faults, protocol A"] += 1
+
+
+@pytest.mark.parametrize("failures", [1, 2, 3])
+def test_transient_phase2_commit_failures_are_retried_in_place(failures: int) -> None:
+    target, runner = _new("A")
+    rule = target.fail("commit", batch_id=1, partition_id=1, times=failures, error="RetriableError")
+    metrics = runner.run_batch(1, layout(1, 3))
+    assert target.fired(rule) == failures
+    assert metrics.commit_retries == failures
+    _check_exact(target, 0, 1)
+    EXPLORED["executor faults, protocol A"] += 1
+
+
+# Driver-side hooks get no partition: their rules name the hook only, and each scenario
+# sets up the state in which the hook runs (an orphan to abort, a batch to replay).
+DRIVER_HOOK_SCENARIOS = [
+    ("A", "list_in_doubt", None),  # the orphan sweep after phase 2 fails
+    ("A", "recover_and_abort", "phase1_done"),  # rolling back an undecided batch fails
+    ("B", "list_in_doubt", "phase1_done"),  # fencing at recovery fails
+    ("B", "read_markers", "phase1_done"),  # reading the markers of a replay fails
+]
+
+
+@pytest.mark.parametrize(("protocol", "hook", "crash"), DRIVER_HOOK_SCENARIOS)
+def test_every_driver_hook_failing_then_restart_is_exactly_once(
+    protocol: str, hook: str, crash: str | None
+) -> None:
+    target, runner = _new(protocol)
+    if crash is not None:
+        fired = runner.crash_at(crash, 1)
+        with pytest.raises(SimulatedCrash):
+            runner.run_batch(1, layout(1, 3))
+        assert fired.fired
+        runner.restart()
+    rule = target.fail(hook)
+    assert _run_until_done(runner, target, 1) == 1
+    assert target.fired(rule) == 1, f"{hook}: the fault did not fire"
+    runner.run_batch(2, layout(2, 3))
+    _check_exact(target, 0, 1, 2)
+    EXPLORED[f"executor faults, protocol {protocol}"] += 1

@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from twophase import (
-    ConcurrentQueryError,
-    CoordinatorLog,
-    CoordinatorLogError,
-    LocalFileStore,
-    TransactionHandle,
-)
+from twophase import ConcurrentQueryError, CoordinatorLogError, TransactionHandle
+from twophase._log import CoordinatorLog
+from twophase._store import LocalFileStore
 
 pytestmark = pytest.mark.unit
 

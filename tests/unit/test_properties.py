@@ -24,7 +24,10 @@ from twophase.testing import (
 
 pytestmark = pytest.mark.unit
 
-HOOKS = ("begin_transaction", "write", "pre_commit", "commit", "write_marker", "abort")
+HOOKS = {
+    "A": ("begin_transaction", "write", "pre_commit", "commit", "abort"),
+    "B": ("begin_transaction", "write", "commit_with_marker", "abort"),
+}
 
 
 def ids_of(batch_id: int, rows: int) -> list[int]:
@@ -38,7 +41,8 @@ def layout(batch_id: int, rows: int, partitions: int) -> list[list[dict[str, int
     return parts
 
 
-fault = st.tuples(st.sampled_from(HOOKS), st.integers(0, 3), st.integers(0, 2))
+# (index into the protocol's hooks, partition, attempt)
+fault = st.tuples(st.integers(0, 4), st.integers(0, 3), st.integers(0, 2))
 batch_plan = st.fixed_dictionaries(
     {
         "rows": st.integers(0, 12),
@@ -71,8 +75,11 @@ def test_any_sequence_of_failures_and_restarts_is_exactly_once(
     for batch_id, plan in enumerate(plans):
         first = layout(batch_id, plan["rows"], plan["partitions"])
         schema = None if plan["rows"] else pa.schema([("id", pa.int64())])
+        hooks = HOOKS[protocol]
         for hook, partition, attempt in plan["faults"]:
-            target.fail(hook, batch_id=batch_id, partition_id=partition, attempt=attempt)
+            target.fail(
+                hooks[hook % len(hooks)], batch_id=batch_id, partition_id=partition, attempt=attempt
+            )
         if plan["crash"] is not None:
             step = steps[plan["crash"] % len(steps)]
             runner.crash_at(step, batch_id, 0 if step == "committed_handle" else None)

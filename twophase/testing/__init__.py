@@ -10,7 +10,10 @@ What users get (and what twophase's own tests use):
   retries, simulated driver crashes at any step (:class:`CrashAt`) and
   restarts;
 * :func:`assert_exactly_once`;
-* :class:`SinkContract` -- a reusable pytest suite any sink can run to prove
+* :func:`install_step_listener` -- be called at every coordinator step (a
+  crash point), for a sink run by :class:`LocalRunner` or by Spark;
+* :class:`TwoPhaseSinkContract` and :class:`MarkerSinkContract` (both
+  :class:`SinkContract`) -- reusable pytest suites any sink can run to prove
   the guarantees (see ``docs/testing.md``).
 """
 
@@ -19,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from .._coordinator import COORDINATED_STEPS, MARKER_STEPS
 from ._assertions import assert_exactly_once
 from ._crash import CrashAt, SimulatedCrash, SimulatedCrashError
-from ._fake import FakeMarkerSink, FakeSink, FakeTransaction, parse_transaction_id
+from ._fake import FakeMarkerSink, FakeSink, FakeTransaction
 from ._faults import with_faults
-from ._local import LocalRunner
+from ._local import LocalRunner, install_step_listener
 from ._target import FakeTarget, FaultRule
 
 if TYPE_CHECKING:
-    from ._contract import SinkContract
+    from ._contract import MarkerSinkContract, SinkContract, TwoPhaseSinkContract
 
 __all__ = [
     "COORDINATED_STEPS",
@@ -37,19 +40,23 @@ __all__ = [
     "FakeTransaction",
     "FaultRule",
     "LocalRunner",
+    "MarkerSinkContract",
     "SimulatedCrash",
     "SimulatedCrashError",
     "SinkContract",
+    "TwoPhaseSinkContract",
     "assert_exactly_once",
-    "parse_transaction_id",
+    "install_step_listener",
     "with_faults",
 ]
 
+_CONTRACTS = ("MarkerSinkContract", "SinkContract", "TwoPhaseSinkContract")
+
 
 def __getattr__(name: str) -> Any:
-    # SinkContract needs pytest: import it only when asked for.
-    if name == "SinkContract":
-        from ._contract import SinkContract
+    # The contracts need pytest: import them only when asked for.
+    if name in _CONTRACTS:
+        from . import _contract
 
-        return SinkContract
+        return getattr(_contract, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,9 @@
 """A reusable pytest suite that proves a sink keeps the exactly-once guarantee.
 
-Subclass :class:`SinkContract` in a test module and provide two fixtures:
+Subclass :class:`TwoPhaseSinkContract` (for a :class:`~twophase.TwoPhaseCommitSink`)
+or :class:`MarkerSinkContract` (for a :class:`~twophase.MarkerCommitSink`) in a
+test module -- both are :class:`SinkContract`, and each generates only the
+tests that apply to its protocol -- and provide two fixtures:
 
 * ``make_sink`` -- a callable ``name -> sink`` building a fresh sink that writes
   to a fresh, empty target (a table, a topic, a fake);
@@ -14,7 +17,7 @@ without Spark -- and ends with :func:`assert_exactly_once`.
 
 Example::
 
-    class TestMySink(SinkContract):
+    class TestMySink(MarkerSinkContract):
         @pytest.fixture
         def make_sink(self, tmp_path):
             return lambda name: MySink(name, directory=tmp_path / "out")
@@ -28,35 +31,40 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pytest
 
 from .._coordinator import COORDINATED_STEPS, MARKER_STEPS
-from .._sink import TwoPhaseCommitSink, _SinkBase
-from .._types import CommitProtocol, RecoveryContext, TaskContext
+from .._fingerprint import fingerprint_batches
+from .._types import CommitProtocol, Marker, RecoveryContext, TaskContext
 from ..errors import NondeterministicBatchError
 from ._assertions import assert_exactly_once
 from ._crash import SimulatedCrash
 from ._faults import with_faults
-from ._local import LocalRunner
+from ._local import AnySinkLike, LocalRunner
 from ._target import FakeTarget
 
-__all__ = ["SinkContract"]
+__all__ = ["MarkerSinkContract", "SinkContract", "TwoPhaseSinkContract"]
 
-MakeSink = Callable[[str], _SinkBase[Any, Any]]
+MakeSink = Callable[[str], AnySinkLike]
 ReadIds = Callable[[], list[int]]
-
-_ALL_STEPS = sorted(
-    set(COORDINATED_STEPS) | set(MARKER_STEPS),
-    key=lambda s: (COORDINATED_STEPS + MARKER_STEPS).index(s),
-)
 
 
 class SinkContract:
-    """The exactly-once contract every sink must pass (see module docstring)."""
+    """The exactly-once contract every sink must pass (see module docstring).
 
+    Subclass :class:`TwoPhaseSinkContract` or :class:`MarkerSinkContract`;
+    this base holds the tests both protocols share.
+    """
+
+    #: The protocol the sink under test must speak (set by the two subclasses).
+    protocol: ClassVar[CommitProtocol | None] = None
+    #: The coordinator steps of that protocol (each a crash point).
+    steps: ClassVar[tuple[str, ...]] = ()
+    #: The executor hook that ends phase 1 (where a failure is injected).
+    finishing_hook: ClassVar[str] = ""
     #: Rows per batch in the contract tests.
     rows_per_batch = 12
     #: Partitions per batch in the contract tests.
@@ -98,7 +106,25 @@ class SinkContract:
             parts[index % count].append(row_id)
         return [[self.make_batch(p)] if p else [] for p in parts]
 
-    def _runner(self, sink: _SinkBase[Any, Any], tmp_path: Any, **kwargs: Any) -> LocalRunner:
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Parametrize the crash test with this protocol's steps only."""
+        if self.protocol is None:
+            raise TypeError(
+                f"{type(self).__name__} subclasses SinkContract directly: subclass "
+                "TwoPhaseSinkContract or MarkerSinkContract, after your sink's protocol"
+            )
+        if "step" in metafunc.fixturenames:
+            metafunc.parametrize("step", self.steps)
+
+    def _sink(self, make_sink: MakeSink) -> AnySinkLike:
+        sink = make_sink("contract")
+        assert sink.protocol is self.protocol, (
+            f"{type(self).__name__} checks {self.protocol} sinks, but make_sink built a "
+            f"{sink.protocol} sink ({type(sink).__name__})"
+        )
+        return sink
+
+    def _runner(self, sink: AnySinkLike, tmp_path: Any, **kwargs: Any) -> LocalRunner:
         return LocalRunner(sink, tmp_path / "checkpoint", **kwargs)
 
     def _run(self, runner: LocalRunner, batch_id: int, count: int | None = None) -> None:
@@ -108,7 +134,7 @@ class SinkContract:
     def test_contract_batches_commit_exactly_once(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
-        runner = self._runner(make_sink("contract"), tmp_path)
+        runner = self._runner(self._sink(make_sink), tmp_path)
         expected: list[int] = []
         for batch_id in range(3):
             self._run(runner, batch_id)
@@ -118,7 +144,7 @@ class SinkContract:
     def test_contract_replayed_committed_batch_writes_nothing(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
-        runner = self._runner(make_sink("contract"), tmp_path)
+        runner = self._runner(self._sink(make_sink), tmp_path)
         self._run(runner, 0)
         runner.restart()
         metrics = runner.run_batch(0, self.partitions(self.batch_ids(0), 2))
@@ -128,7 +154,7 @@ class SinkContract:
     def test_contract_empty_batches_and_partitions(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
-        runner = self._runner(make_sink("contract"), tmp_path)
+        runner = self._runner(self._sink(make_sink), tmp_path)
         metrics = runner.run_batch(0, [[], []], schema=self.make_batch([1]).schema)
         assert metrics.transactions == 0
         ids = self.batch_ids(1)[:2]
@@ -136,94 +162,123 @@ class SinkContract:
         assert metrics.transactions == 1
         assert_exactly_once(read_ids(), ids)
 
-    @pytest.mark.parametrize("step", _ALL_STEPS)
     def test_contract_driver_crash_at_each_step_then_restart(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any, step: str
     ) -> None:
-        sink = make_sink("contract")
-        steps = COORDINATED_STEPS if sink.protocol is CommitProtocol.COORDINATED else MARKER_STEPS
-        if step not in steps:
-            pytest.skip(f"{step} is not a step of the {sink.protocol.value} protocol")
+        sink = self._sink(make_sink)
         runner = self._runner(sink, tmp_path)
         self._run(runner, 0)
         crash = runner.crash_at(step, 1)
         with pytest.raises(SimulatedCrash):
             self._run(runner, 1)
         assert crash.fired
-        visible = read_ids()
-        if step in ("start", "recovered", "phase1_done", "decided", "staged") and (
-            sink.protocol is CommitProtocol.COORDINATED
-        ):
-            # prepared or not, nothing of batch 1 is visible before phase 2
-            assert_exactly_once(visible, self.batch_ids(0))
+        self.check_after_crash(step, read_ids())
         runner.restart()
         self._run(runner, 1)
         self._run(runner, 2)
         assert_exactly_once(read_ids(), self.batch_ids(0) + self.batch_ids(1) + self.batch_ids(2))
 
+    def check_after_crash(self, step: str, visible: list[int]) -> None:
+        """Check what a reader sees after a driver crash at ``step`` of batch 1."""
+
     def test_contract_task_failure_is_retried(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
         rules = FakeTarget.in_memory()
-        sink = with_faults(make_sink("contract"), rules)
+        sink = with_faults(self._sink(make_sink), rules)
         runner = self._runner(sink, tmp_path, max_task_failures=3)
-        rules.fail("write", batch_id=0, partition_id=1, attempt=0)
-        rules.fail("pre_commit", batch_id=0, partition_id=2, attempt=0)
-        rules.fail("pre_commit", batch_id=0, partition_id=2, attempt=1)
+        injected = [
+            rules.fail("write", batch_id=0, partition_id=1, attempt=0),
+            rules.fail(self.finishing_hook, batch_id=0, partition_id=2, attempt=0),
+            rules.fail(self.finishing_hook, batch_id=0, partition_id=2, attempt=1),
+        ]
         self._run(runner, 0)
+        assert [rules.fired(rule) for rule in injected] == [1, 1, 1], "a fault did not fire"
         assert_exactly_once(read_ids(), self.batch_ids(0))
 
     def test_contract_failed_batch_then_restart_is_exact(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
         rules = FakeTarget.in_memory()
-        sink = with_faults(make_sink("contract"), rules)
+        sink = with_faults(self._sink(make_sink), rules)
         runner = self._runner(sink, tmp_path, max_task_failures=2)
         self._run(runner, 0)
-        rules.fail("pre_commit", batch_id=1, partition_id=2, times=-1)
+        rule = rules.fail(self.finishing_hook, batch_id=1, partition_id=2, times=-1)
         with pytest.raises(Exception, match="injected fault"):
             self._run(runner, 1)
-        if sink.protocol is CommitProtocol.COORDINATED:
-            # all-or-nothing: no partition of the failed batch is visible
-            assert_exactly_once(read_ids(), self.batch_ids(0))
-            assert not [h for h in sink.list_in_doubt(RecoveryContext(runner.identity.token, 3))], (
-                "a failed batch left prepared transactions behind"
-            )
+        assert rules.fired(rule) == 2, "both attempts of the partition should have failed"
+        self.check_after_failed_batch(sink, runner, read_ids())
         rules.clear_faults()
         runner.restart()
         self._run(runner, 1)
         assert_exactly_once(read_ids(), self.batch_ids(0) + self.batch_ids(1))
 
+    def check_after_failed_batch(
+        self, sink: AnySinkLike, runner: LocalRunner, visible: list[int]
+    ) -> None:
+        """Check what a failed batch 1 (after a committed batch 0) left behind."""
+
     def test_contract_replay_with_another_partition_layout(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
-        sink = make_sink("contract")
-        runner = self._runner(sink, tmp_path)
-        runner.crash_at("phase1_done", 0)
+        runner = self._runner(self._sink(make_sink), tmp_path)
+        crash = runner.crash_at("phase1_done", 0)
         with pytest.raises(SimulatedCrash):
             self._run(runner, 0, count=3)
+        assert crash.fired
         runner.restart()
-        if sink.protocol is CommitProtocol.COORDINATED:
-            self._run(runner, 0, count=2)  # undecided: aborted and rewritten whole
-            assert_exactly_once(read_ids(), self.batch_ids(0))
-        else:
-            before = sorted(read_ids())
-            with pytest.raises(NondeterministicBatchError):
-                self._run(runner, 0, count=2)
-            assert sorted(read_ids()) == before, "a refused replay wrote rows"
-            self._run(runner, 0, count=3)  # the same layout again: completes
-            assert_exactly_once(read_ids(), self.batch_ids(0))
+        self.replay_in_another_layout(runner, read_ids)
+
+    def replay_in_another_layout(self, runner: LocalRunner, read_ids: ReadIds) -> None:
+        """Replay batch 0, crashed after phase 1 in 3 partitions, in 2 partitions."""
+        raise NotImplementedError
+
+    def test_contract_checkpoint_reset_is_a_new_identity(
+        self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
+    ) -> None:
+        runner = self._runner(self._sink(make_sink), tmp_path)
+        self._run(runner, 0)
+        first_identity = runner.identity.token
+        runner.reset_checkpoint()
+        assert runner.identity.token != first_identity
+        metrics = runner.run_batch(0, [[self.make_batch([5_000_000])]])
+        assert metrics.outcome == "committed", "a reset made new data look committed"
+        assert_exactly_once(read_ids(), [*self.batch_ids(0), 5_000_000])
+
+
+class TwoPhaseSinkContract(SinkContract):
+    """The contract of a protocol-A sink (:class:`~twophase.TwoPhaseCommitSink`)."""
+
+    protocol = CommitProtocol.COORDINATED
+    steps = COORDINATED_STEPS
+    finishing_hook = "pre_commit"
+
+    def check_after_crash(self, step: str, visible: list[int]) -> None:
+        """Before phase 2, prepared or not, nothing of batch 1 is visible."""
+        if COORDINATED_STEPS.index(step) <= COORDINATED_STEPS.index("decided"):
+            assert_exactly_once(visible, self.batch_ids(0))
+
+    def check_after_failed_batch(
+        self, sink: AnySinkLike, runner: LocalRunner, visible: list[int]
+    ) -> None:
+        """All-or-nothing: nothing of the failed batch is visible or left prepared."""
+        assert_exactly_once(visible, self.batch_ids(0))
+        in_doubt = sink.list_in_doubt(RecoveryContext(runner.identity.token, 3))
+        assert not in_doubt, f"a failed batch left prepared transactions behind: {in_doubt}"
+
+    def replay_in_another_layout(self, runner: LocalRunner, read_ids: ReadIds) -> None:
+        """Check that an undecided batch is aborted and rewritten whole, in any layout."""
+        self._run(runner, 0, count=2)
+        assert_exactly_once(read_ids(), self.batch_ids(0))
 
     def test_contract_orphan_of_dead_attempt_is_aborted(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
-        sink = make_sink("contract")
-        if not isinstance(sink, TwoPhaseCommitSink):
-            pytest.skip("orphaned prepared transactions exist only in protocol A")
+        sink = self._sink(make_sink)
         runner = self._runner(sink, tmp_path)
         self._run(runner, 0)
         # A dead attempt of batch 1 left a prepared transaction behind.
-        executor = pickle.loads(pickle.dumps(sink))
+        executor: Any = pickle.loads(pickle.dumps(sink))
         ctx = TaskContext(sink.name, runner.identity.token, 1, 0, 0)
         txn = executor.begin_transaction(ctx)
         executor.write(txn, self.make_batch([999_999]))
@@ -239,13 +294,11 @@ class SinkContract:
     def test_contract_handles_are_picklable(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
-        sink = make_sink("contract")
-        if not isinstance(sink, TwoPhaseCommitSink):
-            pytest.skip("protocol B handles never leave the executor")
-        runner = self._runner(sink, tmp_path)
-        runner.crash_at("decided", 0)
+        runner = self._runner(self._sink(make_sink), tmp_path)
+        crash = runner.crash_at("decided", 0)
         with pytest.raises(SimulatedCrash):
             self._run(runner, 0)
+        assert crash.fired
         handles = runner.log.read_decision(0)
         assert handles, "the decision recorded no handle"
         for handle in handles:
@@ -255,14 +308,48 @@ class SinkContract:
         self._run(runner, 0)
         assert_exactly_once(read_ids(), self.batch_ids(0))
 
-    def test_contract_checkpoint_reset_is_a_new_identity(
+
+class MarkerSinkContract(SinkContract):
+    """The contract of a protocol-B sink (:class:`~twophase.MarkerCommitSink`)."""
+
+    protocol = CommitProtocol.MARKERS
+    steps = MARKER_STEPS
+    finishing_hook = "commit_with_marker"
+
+    def replay_in_another_layout(self, runner: LocalRunner, read_ids: ReadIds) -> None:
+        """Check that the replay is refused before writing; the same layout completes."""
+        before = sorted(read_ids())
+        assert before, "phase 1 of protocol B commits on the executors"
+        with pytest.raises(NondeterministicBatchError):
+            self._run(runner, 0, count=2)
+        assert sorted(read_ids()) == before, "a refused replay wrote rows"
+        self._run(runner, 0, count=3)
+        assert_exactly_once(read_ids(), self.batch_ids(0))
+
+    def test_contract_partition_committed_before_a_driver_crash_is_skipped(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
-        runner = self._runner(make_sink("contract"), tmp_path)
+        # The driver records its intent for batch 1 and dies; the executor of
+        # partition 1 had already committed its rows and marker. The replay must
+        # find the marker and write partition 1 no second time.
+        sink = self._sink(make_sink)
+        runner = self._runner(sink, tmp_path)
         self._run(runner, 0)
-        first_identity = runner.identity.token
-        runner.reset_checkpoint()
-        assert runner.identity.token != first_identity
-        metrics = runner.run_batch(0, [[self.make_batch([5_000_000])]])
-        assert metrics.outcome == "committed", "a reset made new data look committed"
-        assert_exactly_once(read_ids(), [*self.batch_ids(0), 5_000_000])
+        crash = runner.crash_at("intent_recorded", 1)
+        parts = self.partitions(self.batch_ids(1))
+        with pytest.raises(SimulatedCrash):
+            runner.run_batch(1, parts)
+        assert crash.fired
+        executor: Any = pickle.loads(pickle.dumps(sink))
+        ctx = TaskContext(sink.name, runner.identity.token, 1, 1, 0)
+        txn = executor.begin_transaction(ctx)
+        for batch in parts[1]:
+            executor.write(txn, batch)
+        fingerprint = fingerprint_batches(parts[1])
+        executor.commit_with_marker(txn, Marker(ctx.identity, 1, 1, 0, fingerprint))
+        assert fingerprint.count, "the contract layout left partition 1 empty"
+        assert len(read_ids()) == len(self.batch_ids(0)) + fingerprint.count
+        runner.restart()
+        metrics = runner.run_batch(1, parts)
+        assert metrics.skipped_partitions == 1
+        assert_exactly_once(read_ids(), self.batch_ids(0) + self.batch_ids(1))

@@ -1,7 +1,8 @@
 """Fake sinks over :class:`FakeTarget`, with fault injection at every hook.
 
 :class:`FakeSink` speaks protocol A (prepare on executors, commit on the
-driver); :class:`FakeMarkerSink` speaks protocol B (local commit with a marker).
+driver); :class:`FakeMarkerSink` speaks protocol B (commit with a marker on the
+executor).
 Both consult the target's fault rules at the start of every hook, so a test can
 make any hook fail for a chosen batch, partition and attempt.
 """
@@ -14,10 +15,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from .._sink import MarkerCommitSink, TwoPhaseCommitSink
-from .._types import Marker, RecoveryContext, TaskContext, TransactionHandle
+from .._types import Marker, RecoveryContext, TaskContext, TransactionHandle, parse_transaction_id
 from ._target import FakeTarget
 
-__all__ = ["FakeMarkerSink", "FakeSink", "parse_transaction_id"]
+__all__ = ["FakeMarkerSink", "FakeSink", "FakeTransaction"]
 
 
 @dataclass
@@ -30,25 +31,6 @@ class FakeTransaction:
     def transaction_id(self) -> str:
         """Return the transaction id."""
         return self.context.transaction_id
-
-
-def parse_transaction_id(transaction_id: str) -> TransactionHandle | None:
-    """Parse ``identity:batch:partition:attempt`` back into a handle.
-
-    Parameters
-    ----------
-    transaction_id
-        A transaction id built by :attr:`TaskContext.transaction_id`.
-
-    Returns
-    -------
-    TransactionHandle or None
-        None if the id has another shape.
-    """
-    parts = transaction_id.rsplit(":", 3)
-    if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
-        return None
-    return TransactionHandle(transaction_id, int(parts[1]), int(parts[2]), int(parts[3]))
 
 
 def _of_identity(ids: Sequence[str], identity: str) -> list[TransactionHandle]:
@@ -135,7 +117,7 @@ class FakeSink(_FakeParticipant, TwoPhaseCommitSink[FakeTransaction, Transaction
         return _of_identity(self.target.prepared(), context.identity)
 
 
-class FakeMarkerSink(_FakeParticipant, MarkerCommitSink[FakeTransaction, TransactionHandle]):
+class FakeMarkerSink(_FakeParticipant, MarkerCommitSink[FakeTransaction]):
     """A protocol-B sink writing to a :class:`FakeTarget` with markers.
 
     Parameters
@@ -152,23 +134,12 @@ class FakeMarkerSink(_FakeParticipant, MarkerCommitSink[FakeTransaction, Transac
         super().__init__(name, **kwargs)  # type: ignore[arg-type]
         self.target = target
 
-    def write_marker(self, txn: FakeTransaction, marker: Marker) -> None:
-        """Attach the marker to the transaction (fault point ``write_marker``)."""
+    def commit_with_marker(self, txn: FakeTransaction, marker: Marker) -> None:
+        """Commit rows and marker at once (fault point ``commit_with_marker``)."""
         c = txn.context
-        self.target.check_fault("write_marker", c.batch_id, c.partition_id, c.attempt)
+        self.target.check_fault("commit_with_marker", c.batch_id, c.partition_id, c.attempt)
         self.target.set_marker(txn.transaction_id, marker)
-
-    def pre_commit(self, txn: FakeTransaction) -> TransactionHandle:
-        """Return the handle (fault point ``pre_commit``)."""
-        c = txn.context
-        self.target.check_fault("pre_commit", c.batch_id, c.partition_id, c.attempt)
-        return TransactionHandle(txn.transaction_id, c.batch_id, c.partition_id, c.attempt)
-
-    def commit(self, handle: TransactionHandle) -> None:
-        """Commit rows and marker at once, on the executor (fault point ``commit``)."""
-        h = handle
-        self.target.check_fault("commit", h.batch_id, h.partition_id, h.attempt)
-        self.target.commit_open(h.transaction_id)
+        self.target.commit_open(txn.transaction_id)
 
     def read_markers(self, identity: str, batch_id: int) -> list[Marker]:
         """Return committed markers of the batch (fault point ``read_markers``)."""
@@ -176,6 +147,6 @@ class FakeMarkerSink(_FakeParticipant, MarkerCommitSink[FakeTransaction, Transac
         return self.target.markers(identity, batch_id)
 
     def list_in_doubt(self, context: RecoveryContext) -> list[TransactionHandle]:
-        """List transactions of this identity left open by dead attempts."""
+        """List open transactions of this identity: they outlive their task here, like Kafka's."""
         self.target.check_fault("list_in_doubt")
         return _of_identity(self.target.open_transactions(), context.identity)

@@ -6,15 +6,15 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from .._sink import _SinkBase
+from .._sink import MarkerCommitSink, TwoPhaseCommitSink
 from .._types import TaskContext
 from ._target import FakeTarget
 
 __all__ = ["with_faults"]
 
-S = TypeVar("S", bound=_SinkBase[Any, Any])
+S = TypeVar("S", bound=TwoPhaseCommitSink[Any, Any] | MarkerCommitSink[Any])
 
-_TXN_HOOKS = ("write", "pre_commit", "abort", "write_marker")
+_TXN_HOOKS = ("write", "pre_commit", "abort", "commit_with_marker")
 _HANDLE_HOOKS = ("commit", "recover_and_commit", "recover_and_abort")
 _OTHER_HOOKS = ("list_in_doubt", "read_markers")
 
@@ -112,7 +112,8 @@ def with_faults(sink: S, faults: FakeTarget) -> S:
     >>> LocalRunner(sink, max_task_failures=2).run_batch(0, [[{"id": 1}]]).outcome
     'committed'
     """
-    cls: Any = _faulty_class(type(sink))
+    base: Any = type(sink)
+    cls: Any = _faulty_class(base)
     clone: Any = object.__new__(cls)
     clone.__dict__.update(sink.__dict__)
     clone._faults = faults

@@ -15,24 +15,30 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from .._coordinator import Coordinator
+from .._coordinator import Coordinator, StepListener
 from .._fingerprint import fingerprint_batches
+from .._hooks import AnySink
 from .._identity import SinkIdentity
-from .._log import CoordinatorLog, LocalFileStore
+from .._log import CoordinatorLog
 from .._metrics import BatchMetrics
 from .._participant import TaskPlan, TaskResult, run_participant
+from .._runtime import runtime_of
 from .._serde import dumps, loads
-from .._sink import _SinkBase
+from .._sink import MarkerCommitSink, TwoPhaseCommitSink
+from .._store import LocalFileStore
 from .._types import Fingerprint, SinkContext
 from ._crash import CrashAt
 
-__all__ = ["LocalRunner", "PartitionsLike"]
+__all__ = ["AnySinkLike", "LocalRunner", "PartitionsLike", "install_step_listener"]
+
+#: Any sink the kit can drive: a subclass of either base class.
+AnySinkLike = TwoPhaseCommitSink[Any, Any] | MarkerCommitSink[Any]
 
 _log = logging.getLogger("twophase.testing")
 
@@ -116,7 +122,7 @@ class _LocalExecution:
                 result[index] = fp
         return result
 
-    def run_participants(self, sink: _SinkBase[Any, Any], plan: TaskPlan) -> list[TaskResult]:
+    def run_participants(self, sink: AnySink, plan: TaskPlan) -> list[TaskResult]:
         payload = dumps((sink, plan))  # what Spark ships to executors
         results = []
         for index, part in enumerate(self.partitions):
@@ -141,6 +147,10 @@ class _LocalExecution:
         pass
 
 
+def _no_wait(_seconds: float) -> None:
+    pass
+
+
 class LocalRunner:
     """Drive a sink through the production coordinator, without Spark.
 
@@ -158,6 +168,9 @@ class LocalRunner:
         Attempts per task, like ``local[N, F]``: 1 means no task retry.
     fsync
         Make log writes durable (slower); off by default for fast tests.
+    sleep
+        Called with the backoff (seconds) between two attempts of a driver-side
+        commit: a settable clock for tests. Default: no waiting at all.
 
     Examples
     --------
@@ -172,12 +185,13 @@ class LocalRunner:
 
     def __init__(
         self,
-        sink: _SinkBase[Any, Any],
+        sink: AnySinkLike,
         log_dir: str | os.PathLike[str] | None = None,
         *,
         query_id: str | None = None,
         max_task_failures: int = 1,
         fsync: bool = False,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         if max_task_failures < 1:
             raise ValueError("max_task_failures must be >= 1")
@@ -187,8 +201,9 @@ class LocalRunner:
         self.query_id = query_id or str(uuid.uuid4())
         self.max_task_failures = max_task_failures
         self.fsync = fsync
+        self.sleep: Callable[[float], None] = sleep if sleep is not None else _no_wait
         self.identity = SinkIdentity(sink.name, self.query_id)
-        self.coordinator = self._new_coordinator()
+        self._new_coordinator()
 
     def _new_coordinator(self) -> Coordinator:
         location = self.identity.log_location(self.checkpoint)
@@ -200,14 +215,27 @@ class LocalRunner:
         context = SinkContext(
             self.sink.name, self.identity.token, self.query_id, uuid.uuid4().hex, location
         )
-        coordinator = Coordinator(self.sink, log, context, sleep=lambda _s: None)
-        self.sink._driver = coordinator
+        runtime = runtime_of(self.sink)
+        coordinator = Coordinator(log, context, sleep=self.sleep, on_step=runtime.on_step)
+        runtime.coordinator = coordinator
+        return coordinator
+
+    @property
+    def coordinator(self) -> Coordinator:
+        """Return the coordinator of the current run (the driver's protocol state)."""
+        coordinator = runtime_of(self.sink).coordinator
+        assert coordinator is not None
         return coordinator
 
     @property
     def log(self) -> CoordinatorLog:
         """Return the coordinator log of the current run."""
         return self.coordinator.log
+
+    @property
+    def metrics_history(self) -> list[BatchMetrics]:
+        """Metrics of the batches run since the last (re)start, oldest first."""
+        return list(runtime_of(self.sink).metrics)
 
     def run_batch(
         self,
@@ -236,7 +264,7 @@ class LocalRunner:
         if schema is None:
             schema = next((p[0].schema for p in parts if p), pa.schema([]))
         execution = _LocalExecution(batch_id, parts, schema, self.max_task_failures)
-        return self.coordinator.run_batch(execution)
+        return runtime_of(self.sink).run_batch(self.sink, execution)
 
     def crash_at(self, step: str, batch_id: int | None = None, index: int | None = None) -> CrashAt:
         """Make the driver crash at a coordinator step (raises ``SimulatedCrash``).
@@ -256,13 +284,17 @@ class LocalRunner:
             The installed listener (``.fired`` tells whether it crashed).
         """
         listener = CrashAt(step, batch_id, index)
-        self.sink._step_listener = listener
+        install_step_listener(self.sink, listener)
         return listener
 
     def restart(self) -> None:
-        """Simulate a driver restart: a fresh sink copy and coordinator, same log."""
+        """Simulate a driver restart: a fresh sink copy and coordinator, same log.
+
+        The copy has no step listener and no metrics: a new driver process
+        starts with nothing but the sink's settings and the log.
+        """
         self.sink = loads(dumps(self.sink))
-        self.coordinator = self._new_coordinator()
+        self._new_coordinator()
 
     def reset_checkpoint(self) -> None:
         """Simulate a checkpoint reset: new query id, hence a new sink identity."""
@@ -274,3 +306,28 @@ class LocalRunner:
         """Remove the temporary log directory, if the runner made one."""
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def install_step_listener(sink: object, listener: StepListener | None) -> None:
+    """Call ``listener(step, batch_id, index)`` at every coordinator step of ``sink``.
+
+    Works for a sink run by :class:`LocalRunner` and for one run by Spark in
+    this driver process (``foreachBatch``). The steps are
+    :data:`COORDINATED_STEPS` and :data:`MARKER_STEPS`; ``index`` is the handle
+    index for ``committed_handle``, else None. A listener that raises stops the
+    driver right there, which is how :class:`CrashAt` simulates a crash.
+
+    Parameters
+    ----------
+    sink
+        The driver's sink object.
+    listener
+        The listener, or None to remove it.
+
+    Examples
+    --------
+    >>> from twophase.testing import CrashAt, FakeSink, FakeTarget, install_step_listener
+    >>> sink = FakeSink("demo", FakeTarget.in_memory())
+    >>> install_step_listener(sink, CrashAt("decided", hard=True))  # SIGKILL after the decision
+    """
+    runtime_of(sink).step_listener = listener

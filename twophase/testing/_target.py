@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,121 +25,12 @@ from typing import Any
 
 from .._types import Fingerprint, Marker
 from ..errors import AbortRequiredError, TransactionError
+from ._storage import DirectoryStorage, MemoryStorage, Storage
 
 __all__ = ["FakeTarget", "FaultRule"]
 
 _DIRS = ("open", "prepared", "committed", "faults", "fired")
-_MEMORY_REGISTRY: dict[str, _Storage] = {}
-
-
-class _Storage:
-    """Tiny key-value storage with atomic rename; keys are ``dir/name``."""
-
-    def put(self, key: str, data: bytes) -> None:
-        raise NotImplementedError
-
-    def get(self, key: str) -> bytes | None:
-        raise NotImplementedError
-
-    def rename(self, src: str, dst: str) -> bool:
-        raise NotImplementedError
-
-    def create_exclusive(self, key: str) -> bool:
-        raise NotImplementedError
-
-    def list(self, directory: str) -> list[str]:
-        raise NotImplementedError
-
-    def delete(self, key: str) -> bool:
-        raise NotImplementedError
-
-
-class _MemoryStorage(_Storage):
-    def __init__(self) -> None:
-        self._data: dict[str, bytes] = {}
-        self._lock = threading.Lock()
-
-    def put(self, key: str, data: bytes) -> None:
-        with self._lock:
-            self._data[key] = data
-
-    def get(self, key: str) -> bytes | None:
-        return self._data.get(key)
-
-    def rename(self, src: str, dst: str) -> bool:
-        with self._lock:
-            if src not in self._data:
-                return False
-            self._data[dst] = self._data.pop(src)
-            return True
-
-    def create_exclusive(self, key: str) -> bool:
-        with self._lock:
-            if key in self._data:
-                return False
-            self._data[key] = b""
-            return True
-
-    def list(self, directory: str) -> list[str]:
-        prefix = directory + "/"
-        return sorted(k[len(prefix) :] for k in list(self._data) if k.startswith(prefix))
-
-    def delete(self, key: str) -> bool:
-        with self._lock:
-            return self._data.pop(key, None) is not None
-
-
-class _DirectoryStorage(_Storage):
-    def __init__(self, root: str) -> None:
-        self.root = root
-        for name in _DIRS:
-            os.makedirs(os.path.join(root, name), exist_ok=True)
-
-    def _p(self, key: str) -> str:
-        return os.path.join(self.root, *key.split("/"))
-
-    def put(self, key: str, data: bytes) -> None:
-        path = self._p(key)
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-
-    def get(self, key: str) -> bytes | None:
-        try:
-            with open(self._p(key), "rb") as fh:
-                return fh.read()
-        except FileNotFoundError:
-            return None
-
-    def rename(self, src: str, dst: str) -> bool:
-        try:
-            os.rename(self._p(src), self._p(dst))
-        except FileNotFoundError:
-            return False
-        return True
-
-    def create_exclusive(self, key: str) -> bool:
-        try:
-            fd = os.open(self._p(key), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return False
-        os.close(fd)
-        return True
-
-    def list(self, directory: str) -> list[str]:
-        try:
-            names = os.listdir(self._p(directory))
-        except FileNotFoundError:
-            return []
-        return sorted(n for n in names if not n.endswith(".tmp"))
-
-    def delete(self, key: str) -> bool:
-        try:
-            os.unlink(self._p(key))
-        except FileNotFoundError:
-            return False
-        return True
+_MEMORY_REGISTRY: dict[str, Storage] = {}
 
 
 @dataclass(frozen=True)
@@ -150,9 +40,10 @@ class FaultRule:
     Attributes
     ----------
     hook
-        Hook name: ``begin_transaction``, ``write``, ``pre_commit``,
-        ``write_marker``, ``commit``, ``abort``, ``recover_and_commit``,
-        ``recover_and_abort``, ``list_in_doubt``, ``read_markers``.
+        Hook name: ``begin_transaction``, ``write``, ``abort``; protocol A
+        ``pre_commit``, ``commit``, ``recover_and_commit``; protocol B
+        ``commit_with_marker``, ``read_markers``; both ``list_in_doubt``,
+        ``recover_and_abort``.
     batch_id, partition_id, attempt
         Restrict the rule (None matches any).
     times
@@ -216,8 +107,8 @@ class FakeTarget:
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = os.fspath(path) if path is not None else None
-        self._storage: _Storage = (
-            _DirectoryStorage(self.path) if self.path is not None else _MemoryStorage()
+        self._storage: Storage = (
+            DirectoryStorage(self.path, _DIRS) if self.path is not None else MemoryStorage()
         )
 
     @classmethod
@@ -251,7 +142,7 @@ class FakeTarget:
                 )
             self._storage = storage
         else:
-            self._storage = _DirectoryStorage(self.path)
+            self._storage = DirectoryStorage(self.path, _DIRS)
 
     # ------------------------------------------------------- transactions
     def _txn_key(self, state: str, txn_id: str) -> str:
@@ -535,10 +426,12 @@ class FakeTarget:
                         break
                 if not claimed:
                     continue
+            else:  # unlimited: still counted, so that a test can assert it fired
+                self._storage.create_exclusive(f"fired/{rule.rule_id}.u{uuid.uuid4().hex}")
             _raise(rule)
 
     def fired(self, rule: FaultRule) -> int:
-        """Return how many times a counted rule has fired."""
+        """Return how many times a rule has fired (in every process sharing the target)."""
         return len([n for n in self._storage.list("fired") if n.startswith(rule.rule_id)])
 
 
