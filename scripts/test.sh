@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Set up the machine (scripts/setup.sh), then run every check and the whole test suite:
-# ruff (lint and format), mypy --strict on the package and tools/twophase_dev, and pytest with all
-# markers (unit, spark, integration, chaos, slow). Every step runs even if an earlier one failed;
-# the exit status is non-zero if any failed. Extra arguments go to pytest, e.g.
-# 'bash scripts/test.sh -x -k kafka'.
+# ruff (lint and format), mypy --strict on the package and tools/twophase_dev, the import contracts
+# (import-linter), and pytest with all markers (unit, spark, integration, chaos, slow). Every step
+# runs even if an earlier one failed; the exit status is non-zero if any failed. Extra arguments go
+# to pytest, e.g. 'bash scripts/test.sh -x -k kafka'.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +30,8 @@ step "ruff check" "$PY" -m ruff check .
 step "ruff format --check" "$PY" -m ruff format --check .
 step "mypy --strict on twophase/, connectors/ and tools/twophase_dev/" \
     "$PY" -m mypy twophase connectors tools/twophase_dev
+step "import contracts (lint-imports, see [tool.importlinter] in pyproject.toml)" \
+    "$ROOT/.venv/bin/lint-imports" --no-cache
 
 pytest_status=0
 printf '\n==> pytest\n'
