@@ -24,17 +24,13 @@ Examples
 """
 
 from ._admin import PreparedTransaction, list_prepared_transactions
+from ._base import PostgresHandle
 from ._config import ConnectionConfig, PostgresOptions, QualifiedName, WriteMode
+from ._factory import postgres_sink
 from ._gid import format_gid, parse_gid
-from ._sink import (
-    PostgresHandle,
-    PostgresMarkerSink,
-    PostgresSink,
-    PostgresTwoPhaseSink,
-    postgres_sink,
-)
+from ._sink import PostgresMarkerSink, PostgresSink, PostgresTwoPhaseSink
+from ._transaction import PostgresTransaction
 from ._typemap import TableColumn, compatibility_problem, postgres_type
-from ._writer import PostgresTransaction
 
 __all__ = [
     "ConnectionConfig",

@@ -1,17 +1,10 @@
 """One ``COPY ... FROM STDIN`` per transaction, fed from the writer while the server ingests.
 
-A transaction's record batches arrive one at a time (``write``). Sending each
-as its own ``COPY`` statement would make the executor alternate between two
-idle states: encoding while the server waits, waiting while the server parses.
-:class:`CopyStream` instead runs a single ``COPY`` in a helper thread and hands
-it the encoded batches through a small bounded queue, so that encoding batch
-*n + 1* (Arrow's CSV writer, which releases the GIL) overlaps with the server
-ingesting batch *n* (psycopg2 sends without the GIL).
-
-The connection belongs to the helper thread from :meth:`CopyStream.start` to
-:meth:`CopyStream.close` / :meth:`CopyStream.abort`; the writer touches it
-again only after one of those returned. The queue bounds memory to a few
-encoded batches.
+:class:`CopyStream` runs a single ``COPY`` in a helper thread and takes the
+encoded record batches through a small bounded queue (why: "Performance" in
+``docs/jdbc.md``). The connection belongs to the helper thread from
+:meth:`CopyStream.start` to :meth:`CopyStream.close` / :meth:`CopyStream.abort`;
+the writer touches it again only after one of those returned.
 
 Runs on: executors, inside one partition's transaction.
 """

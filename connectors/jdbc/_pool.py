@@ -1,21 +1,11 @@
 """Connections kept per process and reused across batches.
 
-One :class:`ConnectionPool` exists per (connection parameters, session
-settings) in each process: on an executor (a Python worker, reused across
-tasks by Spark) every transaction takes a connection from it and gives it back
-once the transaction is prepared, committed or rolled back, so a worker opens
-one connection for the life of the query, not one per batch. The driver uses
-the same pool for phase 2, recovery and catalog reads; called one after
-another, they all run on the same connection.
-
-Connections run in autocommit mode and the sink issues ``BEGIN`` /
-``PREPARE TRANSACTION`` / ``COMMIT`` itself, so that the connection is clean
-(no transaction open in the session) as soon as a transaction is prepared.
-
-A connection is only put back when the server says the session is idle and
-not in a transaction; anything else is closed. After a connection failure all
-idle connections of the pool are dropped (the server probably restarted).
-The pools notice a ``fork()`` and never reuse a parent's connection in a child.
+One :class:`ConnectionPool` per (connection parameters, session settings) in
+each process, shared by every sink of that process (see "Connections" in
+``docs/jdbc.md``). Connections run in autocommit mode; a connection is only
+put back when the session is idle and not in a transaction, anything else is
+closed. The pools notice a ``fork()`` and never reuse a parent's connection in
+a child.
 """
 
 from __future__ import annotations
@@ -116,16 +106,28 @@ class ConnectionPool:
                     return conn, True
         return self.connect(), False
 
-    def release(self, conn: Any) -> None:
+    def release(self, conn: Any, *, rollback: bool = False) -> None:
         """Give a connection back; it is closed unless idle and healthy.
 
         Parameters
         ----------
         conn
             A connection from :meth:`acquire` or :meth:`connect`.
+        rollback
+            First roll back whatever transaction the session has open (a
+            connection whose ``ROLLBACK`` fails is closed).
         """
+        import psycopg2
         import psycopg2.extensions as ext
 
+        if rollback:
+            try:
+                if not conn.closed and conn.info.transaction_status != ext.TRANSACTION_STATUS_IDLE:
+                    with conn.cursor() as cur:
+                        cur.execute("ROLLBACK")
+            except psycopg2.Error:
+                self.discard(conn)
+                return
         healthy = (
             not conn.closed
             and conn.autocommit

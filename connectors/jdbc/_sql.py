@@ -1,10 +1,11 @@
-"""SQL statements, composed with :mod:`psycopg2.sql`.
+"""SQL statements on the target table (COPY, staging, merge, CREATE), via :mod:`psycopg2.sql`.
 
 Identifiers (tables, columns) always go through :class:`psycopg2.sql.Identifier`
 and values always travel as query parameters: nothing from the data or the
 user's options is ever formatted into SQL text. The only literal SQL fragments
 are the PostgreSQL type names of :func:`~._typemap.postgres_type`, which come
-from a fixed table in this package.
+from a fixed table in this package. The marker table's statements follow the
+same rule in :mod:`._markers`.
 """
 
 from __future__ import annotations
@@ -19,15 +20,11 @@ __all__ = [
     "OP_COLUMN",
     "SEQ_COLUMN",
     "copy_into",
-    "create_marker_table",
     "create_staging",
     "create_table",
-    "delete_old_markers",
     "ident",
-    "insert_marker",
     "merge_cdc",
     "merge_upsert",
-    "select_markers",
 ]
 
 #: Staging-table column holding the CDC operation.
@@ -189,14 +186,8 @@ def merge_cdc(
 
     Parameters
     ----------
-    target, staging
-        The tables.
-    columns
-        The data columns.
-    keys
-        The key columns.
-    order_column
-        Orders the changes of one key (largest wins), before row order.
+    target, staging, columns, keys, order_column
+        As for :func:`merge_upsert` (the staging table also has the operation).
 
     Returns
     -------
@@ -255,104 +246,3 @@ def create_table(
     if keys:
         parts.append(sql.SQL("PRIMARY KEY ({})").format(_columns(keys)))
     return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(target, sql.SQL(", ").join(parts))
-
-
-def create_marker_table(table: sql.Composable) -> sql.Composed:
-    """Create the marker table of protocol B.
-
-    The primary key also refuses a second identical marker, so that a
-    partition can never be recorded twice with the same rows.
-
-    Parameters
-    ----------
-    table
-        The marker table.
-
-    Returns
-    -------
-    psycopg2.sql.Composed
-        ``CREATE TABLE IF NOT EXISTS``.
-    """
-    return sql.SQL(
-        "CREATE TABLE IF NOT EXISTS {} ("
-        "identity text NOT NULL, "
-        "batch_id bigint NOT NULL, "
-        "partition_id integer NOT NULL, "
-        "attempt integer NOT NULL, "
-        "fingerprint text NOT NULL, "
-        "committed_at timestamptz NOT NULL DEFAULT now(), "
-        "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint))"
-    ).format(table)
-
-
-def insert_marker(table: sql.Composable) -> sql.Composed:
-    """Insert one marker; parameters identity, batch, partition, attempt, fingerprint.
-
-    Parameters
-    ----------
-    table
-        The marker table.
-
-    Returns
-    -------
-    psycopg2.sql.Composed
-        The statement.
-    """
-    return sql.SQL(
-        "INSERT INTO {} (identity, batch_id, partition_id, attempt, fingerprint) "
-        "VALUES (%s, %s, %s, %s, %s)"
-    ).format(table)
-
-
-def select_markers(table: sql.Composable) -> sql.Composed:
-    """Markers of one batch; parameters identity, batch.
-
-    Parameters
-    ----------
-    table
-        The marker table.
-
-    Returns
-    -------
-    psycopg2.sql.Composed
-        The statement.
-    """
-    return sql.SQL(
-        "SELECT partition_id, attempt, fingerprint FROM {} "
-        "WHERE identity = %s AND batch_id = %s ORDER BY partition_id, attempt"
-    ).format(table)
-
-
-def marker_exists(table: sql.Composable) -> sql.Composed:
-    """Whether a transaction's marker is committed; parameters identity, batch, partition, attempt.
-
-    Parameters
-    ----------
-    table
-        The marker table.
-
-    Returns
-    -------
-    psycopg2.sql.Composed
-        The statement.
-    """
-    return sql.SQL(
-        "SELECT EXISTS (SELECT 1 FROM {} WHERE identity = %s AND batch_id = %s "
-        "AND partition_id = %s AND attempt = %s)"
-    ).format(table)
-
-
-def delete_old_markers(table: sql.Composable) -> sql.Composed:
-    """Prune markers of old batches; parameters identity, oldest batch to keep.
-
-    Parameters
-    ----------
-    table
-        The marker table.
-
-    Returns
-    -------
-    psycopg2.sql.Composed
-        The statement.
-    """
-    return sql.SQL("DELETE FROM {} WHERE identity = %s AND batch_id < %s").format(table)

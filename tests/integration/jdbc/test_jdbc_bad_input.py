@@ -184,7 +184,7 @@ def test_permission_denied_is_found_at_start(pg: PgTarget, table: str) -> None:
 
 def test_permission_denied_while_writing(pg: PgTarget, table: str) -> None:
     """Privileges revoked after the start: COPY fails with 42501, mapped, nothing visible."""
-    from twophase._types import SinkContext, TaskContext
+    from twophase import Marker, SinkContext, TaskContext, fingerprint_batches
 
     pg.sql(f'CREATE TABLE "{table}" (id bigint, v text)')
     pg.sql(f'GRANT SELECT, INSERT ON "{table}" TO twophase_test')
@@ -193,12 +193,17 @@ def test_permission_denied_while_writing(pg: PgTarget, table: str) -> None:
     pg.sql(f'REVOKE INSERT ON "{table}" FROM twophase_test')
     txn = sink.begin_transaction(TaskContext("bad", "ident-perm", 3, 0, 0))
 
-    def write_and_prepare() -> None:
-        sink.write(txn, rows([1], ["x"]))  # the COPY streams: its error may come at the end
-        sink.pre_commit(txn)
+    def write_and_finish() -> None:
+        batch = rows([1], ["x"])
+        sink.write(txn, batch)  # the COPY streams: its error may come at the end
+        if pg.protocol == "coordinated":
+            sink.pre_commit(txn)
+        else:
+            marker = Marker("ident-perm", 3, 0, 0, fingerprint_batches([batch]))
+            sink.commit_with_marker(txn, marker)
 
     with pytest.raises(ConfigurationError, match="permission denied") as info:
-        write_and_prepare()
+        write_and_finish()
     sink.abort(txn)
     assert "batch=3" in str(info.value)
     assert pg.ids(table) == []

@@ -17,14 +17,14 @@ import pyarrow as pa
 import pytest
 from jdbc_support import PgTarget, id_batch
 
-from twophase._retry import RetryPolicy
-from twophase._types import TaskContext
+from twophase import RetryPolicy, TaskContext
 from twophase.errors import AbortRequiredError, CommitFailedError
 from twophase.testing import (
     FakeTarget,
     LocalRunner,
     SimulatedCrash,
     assert_exactly_once,
+    install_step_listener,
     with_faults,
 )
 
@@ -77,7 +77,7 @@ def test_postgres_restarted_between_prepare_and_commit_then_the_batch_finishes(
         assert len(pg_a.prepared()) == 3
 
     listener = OnStep("decided", 1, restart)
-    sink._step_listener = listener
+    install_step_listener(sink, listener)
     metrics = runner.run_batch(1, three_partitions(1))  # the pooled connection is dead: replaced
     assert listener.fired
     assert metrics.outcome == "committed"
@@ -94,7 +94,7 @@ def test_postgres_down_during_phase_2_then_back_and_restart_finishes_the_batch(
     sink = pg_a.sink("chaos", table, connect_timeout=2, retry=RetryPolicy(max_attempts=3))
     runner = LocalRunner(sink)
     runner.run_batch(0, three_partitions(0))
-    sink._step_listener = OnStep("decided", 1, lambda: pg_a.server.stop(remove_data=False))
+    install_step_listener(sink, OnStep("decided", 1, lambda: pg_a.server.stop(remove_data=False)))
     try:
         with pytest.raises(CommitFailedError, match="restarting the query commits") as info:
             runner.run_batch(1, three_partitions(1))
@@ -115,8 +115,7 @@ def test_postgres_back_while_phase_2_retries_commits_in_the_same_run(
 ) -> None:
     ids_table(pg_a, table)
     sink = pg_a.sink("chaos", table, connect_timeout=2, retry=RetryPolicy(max_attempts=5))
-    runner = LocalRunner(sink)
-    sink._step_listener = OnStep("decided", 0, lambda: pg_a.server.stop(remove_data=False))
+    install_step_listener(sink, OnStep("decided", 0, lambda: pg_a.server.stop(remove_data=False)))
     waits: list[float] = []
 
     def backoff(seconds: float) -> None:
@@ -126,7 +125,7 @@ def test_postgres_back_while_phase_2_retries_commits_in_the_same_run(
         if len(waits) == 2:
             pg_a.server.start()
 
-    runner.coordinator._sleep = backoff
+    runner = LocalRunner(sink, sleep=backoff)
     try:
         metrics = runner.run_batch(0, three_partitions(0))
     finally:
@@ -198,7 +197,7 @@ DRIVER = textwrap.dedent(
     import sys
     import pyarrow as pa
     from twophase.connectors.jdbc import postgres_sink
-    from twophase.testing import CrashAt, LocalRunner
+    from twophase.testing import CrashAt, LocalRunner, install_step_listener
 
     dsn, table, log_dir, query_id, protocol, step, index = sys.argv[1:8]
     sink = postgres_sink("killed", table=table, dsn=dsn, protocol=protocol)
@@ -210,7 +209,8 @@ DRIVER = textwrap.dedent(
         return [pa.record_batch({"id": pa.array(ids, pa.int64()), "payload": payload})]
 
     if step != "-":
-        sink._step_listener = CrashAt(step, 1, None if index == "-" else int(index), hard=True)
+        crash = CrashAt(step, 1, None if index == "-" else int(index), hard=True)
+        install_step_listener(sink, crash)
     for batch in (0, 1, 2):
         runner.run_batch(batch, [part(batch, p) for p in range(3)])
     """
@@ -226,10 +226,9 @@ DRIVER = textwrap.dedent(
     ],
 )
 def test_sigkilled_driver_then_restart_is_exactly_once(
-    pg: PgTarget, table: str, tmp_path: Path, protocol: str, step: str, index: str
+    request: pytest.FixtureRequest, table: str, tmp_path: Path, protocol: str, step: str, index: str
 ) -> None:
-    if pg.protocol != protocol:
-        pytest.skip("the crash point belongs to the other protocol")
+    pg: PgTarget = request.getfixturevalue("pg_a" if protocol == "coordinated" else "pg_b")
     ids_table(pg, table)
     query_id = str(uuid.uuid4())
 

@@ -1,25 +1,28 @@
-"""The core contract suite, run against the real PostgreSQL server with both protocols."""
+"""The core contract suites, run against the real PostgreSQL servers: A and B, one each."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 import pytest
 
-from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink
-from twophase.testing import SinkContract
+from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink, postgres_sink
+from twophase.testing import MarkerSinkContract, TwoPhaseSinkContract
 
 pytestmark = pytest.mark.integration
 
 
-class _PostgresContract(SinkContract):
-    fixture_name = ""
+class _PostgresFixtures:
+    """``make_sink`` and ``read_ids`` over a fresh table of one server, for one protocol."""
+
+    server_fixture: ClassVar[str]
+    protocol_name: ClassVar[str]
 
     @pytest.fixture
-    def target(self, request: pytest.FixtureRequest) -> Any:
-        server = request.getfixturevalue(self.fixture_name)
+    def target(self, request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any, str]]:
+        server = request.getfixturevalue(self.server_fixture)
         table = f"contract_{uuid.uuid4().hex[:12]}"
         conn = server.connect()
         conn.autocommit = True
@@ -31,21 +34,18 @@ class _PostgresContract(SinkContract):
         conn.close()
 
     @pytest.fixture
-    def make_sink(self, target: Any) -> Callable[[str], Any]:
+    def make_sink(self, target: tuple[Any, Any, str]) -> Callable[[str], Any]:
         server, _conn, table = target
-        protocol = "coordinated" if self.fixture_name == "postgres_server" else "markers"
 
         def make(name: str) -> Any:
-            from twophase.connectors.jdbc import postgres_sink
-
             return postgres_sink(
-                name, table=table, dsn=server.dsn, protocol=protocol, lock_timeout=5.0
+                name, table=table, dsn=server.dsn, protocol=self.protocol_name, lock_timeout=5.0
             )
 
         return make
 
     @pytest.fixture
-    def read_ids(self, target: Any) -> Callable[[], list[int]]:
+    def read_ids(self, target: tuple[Any, Any, str]) -> Callable[[], list[int]]:
         _server, conn, table = target
 
         def read() -> list[int]:
@@ -56,19 +56,21 @@ class _PostgresContract(SinkContract):
         return read
 
 
-class TestCoordinatedContract(_PostgresContract):
+class TestCoordinatedContract(_PostgresFixtures, TwoPhaseSinkContract):
     """Protocol A: PREPARE TRANSACTION / COMMIT PREPARED."""
 
-    fixture_name = "postgres_server"
+    server_fixture = "postgres_server"
+    protocol_name = "coordinated"
 
     def test_sink_is_protocol_a(self, make_sink: Callable[[str], Any]) -> None:
         assert isinstance(make_sink("contract"), PostgresTwoPhaseSink)
 
 
-class TestMarkersContract(_PostgresContract):
+class TestMarkersContract(_PostgresFixtures, MarkerSinkContract):
     """Protocol B: local commit plus a marker row."""
 
-    fixture_name = "postgres_server_no_prepared"
+    server_fixture = "postgres_server_no_prepared"
+    protocol_name = "markers"
 
     def test_sink_is_protocol_b(self, make_sink: Callable[[str], Any]) -> None:
         assert isinstance(make_sink("contract"), PostgresMarkerSink)

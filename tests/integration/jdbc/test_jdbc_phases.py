@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from jdbc_support import PgTarget, id_batch
 
-from twophase._types import RecoveryContext, SinkContext, TaskContext
+from twophase import Fingerprint, Marker, RecoveryContext, SinkContext, TaskContext
 from twophase.connectors.jdbc import (
     PostgresHandle,
     PostgresMarkerSink,
@@ -20,7 +20,7 @@ from twophase.connectors.jdbc import (
     postgres_sink,
 )
 from twophase.connectors.jdbc._config import ConnectionConfig
-from twophase.errors import ConfigurationError, FatalError
+from twophase.errors import AbortRequiredError, ConfigurationError, FatalError
 from twophase.testing import LocalRunner, assert_exactly_once
 
 pytestmark = pytest.mark.integration
@@ -198,29 +198,30 @@ def test_markers_are_written_read_and_pruned(pg_b: PgTarget, table: str) -> None
     kept = pg_b.sql("SELECT DISTINCT batch_id FROM it_markers WHERE identity = %s", (identity,))
     assert sorted(r[0] for r in kept) == [4, 5, 6]  # pruned at batch 6 (6 % 3 == 0)
     assert_exactly_once(pg_b.ids(table), [b * 10 + p for b in range(7) for p in range(2)])
-    assert sink.list_in_doubt(RecoveryContext(identity, 2)) == []
+    assert list(sink.list_in_doubt(RecoveryContext(identity, 2))) == []
     pg_b.sql("DROP TABLE it_markers")
 
 
-def test_marker_commit_is_idempotent_and_abort_of_committed_is_refused(
+def test_marker_commit_is_not_repeated_and_abort_of_committed_keeps_it(
     pg_b: PgTarget, table: str
 ) -> None:
-    from twophase._types import Fingerprint, Marker
-
     create_ids_table(pg_b, table)
     sink = opened(pg_b.sink("markers", table))
     txn = sink.begin_transaction(TaskContext("markers", IDENTITY, 4, 0, 0))
     sink.write(txn, id_batch([1, 2]))
-    sink.write_marker(txn, Marker(IDENTITY, 4, 0, 0, Fingerprint(2, 99)))
-    handle = sink.pre_commit(txn)
     assert pg_b.ids(table) == []
-    sink.commit(handle)
+    marker = Marker(IDENTITY, 4, 0, 0, Fingerprint(2, 99))
+    sink.commit_with_marker(txn, marker)
     assert sorted(pg_b.ids(table)) == [1, 2]
-    sink.commit(handle)  # no longer live here, but its marker says committed
-    with pytest.raises(FatalError, match="cannot be rolled back"):
-        sink.recover_and_abort(handle)
-    gone = PostgresHandle(f"tp:{IDENTITY}:4:1:0", 4, 1, 0)
-    sink.recover_and_abort(gone)  # never committed, not live: nothing to do
-    with pytest.raises(FatalError, match="neither live"):
-        sink.commit(gone)
+    assert sink.read_markers(IDENTITY, 4) == [marker]
+    with pytest.raises(AbortRequiredError, match="committed"):
+        sink.commit_with_marker(txn, marker)  # a committed transaction is not committed twice
+    sink.abort(txn)  # its commit landed: a committed local transaction is not rolled back
+    assert sorted(pg_b.ids(table)) == [1, 2]
+    assert list(sink.list_in_doubt(RecoveryContext(IDENTITY, 1))) == []  # nothing to fence
+    gone = sink.begin_transaction(TaskContext("markers", IDENTITY, 4, 1, 0))
+    sink.write(gone, id_batch([3]))
+    sink.abort(gone)  # never committed: rolled back with its session
+    assert sorted(pg_b.ids(table)) == [1, 2]
+    assert sink.read_markers(IDENTITY, 4) == [marker]
     pg_b.sql("DELETE FROM twophase_markers WHERE identity = %s", (IDENTITY,))

@@ -63,7 +63,7 @@ def test_streaming_query_writes_exactly_once_and_resumes_from_its_checkpoint(
     sink = pg.sink("spark_e2e", table, create_table=True)
     run(spark, tmp_path / "in", tmp_path / "chk", sink, lambda df: df.repartition(3))
     assert_exactly_once(pg.ids(table), expected)
-    assert [m.outcome for m in sink.metrics_history] == ["committed", "committed"]
+    assert [m.outcome for m in twophase.batch_metrics(sink)] == ["committed", "committed"]
     assert pg.prepared() == []
     expected += write_files(tmp_path / "in", 2, 1)
     sink = pg.sink("spark_e2e", table)  # a restart of the application

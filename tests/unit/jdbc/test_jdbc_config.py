@@ -9,7 +9,7 @@ import traceback
 
 import pytest
 
-from twophase._types import SinkContext
+from twophase import SinkContext
 from twophase.connectors.jdbc import (
     ConnectionConfig,
     PostgresHandle,
@@ -19,7 +19,7 @@ from twophase.connectors.jdbc import (
     QualifiedName,
     postgres_sink,
 )
-from twophase.connectors.jdbc._committer import partition_limit
+from twophase.connectors.jdbc._prepared import partition_limit
 from twophase.errors import ConfigurationError, RetriableError
 
 pytestmark = pytest.mark.unit

@@ -1,0 +1,187 @@
+"""The one constructor users need: :func:`postgres_sink` picks protocol A or B from the server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from twophase import RetryPolicy
+from twophase.errors import ConfigurationError
+
+from ._committer import PostgresCommitter
+from ._config import ConnectionConfig, PostgresOptions, QualifiedName, WriteMode
+from ._prepared import PreparedTransactions, partition_limit
+from ._sink import PostgresMarkerSink, PostgresTwoPhaseSink
+
+__all__ = ["Protocol", "postgres_sink"]
+
+_log = logging.getLogger("twophase.connectors.jdbc")
+
+#: The ``protocol`` argument of :func:`postgres_sink`.
+Protocol = Literal["auto", "coordinated", "markers"]
+
+
+def postgres_sink(
+    name: str,
+    *,
+    table: str | tuple[str, str],
+    dsn: str | None = None,
+    mode: WriteMode = "append",
+    key_columns: Sequence[str] = (),
+    cdc_op_column: str = "op",
+    order_column: str | None = None,
+    protocol: Protocol = "auto",
+    create_table: bool = False,
+    marker_table: str | tuple[str, str] = "twophase_markers",
+    marker_retention: int = 100,
+    lock_timeout: float = 30.0,
+    statement_timeout: float = 600.0,
+    idle_in_transaction_timeout: float = 600.0,
+    connect_timeout: int = 10,
+    max_partitions: int | None = None,
+    merge_schema: str | None = None,
+    staging: bool = False,
+    checkpoint_location: str | None = None,
+    retry: RetryPolicy | None = None,
+    **connect_params: str | int,
+) -> PostgresTwoPhaseSink | PostgresMarkerSink:
+    """Build an exactly-once PostgreSQL sink, choosing the protocol from the server.
+
+    Runs on the driver, once, before the query starts. With
+    ``protocol="auto"`` it connects once and reads ``max_prepared_transactions``:
+    above 0 it returns a :class:`PostgresTwoPhaseSink` (protocol A), else a
+    :class:`PostgresMarkerSink` (protocol B), and logs the choice. Pin the
+    protocol in production: a server reconfigured between two runs of one
+    query would otherwise switch protocols under the same checkpoint.
+
+    Parameters
+    ----------
+    name
+        Sink name, part of every transaction id (1-64 characters of
+        ``[A-Za-z0-9_.-]``).
+    table
+        Target table: ``"events"``, ``"schema.events"`` or
+        ``("schema", "events")``. Exact, case-sensitive names.
+    dsn
+        libpq connection string or URI. Any libpq keyword can also be passed
+        as a keyword argument (``host``, ``port``, ``dbname``, ``user``,
+        ``password``, ``sslmode``, ``sslrootcert``...); keywords win.
+    mode
+        ``"append"`` (COPY into the table), ``"upsert"`` (``INSERT ... ON
+        CONFLICT (key_columns) DO UPDATE``), or ``"cdc"`` (Debezium-style
+        changes: ``c``/``r``/``u`` upsert the row, ``d`` deletes the key).
+    key_columns
+        Upsert and CDC: the key. A unique index on exactly these columns must
+        exist (``create_table=True`` makes them the primary key). Rows of one
+        key must all be in one partition: ``df.repartition(*key_columns)``.
+    cdc_op_column
+        CDC: the column holding the operation; it is not written to the table.
+    order_column
+        Upsert and CDC: among rows of one key in one batch, the one with the
+        largest value wins (NULLs lose); without it, the last row of the
+        partition wins.
+    protocol
+        ``"auto"``, ``"coordinated"`` (A; fails at once, with the server's
+        hint, if the server cannot prepare) or ``"markers"`` (B).
+    create_table
+        Create the table from the first batch's schema if it does not exist
+        (see the type mapping in ``docs/jdbc.md``).
+    marker_table
+        Protocol B: the marker table (created when missing).
+    marker_retention
+        Protocol B: keep markers of this many recent batches per sink identity.
+    lock_timeout, statement_timeout, idle_in_transaction_timeout
+        Server-side timeouts (seconds; 0 disables) so that nothing waits forever.
+    connect_timeout
+        Seconds to wait for a connection.
+    max_partitions
+        Upper bound on transactions per batch (the batch is coalesced to it).
+        Protocol A's default leaves a quarter of ``max_prepared_transactions``
+        free.
+    merge_schema
+        Protocol A, upsert/CDC: schema for the per-transaction unlogged
+        staging tables (default: the table's schema). The user needs CREATE
+        on it.
+    staging
+        Protocol B only: stage each batch in the checkpoint so that replays
+        are deterministic (see :class:`twophase.MarkerCommitSink`).
+    checkpoint_location, retry
+        See :class:`twophase.TwoPhaseCommitSink`.
+    **connect_params
+        libpq keywords.
+
+    Returns
+    -------
+    PostgresTwoPhaseSink or PostgresMarkerSink
+        The sink; pass it to ``foreachBatch``.
+
+    Raises
+    ------
+    ConfigurationError
+        An option is invalid, or ``protocol="coordinated"`` on a server that
+        cannot prepare.
+    RetriableError
+        The server cannot be reached to detect its capabilities
+        (``protocol="auto"``/``"coordinated"``).
+
+    Examples
+    --------
+    >>> sink = postgres_sink(  # doctest: +SKIP
+    ...     "orders", table="public.orders", dsn="host=db dbname=shop user=etl",
+    ...     mode="upsert", key_columns=["order_id"])
+    >>> df.repartition("order_id").writeStream.foreachBatch(sink).start()  # doctest: +SKIP
+    """
+    if protocol not in ("auto", "coordinated", "markers"):
+        raise ConfigurationError(
+            f"protocol must be 'auto', 'coordinated' or 'markers'; got {protocol!r}",
+            setting="protocol",
+        )
+    options = PostgresOptions(
+        table=QualifiedName.parse(table, "table"),
+        mode=mode,
+        key_columns=tuple(key_columns),
+        cdc_op_column=cdc_op_column,
+        order_column=order_column,
+        create_table=create_table,
+        marker_table=QualifiedName.parse(marker_table, "marker_table"),
+        marker_retention=marker_retention,
+        lock_timeout=lock_timeout,
+        statement_timeout=statement_timeout,
+        idle_in_transaction_timeout=idle_in_transaction_timeout,
+        connect_timeout=connect_timeout,
+        max_partitions=max_partitions,
+        merge_schema=merge_schema,
+        application_name=f"twophase:{name}"[:63],
+    )
+    connection = ConnectionConfig(dsn, **connect_params)
+    common: dict[str, Any] = {"checkpoint_location": checkpoint_location, "retry": retry}
+    if protocol == "markers":
+        _log.info("sink %s: protocol 'markers' (forced) on %s", name, connection.describe())
+        return PostgresMarkerSink(name, options, connection, staging=staging, **common)
+    server = PostgresCommitter(options, connection).server(sink=name)
+    if server.max_prepared_transactions == 0:
+        if protocol == "coordinated":
+            PreparedTransactions(options, connection).probe(sink=name)
+        _log.info(
+            "sink %s: PostgreSQL %s at %s has max_prepared_transactions=0: using protocol "
+            "'markers' (per-partition commit with markers in %s)",
+            name,
+            server.describe_version(),
+            connection.describe(),
+            options.marker_table,
+        )
+        return PostgresMarkerSink(name, options, connection, staging=staging, **common)
+    limit = partition_limit(server.max_prepared_transactions, max_partitions)
+    _log.info(
+        "sink %s: PostgreSQL %s at %s has max_prepared_transactions=%d: using protocol "
+        "'coordinated' (PREPARE TRANSACTION), at most %d partitions per batch",
+        name,
+        server.describe_version(),
+        connection.describe(),
+        server.max_prepared_transactions,
+        limit,
+    )
+    if staging:
+        _log.info("sink %s: staging=True has no effect with protocol 'coordinated'", name)
+    return PostgresTwoPhaseSink(name, options, connection, server=server, **common)

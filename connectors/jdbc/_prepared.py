@@ -1,0 +1,298 @@
+"""Protocol A's SQL: ``PREPARE TRANSACTION``, ``COMMIT`` / ``ROLLBACK PREPARED``, recovery.
+
+The executor prepares (:func:`prepare_transaction`); the driver probes the
+server, commits, lists and rolls back by gid (:class:`PreparedTransactions`).
+Every driver statement runs in autocommit mode and is safe to repeat: an
+unknown gid is success for ``ROLLBACK PREPARED`` and is resolved through the
+transaction's xid for ``COMMIT PREPARED``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import psycopg2
+
+from twophase.errors import ConfigurationError, FatalError, RetriableError
+
+from ._client import PostgresClient
+from ._errors import is_connection_error, map_error, sqlstate
+from ._gid import GID_PREFIX, gid_prefix, parse_gid
+from ._transaction import PostgresTransaction
+
+__all__ = [
+    "PreparedTransactions",
+    "committed_or_raise",
+    "partition_limit",
+    "prepare_transaction",
+]
+
+_log = logging.getLogger("twophase.connectors.jdbc")
+
+#: SQLSTATE of ``COMMIT/ROLLBACK PREPARED`` with a gid that is not prepared.
+_UNKNOWN_GID = "42704"
+
+
+def partition_limit(max_prepared: int, max_partitions: int | None) -> int:
+    """How many prepared transactions one batch may hold.
+
+    A quarter of ``max_prepared_transactions`` (at least 2 slots) is left to
+    other users of the server and to transactions of a retried task.
+
+    Parameters
+    ----------
+    max_prepared
+        The server's ``max_prepared_transactions`` (> 0).
+    max_partitions
+        The user's cap, if any.
+
+    Returns
+    -------
+    int
+        The limit, at least 1.
+    """
+    automatic = max(1, max_prepared - max(2, max_prepared // 4))
+    return automatic if max_partitions is None else min(automatic, max_partitions)
+
+
+def prepare_transaction(txn: PostgresTransaction) -> None:
+    """``PREPARE TRANSACTION gid`` (executor) and give the connection back to the pool.
+
+    Parameters
+    ----------
+    txn
+        The open, finished transaction.
+    """
+    conn = txn.open_connection("PREPARE TRANSACTION")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("PREPARE TRANSACTION %s", (txn.gid,))
+    except psycopg2.Error as exc:
+        if is_connection_error(exc):
+            # The server may have prepared it before the connection broke.
+            txn.state = "unknown"
+        raise txn.failure(exc, f"PREPARE TRANSACTION {txn.gid!r}") from exc
+    txn.state = "prepared"
+    txn.conn = None
+    txn.pool.release(conn)
+
+
+class PreparedTransactions(PostgresClient):
+    """Driver-side statements on prepared transactions (also run by a retried task).
+
+    Picklable (options and connection parameters only).
+    """
+
+    def probe(self, **context: Any) -> None:
+        """Check that the server accepts ``PREPARE TRANSACTION``; fail with its own hint.
+
+        Prepares an empty transaction under a gid no real transaction uses and
+        rolls it back at once.
+
+        Parameters
+        ----------
+        **context
+            Error context.
+
+        Raises
+        ------
+        ConfigurationError
+            The server refuses (``max_prepared_transactions = 0``), with the
+            server's message and hint.
+        """
+        probe_gid = f"{GID_PREFIX}probe:{uuid.uuid4().hex}"
+
+        def probe(cur: Any) -> None:
+            cur.execute("BEGIN")
+            try:
+                cur.execute("PREPARE TRANSACTION %s", (probe_gid,))
+            except psycopg2.Error as exc:
+                if cur.connection.info.transaction_status != 0:
+                    cur.execute("ROLLBACK")
+                raise ConfigurationError(
+                    "protocol='coordinated' needs PREPARE TRANSACTION, which this server "
+                    f"refuses: {map_error(exc, 'PREPARE TRANSACTION').message}. Or let the "
+                    "sink use protocol='markers' (protocol='auto' picks it)",
+                    setting="max_prepared_transactions",
+                    **context,
+                ) from None
+            cur.execute("ROLLBACK PREPARED %s", (probe_gid,))
+
+        self.run("probing PREPARE TRANSACTION", probe, **context)
+
+    def commit(self, gid: str, xid: int | None, **context: Any) -> str:
+        """``COMMIT PREPARED gid``; an unknown gid is resolved through the xid.
+
+        Parameters
+        ----------
+        gid
+            The gid.
+        xid
+            The 64-bit transaction id recorded at ``begin`` (None when unknown).
+        **context
+            Error context.
+
+        Returns
+        -------
+        str
+            ``"committed"`` (now), ``"already committed"`` (the xid says so), or
+            ``"assumed committed"`` (the server no longer knows the xid).
+
+        Raises
+        ------
+        FatalError
+            The transaction was rolled back: its rows are lost.
+        RetriableError
+            The server is unreachable, or the transaction is still running.
+        """
+
+        def commit(cur: Any) -> tuple[bool, str | None]:
+            try:
+                cur.execute("COMMIT PREPARED %s", (gid,))
+                return True, None
+            except psycopg2.Error as exc:
+                if sqlstate(exc) != _UNKNOWN_GID:
+                    raise
+            if xid is None:
+                return False, None
+            cur.execute("SELECT txid_status(%s)", (xid,))
+            return False, cur.fetchone()[0]
+
+        done, status = self.run(f"COMMIT PREPARED {gid!r}", commit, **context)
+        if done:
+            return "committed"
+        outcome = committed_or_raise(status, gid, **context)
+        if outcome == "assumed committed":
+            _log.warning(
+                "%s is not prepared any more and the server cannot tell whether its "
+                "transaction committed (no xid, or too old); a transaction named by a commit "
+                "decision is only ever committed, so it is taken as committed",
+                gid,
+            )
+        return outcome
+
+    def rollback(self, gid: str, **context: Any) -> bool:
+        """``ROLLBACK PREPARED gid`` on a pooled connection; an unknown gid is success.
+
+        Parameters
+        ----------
+        gid
+            The gid.
+        **context
+            Error context.
+
+        Returns
+        -------
+        bool
+            Whether a prepared transaction was rolled back.
+        """
+
+        def rollback(cur: Any) -> bool:
+            try:
+                cur.execute("ROLLBACK PREPARED %s", (gid,))
+            except psycopg2.Error as exc:
+                if sqlstate(exc) == _UNKNOWN_GID:
+                    return False
+                raise
+            return True
+
+        return self.run(f"ROLLBACK PREPARED {gid!r}", rollback, **context)
+
+    def find(self, identity: str, **context: Any) -> list[tuple[str, int, int, int]]:
+        """List this identity's prepared transactions in the sink's database.
+
+        Parameters
+        ----------
+        identity
+            The sink identity.
+        **context
+            Error context.
+
+        Returns
+        -------
+        list of (gid, batch_id, partition_id, attempt)
+            Parsed from ``pg_prepared_xacts``; gids of other identities are
+            never returned, even when one identity is a prefix of another.
+        """
+        prefix = gid_prefix(identity)
+
+        def query(cur: Any) -> list[str]:
+            cur.execute(
+                "SELECT gid FROM pg_catalog.pg_prepared_xacts "
+                "WHERE database = current_database() AND left(gid, %s) = %s ORDER BY gid",
+                (len(prefix), prefix),
+            )
+            return [r[0] for r in cur.fetchall()]
+
+        found = []
+        for gid in self.run("listing prepared transactions", query, **context):
+            parsed = parse_gid(gid, identity)
+            if parsed is not None:
+                found.append((gid, parsed.batch_id, parsed.partition_id, parsed.attempt))
+        return found
+
+    def stale(self, identity: str, older_than: float, **context: Any) -> list[str]:
+        """List prepared transactions of other identities of this connector, older than a limit.
+
+        They hold locks and slots and block VACUUM; nothing of this run will
+        resolve them (a reset checkpoint, another query), so ``open()`` warns.
+
+        Parameters
+        ----------
+        identity
+            This sink's identity (excluded).
+        older_than
+            Age in seconds.
+        **context
+            Error context.
+
+        Returns
+        -------
+        list of str
+            Their gids.
+        """
+        mine = gid_prefix(identity)
+
+        def query(cur: Any) -> list[str]:
+            cur.execute(
+                "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE database = current_database() "
+                "AND left(gid, %s) = %s AND left(gid, %s) <> %s "
+                "AND prepared < now() - make_interval(secs => %s) ORDER BY prepared",
+                (len(GID_PREFIX), GID_PREFIX, len(mine), mine, older_than),
+            )
+            return [r[0] for r in cur.fetchall()]
+
+        return self.run("listing stale prepared transactions", query, **context)
+
+
+def committed_or_raise(status: str | None, gid: str, **context: Any) -> str:
+    """Turn the status of a vanished prepared transaction into an outcome or an error.
+
+    Parameters
+    ----------
+    status
+        ``txid_status()``: ``committed``, ``aborted``, ``in progress`` or None.
+    gid
+        The gid.
+    **context
+        Error context.
+
+    Returns
+    -------
+    str
+        The outcome when it is a success.
+    """
+    if status == "committed":
+        return "already committed"
+    if status == "aborted":
+        raise FatalError(
+            f"prepared transaction {gid!r} of a decided batch was rolled back (by hand or by "
+            "another process): its rows are lost. Restore them from the source (see "
+            "docs/jdbc.md, 'resolving in-doubt transactions by hand')",
+            **context,
+        )
+    if status == "in progress":
+        raise RetriableError(f"transaction of {gid!r} is still in progress", **context)
+    return "assumed committed"

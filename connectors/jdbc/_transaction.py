@@ -1,0 +1,134 @@
+"""A partition's live transaction on an executor, and the errors it raises.
+
+The state of a transaction, for both protocols::
+
+    open --write*--> open --finish--> open --prepare--> prepared    (protocol A)
+                                           --commit---> committed   (protocol B)
+    open/prepared --rollback--> rolled back
+    open --connection lost during PREPARE or COMMIT--> unknown
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg2 import sql
+
+from twophase import TaskContext
+from twophase.errors import AbortRequiredError, TwoPhaseError
+
+from ._catalog import TableInfo
+from ._copy import CopyStream
+from ._errors import is_connection_error, map_error
+from ._plan import WritePlan
+from ._pool import ConnectionPool
+
+__all__ = ["PostgresTransaction"]
+
+
+class PostgresTransaction:
+    """A partition's live transaction on an executor (never pickled).
+
+    Attributes
+    ----------
+    context
+        The task that owns it.
+    gid
+        Its global transaction id (protocol A) / transaction id (protocol B).
+    state
+        ``open``, ``prepared``, ``committed``, ``rolled back`` or ``unknown``.
+    rows
+        Rows written so far.
+    xid
+        The server's 64-bit transaction id (protocol A), to tell later whether
+        a gid that disappeared was committed or rolled back.
+    """
+
+    def __init__(
+        self,
+        context: TaskContext,
+        gid: str,
+        pool: ConnectionPool,
+        conn: Any,
+        table: TableInfo,
+        xid: int | None,
+    ) -> None:
+        self.context = context
+        self.gid = gid
+        self.pool = pool
+        self.conn: Any = conn
+        self.table = table
+        self.state = "open"
+        self.rows = 0
+        self.xid = xid
+        self.plan: WritePlan | None = None
+        self.staging: sql.Composable | None = None
+        self.seq = 0
+        self.copy: CopyStream | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresTransaction(gid={self.gid!r}, state={self.state!r}, rows={self.rows})"
+
+    @property
+    def where(self) -> dict[str, Any]:
+        """Error context: the sink, batch and partition.
+
+        Returns
+        -------
+        dict
+            Keywords for :mod:`twophase.errors` exceptions.
+        """
+        c = self.context
+        return {"sink": c.sink_name, "batch_id": c.batch_id, "partition_id": c.partition_id}
+
+    def open_connection(self, doing: str) -> Any:
+        """Return the connection of an open transaction, or refuse.
+
+        Parameters
+        ----------
+        doing
+            What the caller is about to do, for the message.
+
+        Returns
+        -------
+        psycopg2.extensions.connection
+            The transaction's connection.
+
+        Raises
+        ------
+        AbortRequiredError
+            The transaction is not open any more.
+        """
+        if self.state != "open" or self.conn is None:
+            raise AbortRequiredError(f"{doing} on a transaction that is {self.state}", **self.where)
+        return self.conn
+
+    def failure(self, exc: BaseException, doing: str, hint: str | None = None) -> TwoPhaseError:
+        """Map a psycopg2 error of this transaction, dropping a broken connection.
+
+        Parameters
+        ----------
+        exc
+            The error.
+        doing
+            What the transaction was doing.
+        hint
+            An extra sentence of advice.
+
+        Returns
+        -------
+        TwoPhaseError
+            The exception to raise (``raise txn.failure(...) from exc``).
+        """
+        types = self.plan.column_types if self.plan is not None else ()
+        if is_connection_error(exc) and self.conn is not None:
+            self.pool.discard(self.conn, flush=True)
+            self.conn = None
+        return map_error(
+            exc,
+            doing,
+            secrets=self.pool.config.secrets,
+            columns=types,
+            hint=hint,
+            **self.where,
+        )
