@@ -10,9 +10,12 @@ switching from ``format("kafka")`` is a one-line change::
     sink = KafkaSink("events", bootstrap_servers="broker:9092", topic="events")
     df.writeStream.foreachBatch(sink).option("checkpointLocation", "/chk/events").start()
 
-Layout: the sink and its hooks in ``_sink.py``; producer settings in
-``_config.py``; Arrow rows to records in ``_records.py``; markers and their
-fast reader in ``_markers.py``; the per-worker producer pool in ``_pool.py``;
+Layout: the sink, a thin router over the hooks, in ``_sink.py``; its validated
+settings in ``_options.py`` and the producer settings in ``_config.py``; one
+partition's transaction (produce, probe, flush, commit, abort) in
+``_transaction.py``; the fencing of earlier producers of a slot in
+``_fencing.py``; the per-worker producer pool in ``_pool.py``; Arrow rows to
+records in ``_records.py``; markers and their fast reader in ``_markers.py``;
 cluster checks in ``_admin.py``; the mapping of Kafka errors onto
 :mod:`twophase.errors` in ``_errors.py``. See ``docs/kafka.md``.
 """
@@ -21,17 +24,19 @@ from ._admin import CONTROL_TOPIC_CONFIG
 from ._config import DEFAULT_TRANSACTION_TIMEOUT_MS, PRODUCER_DEFAULTS
 from ._errors import map_kafka_error
 from ._markers import MarkerReader, decode_marker, encode_marker
+from ._options import KafkaOptions
 from ._records import COLUMNS, RecordPlan, plan_records
-from ._sink import KafkaSink, KafkaTransaction, KafkaTransactionHandle
+from ._sink import KafkaSink
+from ._transaction import KafkaTransaction
 
 __all__ = [
     "COLUMNS",
     "CONTROL_TOPIC_CONFIG",
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
     "PRODUCER_DEFAULTS",
+    "KafkaOptions",
     "KafkaSink",
     "KafkaTransaction",
-    "KafkaTransactionHandle",
     "MarkerReader",
     "RecordPlan",
     "decode_marker",

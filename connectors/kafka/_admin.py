@@ -1,4 +1,4 @@
-"""Driver-side checks against the cluster: broker limits and the control topic."""
+"""Driver-side checks against the cluster: settings, broker limits and the control topic."""
 
 from __future__ import annotations
 
@@ -14,10 +14,13 @@ from twophase.errors import ConfigurationError
 
 from ._compat import ConfigResource, NewTopic, ResourceType
 from ._errors import ErrorContext, kafka_error_of, map_kafka_error
+from ._fencing import build_producer, transactional_id
+from ._options import KafkaOptions
 
 __all__ = [
     "CONTROL_TOPIC_CONFIG",
     "broker_max_transaction_timeout",
+    "check_cluster",
     "check_topic_exists",
     "ensure_control_topic",
 ]
@@ -42,6 +45,56 @@ _DENIED = frozenset(
         KafkaError.POLICY_VIOLATION,
     }
 )
+
+
+def check_cluster(options: KafkaOptions, identity: str) -> None:
+    """Check the settings against the cluster and create the control topic (``open``).
+
+    Parameters
+    ----------
+    options
+        The sink's settings.
+    identity
+        The sink identity token.
+
+    Raises
+    ------
+    ConfigurationError
+        When ``transaction.timeout.ms`` exceeds the brokers'
+        ``transaction.max.timeout.ms``, librdkafka refuses the producer
+        settings, the default topic does not exist, or the control topic is
+        missing and cannot be created (or is not compacted).
+    """
+    sink, timeout = options.sink, options.operation_timeout
+    admin = AdminClient(dict(options.client_config))
+    limit = broker_max_transaction_timeout(admin, sink=sink, timeout=timeout)
+    if limit is not None and options.transaction_timeout_ms > limit:
+        raise ConfigurationError(
+            f"transaction.timeout.ms={options.transaction_timeout_ms} exceeds the brokers' "
+            f"transaction.max.timeout.ms={limit}; lower transaction_timeout_ms",
+            sink=sink,
+            setting="transaction_timeout_ms",
+        )
+    # librdkafka checks the producer settings when a producer is built;
+    # build one now so that a typo fails here, not inside a task.
+    build_producer(options, transactional_id(options, identity, -1)).close()
+    ensure_control_topic(
+        admin,
+        options.control_topic,
+        sink=sink,
+        create=options.create_control_topic,
+        partitions=options.control_topic_partitions,
+        replication_factor=options.control_topic_replication_factor,
+        timeout=timeout,
+    )
+    if options.topic is not None and not check_topic_exists(
+        admin, options.topic, sink=sink, timeout=timeout
+    ):
+        raise ConfigurationError(
+            f"topic {options.topic!r} does not exist; create it before starting the query",
+            sink=sink,
+            setting="topic",
+        )
 
 
 def _code(exc: BaseException) -> int | None:

@@ -17,7 +17,7 @@ value
     "fingerprint", "records", "transactional_id"}``; the fingerprint in
     :meth:`twophase.Fingerprint.__str__` form. A null value is a tombstone
     (garbage collection of markers of finished batches, see
-    :mod:`._pool`).
+    :mod:`._transaction` and :mod:`._pool`).
 
 Why reading stays fast
 ----------------------

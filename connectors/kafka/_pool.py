@@ -1,4 +1,4 @@
-"""Per-process state of the participants: pooled producers, prepared transactions, markers.
+"""The per-process pool of transactional producers, one per partition slot.
 
 Spark reuses Python worker processes across tasks, so a module-level pool lets
 a worker keep one initialised transactional producer per ``transactional.id``
@@ -10,11 +10,16 @@ A slot's producer may be idle in several workers (slot 3 ran in worker A for
 batch 7 and in worker B for batch 8). Only the most recently initialised one is
 live; the others are fenced and find out at their first produce. The sink
 therefore probes a reused producer with the first record of the transaction
-and, when it turns out fenced, replaces it (see ``KafkaSink.write``).
+and, when it turns out fenced, replaces it (``KafkaTransaction.write`` in
+:mod:`._transaction`).
 
-Everything here is guarded by one lock: a process may run several
-participants in threads (``twophase.testing.LocalRunner`` does, and so may a
-user's test).
+A producer also remembers the keys of the markers it committed, so that its
+next transactions tombstone those of finished batches: that memory lives and
+goes with the producer (and passes to the producer that replaces it).
+
+The pool is guarded by one lock: a process may run several participants in
+threads (``twophase.testing.LocalRunner`` does, and so may a user's test). A
+producer taken from the pool belongs to one transaction until it is given back.
 """
 
 from __future__ import annotations
@@ -37,13 +42,7 @@ __all__ = [
     "discard_idle",
     "give_back",
     "idle_count",
-    "mark_committed",
-    "pop_prepared",
-    "register_prepared",
-    "remember_marker",
-    "stale_markers",
     "take",
-    "was_committed",
 ]
 
 #: Idle producers kept per process; the least recently used beyond it are closed.
@@ -52,20 +51,16 @@ MAX_IDLE_PRODUCERS = 32
 #: Delivery errors kept per transaction (the rest are only counted).
 _MAX_ERRORS = 100
 
-#: Marker keys remembered per transactional id for garbage collection.
+#: Marker keys a producer remembers per control topic, for garbage collection.
 _MAX_REMEMBERED = 256
 
 _lock = threading.Lock()
 _generation = itertools.count(1)
 _idle: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], PooledProducer] = OrderedDict()
-_prepared: dict[str, Any] = {}
-_written: dict[tuple[str, str], list[tuple[int, bytes]]] = {}
-_committed: OrderedDict[str, None] = OrderedDict()
-_MAX_COMMITTED = 1024
 
 
 class PooledProducer:
-    """A transactional producer and the delivery errors of its current transaction.
+    """A transactional producer, the delivery errors of its transaction, its markers.
 
     Lives in one executor process and never leaves it.
 
@@ -96,6 +91,8 @@ class PooledProducer:
         #: Delivery errors of the current transaction: (error, message).
         self.errors: list[tuple[KafkaError, Any]] = []
         self.error_count = 0
+        #: Committed markers per control topic, as (batch, key), oldest first.
+        self.markers: dict[str, list[tuple[int, bytes]]] = {}
         self.producer = Producer(
             {
                 **conf,
@@ -118,6 +115,65 @@ class PooledProducer:
         """Forget the delivery errors of the previous transaction."""
         self.errors = []
         self.error_count = 0
+
+    def stale_markers(self, control_topic: str, batch_id: int, limit: int) -> list[bytes]:
+        """Return keys of markers this producer committed for batches before ``batch_id``.
+
+        Those batches are finished (a sink's batches run one after another), so
+        their markers are garbage; the next transaction of the slot writes
+        tombstones for them and compaction removes them.
+
+        Parameters
+        ----------
+        control_topic
+            The control topic.
+        batch_id
+            The batch being written.
+        limit
+            At most this many keys.
+
+        Returns
+        -------
+        list of bytes
+            Marker keys.
+        """
+        remembered = self.markers.get(control_topic, [])
+        return [key for batch, key in remembered if batch < batch_id][:limit]
+
+    def remember_marker(
+        self, control_topic: str, batch_id: int, key: bytes, tombstoned: list[bytes]
+    ) -> None:
+        """Record a committed marker, and forget the keys its transaction tombstoned.
+
+        Parameters
+        ----------
+        control_topic
+            The control topic.
+        batch_id
+            The marker's batch.
+        key
+            The marker's key.
+        tombstoned
+            Keys the same transaction deleted.
+        """
+        gone = set(tombstoned)
+        slot = self.markers.setdefault(control_topic, [])
+        slot[:] = [(b, k) for b, k in slot if k not in gone]
+        slot.append((batch_id, key))
+        del slot[:-_MAX_REMEMBERED]
+
+    def adopt_markers(self, previous: PooledProducer) -> None:
+        """Take over the marker memory of the instance of the slot this one replaces.
+
+        Parameters
+        ----------
+        previous
+            The replaced producer.
+        """
+        for topic, keys in previous.markers.items():
+            mine = self.markers.setdefault(topic, [])
+            mine[:0] = keys
+            del mine[:-_MAX_REMEMBERED]
 
     def close(self) -> None:
         """Close the producer quietly (aborting any open transaction)."""
@@ -216,135 +272,12 @@ def idle_count() -> int:
 
 
 def clear() -> None:
-    """Close every idle producer and forget prepared transactions (tests, exit)."""
+    """Close every idle producer (tests, exit)."""
     with _lock:
         entries = list(_idle.values())
         _idle.clear()
-        _prepared.clear()
     for entry in entries:
         entry.close()
-
-
-def register_prepared(transaction_id: str, txn: Any) -> None:
-    """Remember a pre-committed transaction until ``commit`` looks it up by its handle.
-
-    Parameters
-    ----------
-    transaction_id
-        The handle's ``transaction_id``.
-    txn
-        The live transaction.
-    """
-    with _lock:
-        _prepared[transaction_id] = txn
-
-
-def pop_prepared(transaction_id: str) -> Any:
-    """Take a pre-committed transaction back, or None if this process has none.
-
-    Parameters
-    ----------
-    transaction_id
-        The handle's ``transaction_id``.
-
-    Returns
-    -------
-    object or None
-        The live transaction.
-    """
-    with _lock:
-        return _prepared.pop(transaction_id, None)
-
-
-def mark_committed(transaction_id: str) -> None:
-    """Remember that this process committed a transaction (``commit`` is idempotent).
-
-    Parameters
-    ----------
-    transaction_id
-        The handle's ``transaction_id``.
-    """
-    with _lock:
-        _committed[transaction_id] = None
-        while len(_committed) > _MAX_COMMITTED:
-            _committed.popitem(last=False)
-
-
-def was_committed(transaction_id: str) -> bool:
-    """Tell whether this process committed a transaction recently.
-
-    Parameters
-    ----------
-    transaction_id
-        The handle's ``transaction_id``.
-
-    Returns
-    -------
-    bool
-        True if :func:`mark_committed` saw it among the last 1024.
-    """
-    with _lock:
-        return transaction_id in _committed
-
-
-def stale_markers(
-    transactional_id: str, control_topic: str, batch_id: int, limit: int
-) -> list[bytes]:
-    """Return keys of markers this process committed for batches before ``batch_id``.
-
-    Those batches are finished (a sink's batches run one after another), so
-    their markers are garbage; the next transaction of the slot writes
-    tombstones for them and compaction removes them.
-
-    Parameters
-    ----------
-    transactional_id
-        The slot's ``transactional.id``.
-    control_topic
-        The control topic.
-    batch_id
-        The batch being written.
-    limit
-        At most this many keys.
-
-    Returns
-    -------
-    list of bytes
-        Marker keys.
-    """
-    with _lock:
-        remembered = _written.get((transactional_id, control_topic), [])
-        return [key for batch, key in remembered if batch < batch_id][:limit]
-
-
-def remember_marker(
-    transactional_id: str,
-    control_topic: str,
-    batch_id: int,
-    key: bytes,
-    tombstoned: list[bytes],
-) -> None:
-    """Record a committed marker, and forget the keys its transaction tombstoned.
-
-    Parameters
-    ----------
-    transactional_id
-        The slot's ``transactional.id``.
-    control_topic
-        The control topic.
-    batch_id
-        The marker's batch.
-    key
-        The marker's key.
-    tombstoned
-        Keys the same transaction deleted.
-    """
-    gone = set(tombstoned)
-    with _lock:
-        slot = _written.setdefault((transactional_id, control_topic), [])
-        slot[:] = [(b, k) for b, k in slot if k not in gone]
-        slot.append((batch_id, key))
-        del slot[:-_MAX_REMEMBERED]
 
 
 atexit.register(clear)

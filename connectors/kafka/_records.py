@@ -277,7 +277,7 @@ def produce_rows(
 ) -> int:
     """Produce rows ``start..`` of a record batch into the open transaction.
 
-    Runs on an executor, inside :meth:`KafkaSink.write`.
+    Runs on an executor, inside :meth:`KafkaTransaction.write`.
 
     Parameters
     ----------

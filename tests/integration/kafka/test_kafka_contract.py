@@ -15,12 +15,12 @@ import pyarrow as pa
 import pytest
 
 from twophase.connectors.kafka import KafkaSink
-from twophase.testing import SinkContract
+from twophase.testing import MarkerSinkContract
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-class TestKafkaSinkContract(SinkContract):
+class TestKafkaSinkContract(MarkerSinkContract):
     def make_batch(self, ids: Sequence[int]) -> pa.RecordBatch:
         return pa.record_batch(
             {

@@ -63,9 +63,10 @@ def write_partition(
     marker = Marker(
         ctx.identity, ctx.batch_id, ctx.partition_id, ctx.attempt, Fingerprint(len(ids), 0)
     )
-    sink.write_marker(txn, marker)
     if commit:
-        sink.commit(sink.pre_commit(txn))
+        sink.commit_with_marker(txn, marker)
+    else:
+        txn.write_marker(marker)  # the marker is in the transaction, which stays open
     return txn
 
 
@@ -87,7 +88,7 @@ def test_read_committed_sees_committed_batches_and_never_an_aborted_transaction(
     executor = executor_copy(sink)
     ctx = TaskContext(sink.name, runner.identity.token, 1, 0, 0)
     txn = write_partition(executor, ctx, range(1000, 1010), commit=False)
-    executor.pre_commit(txn)  # flushed: the records are in the log
+    txn.flush()  # the records are in the log
     executor.abort(txn)
     runner.run_batch(1, partitions(range(30, 60)))
 
@@ -151,9 +152,8 @@ def test_zombie_attempt_is_fenced_by_the_retry_of_its_partition(
     # Spark gave up on attempt 0 and runs attempt 1 of the same partition.
     write_partition(retry, TaskContext(sink.name, identity, 4, 1, 1), range(0, 10))
     # The zombie wakes up and tries to finish: it is fenced.
-    zombie.write_marker(z_txn, Marker(identity, 4, 1, 0, Fingerprint(10, 0)))
     with pytest.raises(FatalError, match="zombie") as info:
-        zombie.pre_commit(z_txn)
+        zombie.commit_with_marker(z_txn, Marker(identity, 4, 1, 0, Fingerprint(10, 0)))
     assert info.value.partition_id == 1
     zombie.abort(z_txn)  # what the framework does next: must not raise
     assert sink.topic is not None
@@ -214,9 +214,8 @@ def test_crashed_task_transaction_is_fenced_at_recovery_not_left_to_the_timeout(
     assert_exactly_once(values(read_topic(sink.topic)), range(60))
     assert time.monotonic() - started < 30, "recovery waited for the transaction timeout"
     # The orphan's producer is a zombie now: it cannot commit.
-    executor.write_marker(orphan, Marker(ctx.identity, 1, 0, 0, Fingerprint(10, 0)))
     with pytest.raises(FatalError):
-        executor.pre_commit(orphan)
+        executor.commit_with_marker(orphan, Marker(ctx.identity, 1, 0, 0, Fingerprint(10, 0)))
     executor.abort(orphan)
     assert_exactly_once(values(read_topic(sink.topic)), range(60))
 
@@ -236,7 +235,7 @@ def test_markers_round_trip_and_other_identities_are_ignored(
     aborted = write_partition(
         executor_copy(sink), TaskContext(sink.name, me, 8, 5, 0), [555], commit=False
     )
-    sink.pre_commit(aborted)
+    aborted.flush()
     sink.abort(aborted)
     markers = sink.read_markers(me, 8)
     assert [(m.identity, m.batch_id, m.partition_id) for m in markers] == [
@@ -272,7 +271,7 @@ def test_marker_scan_reads_only_the_tail_of_a_long_control_topic(
     from twophase.connectors.kafka import MarkerReader
 
     reader = MarkerReader(
-        sink._client_config,
+        sink.options.client_config,
         sink.control_topic,
         sink=sink.name,
         stable_timeout=30,
@@ -290,10 +289,10 @@ def test_read_markers_waits_for_a_transaction_open_on_the_control_partition(
 ) -> None:
     sink = kafka_sink(open_it=True)
     me = "k.00000000000000d1"
-    # A sibling task is between write_marker and commit...
+    # A sibling task has written its marker but not committed yet...
     sibling = executor_copy(sink)
     s_txn = write_partition(sibling, TaskContext(sink.name, me, 5, 0, 0), [1], commit=False)
-    s_handle = sibling.pre_commit(s_txn)
+    s_txn.flush()
     # ...while another partition commits after it: its marker is behind the open transaction.
     write_partition(executor_copy(sink), TaskContext(sink.name, me, 5, 1, 0), [2])
     found: list[list[Marker]] = []
@@ -302,7 +301,7 @@ def test_read_markers_waits_for_a_transaction_open_on_the_control_partition(
     reader.start()
     time.sleep(1.5)
     assert not found, "read_markers returned while the control partition was unstable"
-    sibling.commit(s_handle)
+    s_txn.commit()
     reader.join(30)
     assert time.monotonic() - started >= 1.5
     assert [m.partition_id for m in found[0]] == [0, 1]

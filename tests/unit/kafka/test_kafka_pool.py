@@ -1,7 +1,8 @@
-"""The per-process producer pool, prepared registry and marker garbage collection."""
+"""The per-process producer pool, marker garbage collection, and the hooks over a stub."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -11,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from twophase import Fingerprint, Marker, RecoveryContext, TaskContext
-from twophase.connectors.kafka import KafkaSink, KafkaTransactionHandle, _pool
+from twophase.connectors.kafka import KafkaSink, KafkaTransaction, _pool, decode_marker
 from twophase.errors import AbortRequiredError, FatalError
 
 pytestmark = pytest.mark.unit
@@ -130,13 +131,18 @@ def test_discard_idle_closes_every_instance_of_an_id() -> None:
 
 
 def test_markers_of_finished_batches_are_offered_for_tombstoning() -> None:
-    _pool.remember_marker("t-0", "ctl", 4, b"k4", [])
-    _pool.remember_marker("t-0", "ctl", 5, b"k5", [])
-    assert _pool.stale_markers("t-0", "ctl", 5, 10) == [b"k4"]
-    assert _pool.stale_markers("t-0", "ctl", 6, 1) == [b"k4"]
-    assert _pool.stale_markers("t-0", "other", 6, 10) == []
-    _pool.remember_marker("t-0", "ctl", 6, b"k6", [b"k4", b"k5"])
-    assert _pool.stale_markers("t-0", "ctl", 7, 10) == [b"k6"]
+    producer = entry()
+    producer.remember_marker("ctl", 4, b"k4", [])
+    producer.remember_marker("ctl", 5, b"k5", [])
+    assert producer.stale_markers("ctl", 5, 10) == [b"k4"]
+    assert producer.stale_markers("ctl", 6, 1) == [b"k4"]
+    assert producer.stale_markers("other", 6, 10) == []
+    producer.remember_marker("ctl", 6, b"k6", [b"k4", b"k5"])
+    assert producer.stale_markers("ctl", 7, 10) == [b"k6"]
+    # the producer that replaces it (fenced) inherits what is left to tombstone
+    successor = entry()
+    successor.adopt_markers(producer)
+    assert successor.stale_markers("ctl", 7, 10) == [b"k6"]
 
 
 # ------------------------------------------------- sink hooks over the stub
@@ -144,22 +150,24 @@ SINK = KafkaSink("orders", bootstrap_servers="127.0.0.1:9", topic="out")
 CTX = TaskContext("orders", "orders.0123456789abcdef", 5, 2, 0)
 
 
-def run_partition(sink: KafkaSink, ctx: TaskContext = CTX) -> KafkaTransactionHandle:
+def run_partition(sink: KafkaSink, ctx: TaskContext = CTX) -> KafkaTransaction:
     txn = sink.begin_transaction(ctx)
     sink.write(txn, pa.record_batch({"value": pa.array(["a", "b"])}))
-    sink.write_marker(
+    sink.commit_with_marker(
         txn, Marker(ctx.identity, ctx.batch_id, ctx.partition_id, ctx.attempt, Fingerprint(2, 9))
     )
-    handle = sink.pre_commit(txn)
-    sink.commit(handle)
-    return handle
+    return txn
 
 
 def test_the_steady_state_reuses_the_producer_without_init_transactions() -> None:
-    handle = run_partition(SINK)
-    assert handle.transactional_id == "twophase-orders.0123456789abcdef-2"
-    assert handle.records == 2
-    assert pickle.loads(pickle.dumps(handle)) == handle
+    txn = run_partition(SINK)
+    assert txn.transactional_id == "twophase-orders.0123456789abcdef-2"
+    assert txn.records == 2
+    # what the driver learns of the commit is the marker: it round-trips through Kafka
+    (record,) = [p for p in StubProducer.instances[0].produced if p[0] == SINK.control_topic]
+    assert decode_marker(record[1]) == txn.marker
+    assert json.loads(record[1])["transactional_id"] == txn.transactional_id
+    assert json.loads(record[1])["records"] == 2
     run_partition(SINK, TaskContext("orders", CTX.identity, 6, 2, 0))
     assert len(StubProducer.instances) == 1
     calls = StubProducer.instances[0].calls
@@ -188,19 +196,21 @@ def test_the_marker_goes_to_partition_0_of_the_control_topic_with_tombstones() -
     assert ("orders-twophase-markers", None, first_marker_key, 0) in control
 
 
-def test_commit_is_idempotent_and_unknown_handles_fail_clearly() -> None:
-    handle = run_partition(SINK)
-    SINK.commit(handle)  # a second commit of a committed transaction succeeds
-    stranger = KafkaTransactionHandle("orders.x:9:9:0", 9, 9, 0, transactional_id="t")
+def test_commit_is_idempotent_and_transactions_not_open_fail_clearly() -> None:
+    txn = run_partition(SINK)
+    txn.commit()  # a second commit of a committed transaction succeeds
+    assert StubProducer.instances[0].calls.count("commit") == 1
+    aborted = SINK.begin_transaction(TaskContext("orders", CTX.identity, 9, 2, 0))
+    SINK.abort(aborted)
     with pytest.raises(FatalError, match="on the executor"):
-        SINK.commit(stranger)
+        SINK.commit_with_marker(aborted, Marker(CTX.identity, 9, 2, 0, Fingerprint(0, 0)))
 
 
-def test_pre_commit_without_a_marker_is_refused() -> None:
+def test_commit_without_a_marker_is_refused() -> None:
     txn = SINK.begin_transaction(CTX)
     SINK.write(txn, pa.record_batch({"value": pa.array(["a"])}))
     with pytest.raises(FatalError, match="write_marker"):
-        SINK.pre_commit(txn)
+        txn.commit()
     SINK.abort(txn)
     SINK.abort(txn)  # idempotent
     assert StubProducer.instances[0].calls.count("abort") == 1
@@ -212,10 +222,8 @@ def test_a_commit_the_broker_refuses_is_aborted_and_reported() -> None:
     )
     txn = SINK.begin_transaction(CTX)
     SINK.write(txn, pa.record_batch({"value": pa.array(["a"])}))
-    SINK.write_marker(txn, Marker(CTX.identity, 5, 2, 0, Fingerprint(1, 1)))
-    handle = SINK.pre_commit(txn)
     with pytest.raises(AbortRequiredError):
-        SINK.commit(handle)
+        SINK.commit_with_marker(txn, Marker(CTX.identity, 5, 2, 0, Fingerprint(1, 1)))
     assert "abort" in StubProducer.instances[0].calls
     SINK.abort(txn)  # what the framework does next: a no-op now
     assert StubProducer.instances[0].calls.count("abort") == 1
@@ -223,7 +231,7 @@ def test_a_commit_the_broker_refuses_is_aborted_and_reported() -> None:
 
 def test_list_in_doubt_names_every_slot_ever_used() -> None:
     handles = SINK.list_in_doubt(RecoveryContext(CTX.identity, 3, (7,)))
-    assert [h.transactional_id for h in handles] == [
+    assert [h.transaction_id for h in handles] == [
         f"twophase-{CTX.identity}-{slot}" for slot in range(3)
     ]
     assert {h.batch_id for h in handles} == {7}
@@ -236,7 +244,7 @@ def test_recover_and_abort_fences_the_slot_with_init_transactions() -> None:
     (handle,) = [h for h in handles if h.partition_id == 2]
     SINK.recover_and_abort(handle)
     fencer = StubProducer.instances[-1]
-    assert fencer.conf["transactional.id"] == handle.transactional_id
+    assert fencer.conf["transactional.id"] == handle.transaction_id
     assert fencer.calls == ["init"]
     assert fencer.closed
     assert StubProducer.instances[0].closed, "the now fenced pooled producer was dropped"

@@ -1,0 +1,112 @@
+"""Fencing the earlier producers of a partition slot, by ``init_transactions``.
+
+Every partition slot of a sink identity has one stable ``transactional.id``
+(:func:`transactional_id`). ``init_transactions`` of a
+new producer with that id bumps the producer epoch: the broker aborts the
+transaction an earlier instance left open, and any later write or commit of
+that instance fails. That is the whole abort strategy of the connector:
+
+* a task retry (``attempt > 0``) begins on a new producer, which fences the
+  earlier attempts of its slot before it writes;
+* at recovery, and before a retried task reads the markers, the coordinator
+  fences slots through :func:`list_in_doubt` and :func:`fence_slot`, so that
+  no transaction left by a crash holds back ``read_committed`` consumers and
+  no zombie can commit after the replay check.
+
+Kafka cannot list the open transactions of a ``transactional.id`` prefix
+cheaply and portably, so every slot the identity ever used is fenced; fencing
+an idle slot is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import KafkaException
+
+from twophase import RecoveryContext, TaskContext, TransactionHandle
+from twophase.errors import ConfigurationError
+
+from . import _pool
+from ._errors import retry_locally
+from ._options import KafkaOptions
+
+__all__ = ["build_producer", "fence_slot", "init_producer", "list_in_doubt", "transactional_id"]
+
+_log = logging.getLogger("twophase.connectors.kafka")
+
+
+def transactional_id(options: KafkaOptions, identity: str, slot: int) -> str:
+    """Return the slot's ``transactional.id``: ``<transactional_id_prefix><identity>-<slot>``."""
+    return f"{options.transactional_id_prefix}{identity}-{slot}"
+
+
+def build_producer(options: KafkaOptions, transactional_id: str) -> _pool.PooledProducer:
+    """Create a slot's producer, without talking to the brokers.
+
+    Raises :class:`~twophase.errors.ConfigurationError` when librdkafka refuses
+    the producer configuration.
+    """
+    try:
+        return _pool.PooledProducer(transactional_id, options.producer_config, options.conf_key)
+    except KafkaException as exc:
+        raise ConfigurationError(
+            f"librdkafka refused the producer configuration: {exc.args[0].str()}",
+            sink=options.sink,
+            setting="producer_config",
+        ) from exc
+
+
+def init_producer(
+    options: KafkaOptions, transactional_id: str, context: TaskContext | None
+) -> _pool.PooledProducer:
+    """Create a slot's producer and run ``init_transactions``, fencing every older instance.
+
+    ``context`` names the task in errors (None at recovery). The caller owns
+    the returned producer.
+    """
+    entry = build_producer(options, transactional_id)
+    ectx = options.error_context(
+        "init_transactions", context=context, transactional_id=transactional_id
+    )
+    try:
+        retry_locally(
+            lambda: entry.producer.init_transactions(options.operation_timeout),
+            ectx,
+            attempts=options.local_retries,
+        )
+    except BaseException:
+        entry.close()
+        raise
+    entry.initialised = True
+    return entry
+
+
+def list_in_doubt(options: KafkaOptions, context: RecoveryContext) -> list[TransactionHandle]:
+    """Name every partition slot the identity may have left a transaction in.
+
+    One handle per slot ``0 .. partition_slots - 1``: the ``transactional.id``
+    as ``transaction_id``, the newest unfinished batch (-1 when none) and
+    ``attempt=-1`` (the slot is fenced whatever attempt used it last).
+    """
+    batch = max(context.unfinished_batches) if context.unfinished_batches else -1
+    return [
+        TransactionHandle(transactional_id(options, context.identity, slot), batch, slot, -1)
+        for slot in range(context.partition_slots)
+    ]
+
+
+def fence_slot(options: KafkaOptions, handle: TransactionHandle) -> None:
+    """Fence one slot of :func:`list_in_doubt`: abort its open transaction, disable its zombies."""
+    tid = handle.transaction_id
+    started = time.monotonic()
+    init_producer(options, tid, None).close()
+    _pool.discard_idle(tid)  # older instances in this process are fenced now
+    _log.info(
+        "sink %s: fenced %s (batch %s) in %.3f s",
+        options.sink,
+        tid,
+        handle.batch_id,
+        time.monotonic() - started,
+    )

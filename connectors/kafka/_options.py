@@ -1,0 +1,255 @@
+"""The sink's settings, validated once where the sink is built.
+
+:class:`KafkaOptions` is what every other module of the connector reads: the
+writer, the fencing, the cluster checks. It is frozen and picklable, and
+travels to the executors inside the sink. The producer configuration itself is
+validated by :mod:`._config`; the Spark option names are translated there too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twophase import TaskContext
+from twophase.errors import ConfigurationError
+
+from ._config import (
+    client_config,
+    config_key,
+    normalise_producer_config,
+    translate_spark_options,
+    validate_topic_name,
+)
+from ._errors import ErrorContext
+
+__all__ = ["KafkaOptions", "arguments_from_spark_options"]
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """The validated settings of one :class:`KafkaSink`.
+
+    Build it with :meth:`from_arguments` (the sink's keyword arguments);
+    ``dataclasses.replace`` validates again. The arguments are described on
+    :class:`KafkaSink`.
+
+    Attributes
+    ----------
+    sink
+        The sink name (named in every error).
+    producer_config
+        The normalised producer configuration, without ``transactional.id``.
+    topic, control_topic, create_control_topic, control_topic_partitions, \
+control_topic_replication_factor, transactional_id_prefix, operation_timeout, local_retries
+        As the :class:`KafkaSink` arguments of the same names.
+    conf_key
+        Hashable form of ``producer_config``: the producer pool's key.
+    client_config
+        The connection and security subset, for admin clients and consumers.
+    """
+
+    sink: str
+    producer_config: Mapping[str, Any]
+    control_topic: str
+    topic: str | None = None
+    create_control_topic: bool = True
+    control_topic_partitions: int = 1
+    control_topic_replication_factor: int = -1
+    transactional_id_prefix: str = "twophase-"
+    operation_timeout: float = 30.0
+    local_retries: int = 3
+    conf_key: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
+    client_config: Mapping[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        name = self.sink
+        if self.topic is not None:
+            validate_topic_name(self.topic, "topic", sink=name)
+        validate_topic_name(self.control_topic, "control_topic", sink=name)
+        self._check(
+            self.topic is None or self.topic != self.control_topic,
+            "topic and control_topic must differ: consumers of the topic would read markers",
+            "control_topic",
+        )
+        prefix = self.transactional_id_prefix
+        self._check(
+            isinstance(prefix, str) and not any(c.isspace() for c in prefix),
+            f"transactional_id_prefix must be a string without whitespace, got {prefix!r}",
+            "transactional_id_prefix",
+        )
+        self._check(
+            self.control_topic_partitions >= 1,
+            "control_topic_partitions must be >= 1",
+            "control_topic_partitions",
+        )
+        replication = self.control_topic_replication_factor
+        self._check(
+            replication >= 1 or replication == -1,
+            "control_topic_replication_factor must be >= 1, or -1 for the broker default",
+            "control_topic_replication_factor",
+        )
+        self._check(
+            self.operation_timeout > 0,
+            f"operation_timeout must be > 0 seconds, got {self.operation_timeout!r}",
+            "operation_timeout",
+        )
+        self._check(
+            self.local_retries >= 1,
+            f"local_retries must be >= 1, got {self.local_retries!r}",
+            "local_retries",
+        )
+        object.__setattr__(self, "operation_timeout", float(self.operation_timeout))
+        object.__setattr__(self, "conf_key", config_key(self.producer_config))
+        object.__setattr__(self, "client_config", client_config(self.producer_config))
+
+    def _check(self, ok: bool, message: str, setting: str) -> None:
+        if not ok:
+            raise ConfigurationError(message, sink=self.sink, setting=setting)
+
+    @classmethod
+    def from_arguments(
+        cls,
+        name: str,
+        *,
+        bootstrap_servers: str | None = None,
+        producer_config: Mapping[str, Any] | None = None,
+        transaction_timeout_ms: int | None = None,
+        control_topic: str | None = None,
+        **settings: Any,
+    ) -> KafkaOptions:
+        """Validate the sink's keyword arguments.
+
+        Parameters
+        ----------
+        name
+            The sink name.
+        bootstrap_servers, producer_config, transaction_timeout_ms
+            Folded into the normalised producer configuration.
+        control_topic
+            The control topic; ``"<name>-twophase-markers"`` when None.
+        **settings
+            The other fields of :class:`KafkaOptions`.
+
+        Returns
+        -------
+        KafkaOptions
+            The settings.
+
+        Raises
+        ------
+        ConfigurationError
+            Naming the offending setting.
+        """
+        conf = normalise_producer_config(
+            name,
+            bootstrap_servers=bootstrap_servers,
+            producer_config=producer_config,
+            transaction_timeout_ms=transaction_timeout_ms,
+        )
+        control = control_topic if control_topic is not None else f"{name}-twophase-markers"
+        return cls(name, conf, control, **settings)
+
+    def replace(self, **changes: Any) -> KafkaOptions:
+        """Return a copy with some settings changed (validated again).
+
+        Parameters
+        ----------
+        **changes
+            Fields of :class:`KafkaOptions`.
+
+        Returns
+        -------
+        KafkaOptions
+            The new settings.
+        """
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        """Return the configured ``transaction.timeout.ms``."""
+        return int(self.producer_config["transaction.timeout.ms"])
+
+    def error_context(
+        self,
+        action: str,
+        *,
+        context: TaskContext | None = None,
+        topic: str | None = None,
+        transactional_id: str | None = None,
+        elapsed: float | None = None,
+    ) -> ErrorContext:
+        """Describe where a Kafka call failed, for :func:`._errors.map_kafka_error`.
+
+        Parameters
+        ----------
+        action
+            What the sink was doing.
+        context
+            The task, when the call ran in one.
+        topic, transactional_id, elapsed
+            As in :class:`._errors.ErrorContext`.
+
+        Returns
+        -------
+        ErrorContext
+            The context.
+        """
+        return ErrorContext(
+            action,
+            self.sink,
+            batch_id=None if context is None else context.batch_id,
+            partition_id=None if context is None else context.partition_id,
+            topic=topic,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            elapsed=elapsed,
+        )
+
+
+def arguments_from_spark_options(
+    name: str, options: Mapping[str, Any], kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Merge the options of Spark's ``format("kafka")`` sink into the sink's arguments.
+
+    Parameters
+    ----------
+    name
+        The sink name.
+    options
+        The Kafka sink options (``kafka.*`` and ``topic``).
+    kwargs
+        Other :class:`KafkaSink` arguments.
+
+    Returns
+    -------
+    dict
+        The keyword arguments of :class:`KafkaSink` (without ``name``).
+
+    Raises
+    ------
+    ConfigurationError
+        For an option twophase cannot honour, or a setting given twice.
+    """
+    producer, topic = translate_spark_options(name, options)
+    merged = dict(kwargs)
+    extra = dict(merged.pop("producer_config", None) or {})
+    clash = sorted(set(extra) & set(producer))
+    if clash:
+        raise ConfigurationError(
+            f"{clash} set both as kafka.* options and in producer_config; set them once",
+            sink=name,
+            setting=clash[0],
+        )
+    if topic is not None and merged.get("topic") is not None:
+        raise ConfigurationError(
+            "topic set both in the options and as an argument; set it once",
+            sink=name,
+            setting="topic",
+        )
+    if topic is not None:
+        merged["topic"] = topic
+    merged["producer_config"] = {**producer, **extra}
+    return merged

@@ -1,0 +1,467 @@
+"""One partition's Kafka transaction on its executor: produce, probe, flush, commit, abort.
+
+A :class:`KafkaTransaction` owns the pooled producer it runs on from
+:meth:`KafkaTransaction.begin` until it commits or aborts; then the producer
+goes back to the pool (or is closed when it is broken). Every Kafka failure
+inside it is mapped by :mod:`._errors`, naming the sink, batch, partition and
+topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException
+
+from twophase import Marker, TaskContext
+from twophase.errors import AbortRequiredError, FatalError, RetriableError, TwoPhaseError
+
+from . import _pool
+from ._errors import ErrorContext, is_fenced, kafka_error_of, map_kafka_error, retry_locally
+from ._fencing import init_producer, transactional_id
+from ._markers import CONTROL_PARTITION, encode_marker, marker_key, new_nonce
+from ._options import KafkaOptions
+from ._records import RecordPlan, plan_records, produce_one, produce_rows
+
+__all__ = ["KafkaTransaction"]
+
+_log = logging.getLogger("twophase.connectors.kafka")
+
+#: Tombstones a transaction writes at most for markers of finished batches.
+_GC_PER_TRANSACTION = 64
+
+
+class KafkaTransaction:
+    """One partition's open Kafka transaction. Lives on one executor, never pickled.
+
+    Open one with :meth:`begin`. The sink's hooks call :meth:`write` for the
+    rows, then :meth:`write_marker` and :meth:`commit`, or :meth:`abort`.
+
+    Parameters
+    ----------
+    options
+        The sink's settings.
+    context
+        The task.
+    producer
+        The pooled producer running the transaction, owned by it.
+    probe
+        True when the producer was reused from the pool: the first record
+        written checks that no newer instance fenced it.
+    """
+
+    def __init__(
+        self,
+        options: KafkaOptions,
+        context: TaskContext,
+        producer: _pool.PooledProducer,
+        probe: bool,
+    ) -> None:
+        self.options = options
+        self.context = context
+        self.producer = producer
+        self.probe = probe
+        self.started = time.monotonic()
+        self.records = 0
+        #: "open" -> "committed", or "aborted".
+        self.state = "open"
+        self.marker: Marker | None = None
+        self.marker_key: bytes | None = None
+        self.tombstoned: list[bytes] = []
+        self._plan: tuple[pa.Schema, RecordPlan] | None = None
+
+    @classmethod
+    def begin(cls, options: KafkaOptions, context: TaskContext) -> KafkaTransaction:
+        """Open the partition's transaction on this worker's producer of the slot.
+
+        A first attempt reuses the pooled producer when there is one (no
+        ``init_transactions`` round trip); a retry always initialises a new
+        producer, which fences every earlier instance of the slot at once.
+
+        Parameters
+        ----------
+        options
+            The sink's settings.
+        context
+            Identity, batch, partition and attempt.
+
+        Returns
+        -------
+        KafkaTransaction
+            The open transaction.
+        """
+        tid = transactional_id(options, context.identity, context.partition_id)
+        entry: _pool.PooledProducer | None = None
+        if context.attempt == 0:
+            entry = _pool.take(tid, options.conf_key)
+        else:
+            _pool.discard_idle(tid)
+        reused = entry is not None
+        if entry is None:
+            entry = init_producer(options, tid, context)
+        entry.reset_errors()
+        try:
+            entry.producer.begin_transaction()
+        except Exception as exc:
+            entry.close()
+            err = kafka_error_of(exc)
+            if err is None:
+                raise
+            if not reused:
+                ectx = options.error_context(
+                    "begin_transaction", context=context, transactional_id=tid
+                )
+                raise map_kafka_error(err, ectx) from exc
+            # A pooled producer in a bad state: start over with a new one.
+            fresh = init_producer(options, tid, context)
+            fresh.adopt_markers(entry)
+            entry = fresh
+            entry.producer.begin_transaction()
+            reused = False
+        _log.debug("sink %s: began %s on %r", options.sink, context.transaction_id, entry)
+        return cls(options, context, entry, probe=reused)
+
+    @property
+    def transactional_id(self) -> str:
+        """Return the producer's ``transactional.id``."""
+        return self.producer.transactional_id
+
+    def elapsed(self) -> float:
+        """Return seconds since the transaction began."""
+        return time.monotonic() - self.started
+
+    def __repr__(self) -> str:
+        return (
+            f"KafkaTransaction({self.context.transaction_id!r}, {self.state}, "
+            f"records={self.records})"
+        )
+
+    # ---------------------------------------------------------------- steps
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Produce the rows of one Arrow record batch (Spark Kafka sink columns).
+
+        Parameters
+        ----------
+        batch
+            The rows.
+        """
+        if batch.num_rows == 0:
+            return
+        self._require_open("write")
+        plan = self._plan_for(batch.schema)
+        start = 0
+        if self.probe:
+            first = batch.slice(0, 1)
+            self._probe(
+                lambda producer: self._produce(producer, plan, first, 0), plan.default_topic
+            )
+            start = 1
+            self.records += 1
+        self.records += self._produce(self.producer.producer, plan, batch, start)
+        try:
+            self.producer.producer.poll(0)
+        except Exception as exc:
+            self._fail(exc, "write", None)
+        self._raise_delivery_errors("write")
+
+    def write_marker(self, marker: Marker) -> None:
+        """Produce the marker into partition 0 of the control topic.
+
+        Also produces tombstones for markers this producer committed for
+        earlier (finished) batches, so that compaction keeps the control
+        topic small.
+
+        Parameters
+        ----------
+        marker
+            Identity, batch, partition, attempt and the rows' fingerprint.
+        """
+        self._require_open("write_marker")
+        key = marker_key(marker, new_nonce())
+        value = encode_marker(marker, transactional_id=self.transactional_id, records=self.records)
+        topic = self.options.control_topic
+        stale = self.producer.stale_markers(topic, marker.batch_id, _GC_PER_TRANSACTION)
+
+        def produce_marker(producer: Any) -> None:
+            produce_one(producer, topic, value, key, CONTROL_PARTITION)
+
+        try:
+            if self.probe:
+                self._probe(produce_marker, topic)
+            else:
+                produce_marker(self.producer.producer)
+            for old in stale:
+                produce_one(self.producer.producer, topic, None, old, CONTROL_PARTITION)
+        except Exception as exc:
+            self._fail(exc, "write_marker", topic)
+        self.marker = marker
+        self.marker_key = key
+        self.tombstoned = stale
+
+    def flush(self) -> None:
+        """Wait until every produced record is delivered, and raise the first failure.
+
+        Raises
+        ------
+        TwoPhaseError
+            Naming the first failed record's cause (too large, unknown topic,
+            not authorised, fenced...), or :class:`~twophase.errors.RetriableError`
+            when records stay undelivered.
+        """
+        self._require_open("flush")
+        options = self.options
+        remaining = 0
+        for _ in range(options.local_retries):
+            try:
+                remaining = self.producer.producer.flush(options.operation_timeout)
+            except Exception as exc:
+                self._fail(exc, "flush", None)
+            if remaining == 0:
+                self._raise_delivery_errors("flush")
+                return
+        raise RetriableError(
+            f"flush: {remaining} records still undelivered after "
+            f"{options.local_retries * options.operation_timeout:.0f} s "
+            "(brokers slow or unreachable)",
+            sink=options.sink,
+            batch_id=self.context.batch_id,
+            partition_id=self.context.partition_id,
+        )
+
+    def commit(self) -> None:
+        """Flush and commit: the rows and the marker become visible together.
+
+        Idempotent: a committed transaction returns at once. librdkafka
+        retries a ``commit_transaction`` that timed out itself, up to
+        ``local_retries`` calls. Gives the producer back to the pool.
+
+        Raises
+        ------
+        FatalError
+            Without a marker (protocol B needs one in every transaction), or
+            when the producer was fenced.
+        AbortRequiredError
+            When the broker refused the commit (the transaction is aborted).
+        RetriableError
+            When the outcome is unknown after the retries.
+        """
+        if self.state == "committed":
+            return
+        self._require_open("commit")
+        if self.marker is None or self.marker_key is None:
+            raise FatalError(
+                "commit() without a marker: protocol B needs write_marker() in every "
+                "transaction, or a replay could write the partition twice",
+                sink=self.options.sink,
+                batch_id=self.context.batch_id,
+                partition_id=self.context.partition_id,
+            )
+        self.flush()
+        producer = self.producer.producer
+        try:
+            retry_locally(
+                lambda: producer.commit_transaction(self.options.operation_timeout),
+                self._ctx("commit"),
+                attempts=self.options.local_retries,
+            )
+        except AbortRequiredError:
+            self.abort()
+            raise
+        except FatalError:
+            self.producer.broken = True
+            raise
+        self.state = "committed"
+        self.producer.remember_marker(
+            self.options.control_topic, self.marker.batch_id, self.marker_key, self.tombstoned
+        )
+        _pool.give_back(self.producer)
+        _log.debug(
+            "sink %s: committed %s (%d records, %.3f s)",
+            self.options.sink,
+            self.context.transaction_id,
+            self.records,
+            self.elapsed(),
+        )
+
+    def abort(self) -> None:
+        """Abort the transaction; nothing of it ever becomes visible.
+
+        Idempotent: a committed or aborted transaction is left alone. When
+        the abort fails the producer is closed, not pooled: its transaction
+        ends when the next instance of the slot initialises, or when the
+        broker times it out.
+        """
+        if self.state in ("committed", "aborted"):
+            return
+        entry = self.producer
+        self.state = "aborted"
+        if entry.broken:
+            # Fenced or fatal: the producer cannot abort, and the newer
+            # instance (or the broker's timeout) ends the transaction.
+            entry.close()
+            return
+
+        def abort_once() -> None:
+            try:
+                entry.producer.abort_transaction(self.options.operation_timeout)
+            except KafkaException as exc:
+                if exc.args and exc.args[0].code() == KafkaError._STATE:
+                    return  # nothing open: already ended
+                raise
+
+        try:
+            retry_locally(abort_once, self._ctx("abort"), attempts=self.options.local_retries)
+        except FatalError as exc:
+            entry.close()
+            if isinstance(exc.__cause__, BaseException):
+                err = kafka_error_of(exc.__cause__)
+                if err is not None and is_fenced(err):
+                    return  # the newer instance aborted it already
+            raise
+        except BaseException:
+            entry.close()
+            raise
+        _pool.give_back(entry)
+        _log.debug("sink %s: aborted %s", self.options.sink, self.context.transaction_id)
+
+    # -------------------------------------------------------------- helpers
+    def _ctx(self, action: str, topic: str | None = None) -> ErrorContext:
+        return self.options.error_context(
+            action,
+            context=self.context,
+            topic=topic,
+            transactional_id=self.transactional_id,
+            elapsed=self.elapsed(),
+        )
+
+    def _require_open(self, action: str) -> None:
+        if self.state != "open":
+            raise FatalError(
+                f"{action}() on a Kafka transaction that is {self.state}: a transaction is "
+                "written and committed once, on the executor that began it, by its own producer",
+                sink=self.options.sink,
+                batch_id=self.context.batch_id,
+                partition_id=self.context.partition_id,
+            )
+
+    def _produce(self, producer: Any, plan: RecordPlan, batch: pa.RecordBatch, start: int) -> int:
+        return produce_rows(
+            producer,
+            plan,
+            batch,
+            start=start,
+            on_error=lambda exc, topic: self._fail(exc, "write", topic),
+            sink=self.options.sink,
+            batch_id=self.context.batch_id,
+            partition_id=self.context.partition_id,
+        )
+
+    def _plan_for(self, schema: pa.Schema) -> RecordPlan:
+        cached = self._plan
+        if cached is not None and (cached[0] is schema or cached[0].equals(schema)):
+            return cached[1]
+        plan = plan_records(
+            schema,
+            default_topic=self.options.topic,
+            sink=self.options.sink,
+            batch_id=self.context.batch_id,
+        )
+        self._plan = (schema, plan)
+        return plan
+
+    def _error_behind(self, exc: BaseException) -> KafkaError | None:
+        """Find the Kafka error behind an exception of a producer call.
+
+        confluent-kafka 2.16 sometimes loses the ``KafkaException`` of a fatal
+        error raised while delivery callbacks run (``flush`` then raises a
+        bare ``SystemError``). The producer is then in its fatal state, in
+        which any transactional call reports the fatal error again: ask
+        ``abort_transaction``, which is what happens next anyway.
+        """
+        err = kafka_error_of(exc)
+        if err is not None or not isinstance(exc, SystemError):
+            return err
+        try:
+            self.producer.producer.abort_transaction(1.0)
+        except Exception as again:
+            return kafka_error_of(again)
+        self.state = "aborted"
+        return KafkaError(
+            KafkaError._FATAL, f"the producer failed inside confluent-kafka: {exc}", fatal=True
+        )
+
+    def _fail(self, exc: BaseException, action: str, topic: str | None) -> NoReturn:
+        """Raise the twophase error for a Kafka failure inside the transaction."""
+        if isinstance(exc, TwoPhaseError):
+            raise exc
+        err = self._error_behind(exc)
+        if err is None:
+            raise exc
+        if err.fatal() or is_fenced(err):
+            self.producer.broken = True
+        raise map_kafka_error(err, self._ctx(action, topic)) from exc
+
+    def _raise_delivery_errors(self, action: str) -> None:
+        entry = self.producer
+        if not entry.errors:
+            return
+        err, msg = entry.errors[0]
+        topic = msg.topic() if msg is not None else None
+        if err.fatal() or is_fenced(err):
+            entry.broken = True
+        mapped = map_kafka_error(err, self._ctx(action, topic))
+        if entry.error_count > 1:
+            mapped.add_note(f"{entry.error_count} records of the transaction failed delivery")
+        raise mapped from KafkaException(err)
+
+    def _probe(self, first: Callable[[Any], object], topic: str | None) -> None:
+        """Write the first record of a reused producer's transaction and wait for it.
+
+        A producer reused from the pool may have been fenced since its last
+        transaction by an instance in another worker (slots move between
+        workers). The first record tells: a fenced producer cannot add the
+        partition to its transaction. Then the producer is replaced (its
+        ``init_transactions`` fences the other, idle, instance) and the record
+        written again. Nothing else of the transaction exists yet, so nothing
+        is lost.
+        """
+        self.probe = False
+        fenced: KafkaError | None = None
+        try:
+            first(self.producer.producer)
+            self.producer.producer.flush(self.options.operation_timeout)
+        except Exception as exc:
+            err = self._error_behind(exc)
+            if err is None or not (err.fatal() or is_fenced(err)):
+                self._fail(exc, "write", topic)
+            fenced = err
+        if fenced is None:
+            for err, _msg in self.producer.errors:
+                if is_fenced(err) or err.code() == KafkaError._PURGE_QUEUE:
+                    fenced = err
+                    break
+        if fenced is None:
+            self._raise_delivery_errors("write")
+            return
+        _log.info(
+            "sink %s: pooled producer %s was fenced by a newer instance (the slot ran in "
+            "another worker); replacing it (%s)",
+            self.options.sink,
+            self.transactional_id,
+            fenced.str(),
+        )
+        stale = self.producer
+        stale.close()
+        self.producer = init_producer(self.options, stale.transactional_id, self.context)
+        self.producer.adopt_markers(stale)
+        try:
+            self.producer.producer.begin_transaction()
+            self.state = "open"
+            self.started = time.monotonic()
+            first(self.producer.producer)
+        except Exception as exc:
+            self._fail(exc, "write", topic)
