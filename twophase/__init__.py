@@ -23,7 +23,9 @@ from ._fingerprint import fingerprint_batches
 from ._metrics import BatchMetrics
 from ._retry import RetryPolicy
 from ._runtime import batch_metrics
-from ._sink import MarkerCommitSink, TwoPhaseCommitSink, iter_rows
+from ._sink import iter_rows
+from ._sink_coordinated import TwoPhaseCommitSink
+from ._sink_markers import MarkerCommitSink
 from ._spark import write_stream
 from ._types import (
     CommitProtocol,

@@ -25,8 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -35,10 +34,10 @@ from ._hooks import AnySink, CoordinatedHooks, MarkerHooks, as_coordinated, as_m
 from ._log import CoordinatorLog
 from ._metrics import BatchMetrics
 from ._participant import TaskPlan, TaskResult
+from ._replay import match_markers
 from ._types import (
     CommitProtocol,
     Fingerprint,
-    Marker,
     RecoveryContext,
     SinkContext,
     TransactionHandle,
@@ -46,7 +45,6 @@ from ._types import (
 from .errors import (
     CommitFailedError,
     ConfigurationError,
-    NondeterministicBatchError,
     TwoPhaseError,
 )
 
@@ -56,7 +54,6 @@ __all__ = [
     "BatchExecution",
     "Coordinator",
     "StepListener",
-    "match_markers",
 ]
 
 _log = logging.getLogger("twophase.coordinator")
@@ -128,68 +125,6 @@ class BatchExecution(Protocol):
     def close(self) -> None:
         """Release what the execution holds (cached data)."""
         ...
-
-
-def match_markers(
-    markers: Sequence[Marker], replayed: Mapping[int, Fingerprint], *, sink: str, batch_id: int
-) -> tuple[frozenset[int], dict[int, Fingerprint]]:
-    """Match committed markers with the fingerprints of a replayed batch.
-
-    Fingerprints are compared as multisets: every committed fingerprint must be
-    found among the replayed partitions (as many times as it was committed).
-
-    Parameters
-    ----------
-    markers
-        Markers of the batch's committed partitions.
-    replayed
-        Partition id -> fingerprint of the replay's non-empty partitions.
-    sink, batch_id
-        For the error message.
-
-    Returns
-    -------
-    tuple
-        (partitions to skip, fingerprint each remaining partition must have).
-
-    Raises
-    ------
-    NondeterministicBatchError
-        A committed partition is not part of the replay.
-    """
-    committed = Counter(m.fingerprint for m in markers)
-    committed_at = {(m.partition_id, m.fingerprint) for m in markers}
-    by_fingerprint: dict[Fingerprint, list[int]] = {}
-    # Prefer skipping the partition that committed those rows under the same
-    # id, so that a partition written now never reuses a committed (id, rows).
-    for pid in sorted(replayed, key=lambda p: ((p, replayed[p]) not in committed_at, p)):
-        by_fingerprint.setdefault(replayed[pid], []).append(pid)
-    skip: set[int] = set()
-    missing: list[tuple[Fingerprint, int]] = []
-    for fingerprint, count in sorted(committed.items()):
-        candidates = by_fingerprint.get(fingerprint, [])
-        if len(candidates) < count:
-            missing.append((fingerprint, count - len(candidates)))
-        skip.update(candidates[:count])
-    if missing:
-        committed_rows = sum(m.fingerprint.count for m in markers)
-        replayed_rows = sum(f.count for f in replayed.values())
-        detail = ", ".join(f"{fp} x{n}" for fp, n in missing[:5])
-        raise NondeterministicBatchError(
-            f"replay of batch {batch_id} does not match what was already committed: "
-            f"{len(markers)} partition(s) with {committed_rows} rows are committed, but "
-            f"{sum(n for _, n in missing)} of them (fingerprints {detail}) are not among "
-            f"the {len(replayed)} replayed partitions ({replayed_rows} rows). Nothing was "
-            "written. The input of the batch changed between runs (non-deterministic "
-            "functions, a shuffle whose partition contents changed, or a source that "
-            "does not replay the same rows). Fix: make the pipeline deterministic up to "
-            "the sink, or set staging=True on the sink so that replays read the staged "
-            "copy of each batch",
-            sink=sink,
-            batch_id=batch_id,
-        )
-    expected = {pid: fp for pid, fp in replayed.items() if pid not in skip}
-    return frozenset(skip), expected
 
 
 class Coordinator:

@@ -1,17 +1,14 @@
-"""The sink base classes: settings plus the hooks a user implements.
+"""What every sink is: settings, the final entry point, and the hooks both protocols share.
 
-Two classes, one per commit protocol (``docs/protocol.md``):
-
-* :class:`TwoPhaseCommitSink` -- protocol A, coordinated two-phase commit, for
-  targets whose prepared work can be committed later from another process.
-* :class:`MarkerCommitSink` -- protocol B, per-partition commit with
-  idempotence markers, for targets without resumable transactions.
-
-Every hook's contract (where it runs, when and how often, whether it must be
-idempotent, what happens when it fails) is written here, once. The sink object
-holds settings only: the driver-side state of a running query (coordinator,
-log, metrics) lives in the engine, so a subclass may keep transient state and
-control its own pickling. ``__call__`` drives the protocol and is final.
+The two public base classes build on it, one per commit protocol
+(``docs/protocol.md``): :class:`~twophase.TwoPhaseCommitSink` in
+``_sink_coordinated.py`` (protocol A) and :class:`~twophase.MarkerCommitSink` in
+``_sink_markers.py`` (protocol B). Every hook's contract (where it runs, when
+and how often, whether it must be idempotent, what happens when it fails) is
+written once, on the class that declares the hook. The sink object holds
+settings only: the driver-side state of a running query (coordinator, log,
+metrics) lives in the engine, so a subclass may keep transient state and control
+its own pickling. ``__call__`` drives the protocol and is final.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from . import _spark
 from ._retry import RetryPolicy
 from ._types import (
     CommitProtocol,
-    Marker,
     RecoveryContext,
     SinkContext,
     TaskContext,
@@ -40,7 +36,7 @@ if TYPE_CHECKING:
 
     from ._hooks import AnySink
 
-__all__ = ["MarkerCommitSink", "TwoPhaseCommitSink", "iter_rows"]
+__all__ = ["HandleT", "TxnT", "iter_rows", "required"]
 
 TxnT = TypeVar("TxnT")
 HandleT = TypeVar("HandleT", bound=TransactionHandle)
@@ -53,7 +49,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _FINAL_METHODS = ("__call__",)
 
 
-def _required(hook: _F) -> _F:
+def required(hook: _F) -> _F:
     """Re-declare an optional hook of the shared base as abstract (same contract text)."""
 
     @functools.wraps(hook)
@@ -299,246 +295,6 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
         ----------
         txn
             The transaction.
-        """
-
-
-class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
-    """Base of exactly-once sinks with coordinated two-phase commit (protocol A).
-
-    Subclass it for targets whose prepared work can be committed later from
-    another process: PostgreSQL ``PREPARE TRANSACTION``, files renamed into
-    place, multipart uploads. Executors begin, write and :meth:`pre_commit`
-    (prepare) a transaction per partition and return its handle; once every
-    partition is prepared the driver records the decision and calls
-    :meth:`commit` with each handle. Pass the sink itself to ``foreachBatch``
-    (or use :func:`twophase.write_stream`).
-
-    Hooks to implement: :meth:`begin_transaction`, :meth:`write`,
-    :meth:`pre_commit`, :meth:`abort` (executor); :meth:`commit`,
-    :meth:`list_in_doubt`, :meth:`recover_and_abort` (driver). Optional:
-    :meth:`open`, :meth:`check_schema`, :meth:`recover_and_commit`.
-
-    The sink is pickled to the executors with every batch: keep connections
-    out of ``__init__`` (open them in ``begin_transaction``), or exclude them
-    in your own ``__getstate__``.
-
-    Parameters
-    ----------
-    name
-        Name of the sink, part of every transaction id. 1-64 characters from
-        ``[A-Za-z0-9_.-]``.
-    checkpoint_location
-        The query's checkpoint location. Optional: found from the running query
-        when omitted; when given it is checked against the query.
-    retry
-        Backoff for driver-side commits that fail transiently.
-
-    Examples
-    --------
-    The shape of a sink that writes files and renames them into place
-    (``docs/custom-sink.md`` has the complete, tested version):
-
-    >>> from twophase import TwoPhaseCommitSink, TransactionHandle
-    >>> class FileSink(TwoPhaseCommitSink[str, TransactionHandle]):
-    ...     def begin_transaction(self, ctx): ...   # open "<id>.pending"
-    ...     def write(self, txn, batch): ...        # append rows
-    ...     def pre_commit(self, txn): ...          # fsync, return a handle
-    ...     def abort(self, txn): ...               # delete the pending file
-    ...     def commit(self, handle): ...           # rename into place
-    ...     def list_in_doubt(self, ctx): ...       # pending files of ctx.identity
-    ...     def recover_and_abort(self, handle): ...  # delete one
-    """
-
-    protocol: ClassVar[CommitProtocol] = CommitProtocol.COORDINATED
-
-    list_in_doubt = _required(_SinkBase.list_in_doubt)
-    recover_and_abort = _required(_SinkBase.recover_and_abort)
-
-    @abc.abstractmethod
-    def pre_commit(self, txn: TxnT) -> HandleT:
-        """Prepare the transaction so that the driver can commit it later.
-
-        Runs on
-            an executor.
-        Called
-            once per transaction, after the last ``write``.
-        Idempotent
-            not required.
-        On failure
-            the framework calls :meth:`abort` and fails the task.
-
-        Parameters
-        ----------
-        txn
-            The transaction.
-
-        Returns
-        -------
-        HandleT
-            The handle that names the prepared transaction. It is sent to the
-            driver and recorded in the commit decision, so it must be small and
-            picklable (a frozen dataclass subclassing
-            :class:`~twophase.TransactionHandle`).
-        """
-
-    @abc.abstractmethod
-    def commit(self, handle: HandleT) -> None:
-        """Commit a prepared transaction: make it durable and visible.
-
-        Runs on
-            the driver, in phase 2, after the decision is durable.
-        Called
-            once per handle of the batch; again after a crash or a transient
-            failure.
-        Idempotent
-            required: committing an already committed transaction succeeds.
-        On failure
-            :class:`~twophase.errors.RetriableError` is retried with backoff;
-            anything else fails the batch, and the next start finishes it
-            with :meth:`recover_and_commit`.
-
-        Parameters
-        ----------
-        handle
-            A handle returned by :meth:`pre_commit`.
-        """
-
-    def recover_and_commit(self, handle: HandleT) -> None:
-        """Commit a transaction of a decided batch after a restart. Optional.
-
-        The default calls :meth:`commit`.
-
-        Runs on
-            the driver.
-        Called
-            at recovery, for every handle of a batch whose commit decision is
-            recorded but which is not recorded as committed.
-        Idempotent
-            required: the handle may already be committed (the driver died
-            between two commits of phase 2).
-        On failure
-            :class:`~twophase.errors.RetriableError` is retried with backoff;
-            anything else fails the batch and the next start tries again. It
-            must eventually succeed, or the decided batch stays incomplete.
-
-        Parameters
-        ----------
-        handle
-            A handle recorded in the commit decision.
-        """
-        self.commit(handle)
-
-
-class MarkerCommitSink(_SinkBase[TxnT]):
-    """Base of exactly-once sinks with per-partition commit and markers (protocol B).
-
-    For targets that cannot commit a transaction from another process (Kafka
-    through librdkafka, PostgreSQL with ``max_prepared_transactions = 0``,
-    SQLite, a plain file). Every partition commits on its executor, writing an
-    idempotence marker in the same transaction (:meth:`commit_with_marker`).
-    On replay the coordinator reads the markers (:meth:`read_markers`) and
-    writes only the partitions that are not committed yet, or stops with
-    :class:`~twophase.errors.NondeterministicBatchError` when the replay does
-    not match what was committed.
-
-    Hooks to implement: :meth:`begin_transaction`, :meth:`write`,
-    :meth:`commit_with_marker`, :meth:`abort` (executor) and
-    :meth:`read_markers`. Optional: :meth:`open`, :meth:`check_schema`, and
-    :meth:`list_in_doubt` with :meth:`recover_and_abort` for targets where an
-    earlier attempt's open transaction can outlive its task and must be
-    fenced before a retry reads the markers (Kafka).
-
-    Parameters
-    ----------
-    name
-        Name of the sink, part of every transaction id and marker.
-    staging
-        Write every batch once to the checkpoint location and publish from that
-        copy, so that replays are deterministic even when the pipeline is not.
-        Costs one extra write and read of each batch.
-    checkpoint_location, retry
-        As for :class:`TwoPhaseCommitSink`.
-
-    Examples
-    --------
-    The shape of a sink over a database without prepared transactions
-    (``docs/custom-sink.md`` has the complete, tested version):
-
-    >>> from twophase import MarkerCommitSink
-    >>> class TableSink(MarkerCommitSink[object]):
-    ...     def begin_transaction(self, ctx): ...       # connect, BEGIN
-    ...     def write(self, txn, batch): ...            # INSERT the rows
-    ...     def commit_with_marker(self, txn, marker): ...  # INSERT marker, COMMIT
-    ...     def abort(self, txn): ...                   # ROLLBACK, close
-    ...     def read_markers(self, identity, batch_id): ...  # SELECT markers
-    """
-
-    protocol: ClassVar[CommitProtocol] = CommitProtocol.MARKERS
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        staging: bool = False,
-        checkpoint_location: str | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(name, checkpoint_location=checkpoint_location, retry=retry)
-        self.staging = staging
-
-    @abc.abstractmethod
-    def commit_with_marker(self, txn: TxnT, marker: Marker) -> None:
-        """Write the idempotence marker into the transaction and commit both.
-
-        Runs on
-            an executor, on the transaction this task began.
-        Called
-            once per transaction, after the last ``write``. The marker must
-            become visible exactly when the rows do: in the same transaction,
-            committed together.
-        Idempotent
-            not required: a retried task reads the markers first and skips a
-            partition whose commit landed.
-        On failure
-            the framework calls :meth:`abort` and fails the task; Spark's retry
-            finds the marker if the commit did land, and writes the partition
-            otherwise.
-
-        Parameters
-        ----------
-        txn
-            The transaction from :meth:`begin_transaction`.
-        marker
-            Identity, batch, partition, attempt and the rows' fingerprint.
-        """
-
-    @abc.abstractmethod
-    def read_markers(self, identity: str, batch_id: int) -> Sequence[Marker]:
-        """Read the committed markers of one batch.
-
-        Runs on
-            the driver when a batch that was started before is replayed; on an
-            executor when a task is retried.
-        Called
-            before anything of the batch is written; never in the steady
-            state.
-        Idempotent
-            required (read only). Only markers of committed transactions may be
-            returned.
-        On failure
-            the batch (or the retried task) fails with nothing written.
-
-        Parameters
-        ----------
-        identity
-            The sink identity token.
-        batch_id
-            The micro-batch id.
-
-        Returns
-        -------
-        sequence of Marker
-            One marker per committed partition of the batch.
         """
 
 

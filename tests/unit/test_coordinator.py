@@ -21,7 +21,7 @@ from twophase import (
     RetryPolicy,
     TaskContext,
 )
-from twophase._coordinator import match_markers
+from twophase._replay import match_markers
 from twophase.testing import (
     FakeMarkerSink,
     FakeSink,

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .._sink import MarkerCommitSink, TwoPhaseCommitSink
+from .._sink_coordinated import TwoPhaseCommitSink
+from .._sink_markers import MarkerCommitSink
 from .._types import Marker, RecoveryContext, TaskContext, TransactionHandle, parse_transaction_id
 from ._target import FakeTarget
 

@@ -30,7 +30,8 @@ from .._metrics import BatchMetrics
 from .._participant import TaskPlan, TaskResult, run_participant
 from .._runtime import runtime_of
 from .._serde import dumps, loads
-from .._sink import MarkerCommitSink, TwoPhaseCommitSink
+from .._sink_coordinated import TwoPhaseCommitSink
+from .._sink_markers import MarkerCommitSink
 from .._store import LocalFileStore
 from .._types import Fingerprint, SinkContext
 from ._crash import CrashAt

@@ -1,0 +1,138 @@
+"""Protocol A: coordinated two-phase commit (``docs/protocol.md``)."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar, Generic
+
+from ._sink import HandleT, TxnT, _SinkBase, required
+from ._types import CommitProtocol
+
+__all__ = ["TwoPhaseCommitSink"]
+
+
+class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
+    """Base of exactly-once sinks with coordinated two-phase commit (protocol A).
+
+    Subclass it for targets whose prepared work can be committed later from
+    another process: PostgreSQL ``PREPARE TRANSACTION``, files renamed into
+    place, multipart uploads. Executors begin, write and :meth:`pre_commit`
+    (prepare) a transaction per partition and return its handle; once every
+    partition is prepared the driver records the decision and calls
+    :meth:`commit` with each handle. Pass the sink itself to ``foreachBatch``
+    (or use :func:`twophase.write_stream`).
+
+    Hooks to implement: :meth:`begin_transaction`, :meth:`write`,
+    :meth:`pre_commit`, :meth:`abort` (executor); :meth:`commit`,
+    :meth:`list_in_doubt`, :meth:`recover_and_abort` (driver). Optional:
+    :meth:`open`, :meth:`check_schema`, :meth:`recover_and_commit`.
+
+    The sink is pickled to the executors with every batch: keep connections
+    out of ``__init__`` (open them in ``begin_transaction``), or exclude them
+    in your own ``__getstate__``.
+
+    Parameters
+    ----------
+    name
+        Name of the sink, part of every transaction id. 1-64 characters from
+        ``[A-Za-z0-9_.-]``.
+    checkpoint_location
+        The query's checkpoint location. Optional: found from the running query
+        when omitted; when given it is checked against the query.
+    retry
+        Backoff for driver-side commits that fail transiently.
+
+    Examples
+    --------
+    The shape of a sink that writes files and renames them into place
+    (``docs/custom-sink.md`` has the complete, tested version):
+
+    >>> from twophase import TwoPhaseCommitSink, TransactionHandle
+    >>> class FileSink(TwoPhaseCommitSink[str, TransactionHandle]):
+    ...     def begin_transaction(self, ctx): ...   # open "<id>.pending"
+    ...     def write(self, txn, batch): ...        # append rows
+    ...     def pre_commit(self, txn): ...          # fsync, return a handle
+    ...     def abort(self, txn): ...               # delete the pending file
+    ...     def commit(self, handle): ...           # rename into place
+    ...     def list_in_doubt(self, ctx): ...       # pending files of ctx.identity
+    ...     def recover_and_abort(self, handle): ...  # delete one
+    """
+
+    protocol: ClassVar[CommitProtocol] = CommitProtocol.COORDINATED
+
+    list_in_doubt = required(_SinkBase.list_in_doubt)
+    recover_and_abort = required(_SinkBase.recover_and_abort)
+
+    @abc.abstractmethod
+    def pre_commit(self, txn: TxnT) -> HandleT:
+        """Prepare the transaction so that the driver can commit it later.
+
+        Runs on
+            an executor.
+        Called
+            once per transaction, after the last ``write``.
+        Idempotent
+            not required.
+        On failure
+            the framework calls :meth:`abort` and fails the task.
+
+        Parameters
+        ----------
+        txn
+            The transaction.
+
+        Returns
+        -------
+        HandleT
+            The handle that names the prepared transaction. It is sent to the
+            driver and recorded in the commit decision, so it must be small and
+            picklable (a frozen dataclass subclassing
+            :class:`~twophase.TransactionHandle`).
+        """
+
+    @abc.abstractmethod
+    def commit(self, handle: HandleT) -> None:
+        """Commit a prepared transaction: make it durable and visible.
+
+        Runs on
+            the driver, in phase 2, after the decision is durable.
+        Called
+            once per handle of the batch; again after a crash or a transient
+            failure.
+        Idempotent
+            required: committing an already committed transaction succeeds.
+        On failure
+            :class:`~twophase.errors.RetriableError` is retried with backoff;
+            anything else fails the batch, and the next start finishes it
+            with :meth:`recover_and_commit`.
+
+        Parameters
+        ----------
+        handle
+            A handle returned by :meth:`pre_commit`.
+        """
+
+    def recover_and_commit(self, handle: HandleT) -> None:
+        """Commit a transaction of a decided batch after a restart. Optional.
+
+        The default calls :meth:`commit`.
+
+        Runs on
+            the driver.
+        Called
+            at recovery, for every handle of a batch whose commit decision is
+            recorded but which is not recorded as committed.
+        Idempotent
+            required: the handle may already be committed (the driver died
+            between two commits of phase 2).
+        On failure
+            :class:`~twophase.errors.RetriableError` is retried with backoff;
+            anything else fails the batch and the next start tries again. It
+            must eventually succeed, or the decided batch stays incomplete.
+
+        Parameters
+        ----------
+        handle
+            A handle recorded in the commit decision.
+        """
+        self.commit(handle)
