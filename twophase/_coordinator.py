@@ -415,11 +415,21 @@ class Coordinator:
             # be committed. Check BEFORE writing anything.
             markers = list(sink.read_markers(self.identity, batch_id))
             if markers:
-                replayed = execution.fingerprints()
-                skip, expected = match_markers(markers, replayed, sink=sink.name, batch_id=batch_id)
                 preexisting = frozenset(
                     (m.partition_id, m.attempt, str(m.fingerprint)) for m in markers
                 )
+            if markers and batch_id in self.log.state.rewrite:
+                _log.warning(
+                    "sink %s: batch %d is rewritten whole, as an operator decided (twophase "
+                    "resolve --rewrite): the rows of its %d committed partition(s) are written "
+                    "again",
+                    sink.name,
+                    batch_id,
+                    len(markers),
+                )
+            elif markers:
+                replayed = execution.fingerprints()
+                skip, expected = match_markers(markers, replayed, sink=sink.name, batch_id=batch_id)
                 _log.info(
                     "sink %s: replay of batch %d: %d partition(s) already committed, %d to write",
                     sink.name,

@@ -6,6 +6,7 @@ Layout under ``<checkpoint>/twophase/<sink name>/<query id>/``::
     batches/<batch>.intent.json  protocol B (and A): batch started, with P partitions
     batches/<batch>.decision.json  protocol A: "commit batch N with these handles"
     batches/<batch>.committed.json "batch N is committed"
+    batches/<batch>.rewrite.json   an operator's decision: rewrite protocol-B batch N whole
     state.json                   compaction summary (committed-through, slot high-water)
 
 Every record is written with an atomic create (write then rename, or the
@@ -33,7 +34,7 @@ from .errors import ConcurrentQueryError, CoordinatorLogError
 __all__ = ["CoordinatorLog", "LogState"]
 
 _log = logging.getLogger("twophase.log")
-_BATCH_RE = re.compile(r"^(\d{20})\.(intent|decision|committed)\.json$")
+_BATCH_RE = re.compile(r"^(\d{20})\.(intent|decision|committed|rewrite)\.json$")
 _EPOCH_RE = re.compile(r"^(\d{20})\.json$")
 
 
@@ -53,6 +54,8 @@ class LogState:
         Batch id -> partition count, for batches that were started.
     partition_slots
         High-water mark of partitions used by any batch.
+    rewrite
+        Protocol-B batches an operator chose to rewrite whole (``twophase resolve``).
     """
 
     committed_through: int = -1
@@ -60,6 +63,7 @@ class LogState:
     decided: set[int] = field(default_factory=set)
     intents: dict[int, int] = field(default_factory=dict)
     partition_slots: int = 0
+    rewrite: set[int] = field(default_factory=set)
 
     def is_committed(self, batch_id: int) -> bool:
         """Return whether ``batch_id`` is recorded as committed."""
@@ -145,6 +149,8 @@ class CoordinatorLog:
                 state.committed.add(batch_id)
             elif kind == "decision":
                 state.decided.add(batch_id)
+            elif kind == "rewrite":
+                state.rewrite.add(batch_id)
             else:
                 record = self._load_json(f"batches/{name}")
                 partitions = int(record.get("partitions", 0)) if record else 0
@@ -333,6 +339,47 @@ class CoordinatorLog:
         self.store.write(self._batch_name(batch_id, "committed"), _dumps(record), overwrite=True)
         self.state.committed.add(batch_id)
 
+    def record_rewrite(self, batch_id: int, extra: dict[str, Any]) -> None:
+        """Record an operator's decision to rewrite protocol-B batch ``batch_id`` whole.
+
+        The next run writes every partition of the replay, also those whose
+        markers show them committed (duplicating their rows), instead of
+        matching the replay with the markers.
+
+        Parameters
+        ----------
+        batch_id
+            An unfinished protocol-B batch.
+        extra
+            Who decided, why (kept in the record).
+        """
+        self.check_epoch(batch_id)
+        record = {"batch": batch_id, "epoch": self.epoch, **extra}
+        self.store.write(self._batch_name(batch_id, "rewrite"), _dumps(record), overwrite=True)
+        self.state.rewrite.add(batch_id)
+
+    def read_record(self, batch_id: int, kind: str) -> dict[str, Any] | None:
+        """Return one record of a batch (``intent``, ``decision``, ``committed``, ``rewrite``).
+
+        Parameters
+        ----------
+        batch_id
+            The batch.
+        kind
+            The record kind.
+
+        Returns
+        -------
+        dict or None
+            The record, or None when absent (or compacted away).
+        """
+        return self._load_json(self._batch_name(batch_id, kind))
+
+    def last_epoch(self) -> dict[str, Any] | None:
+        """Return the record of the newest run that claimed the identity, if any."""
+        epochs = self._epochs()
+        return self._load_json(f"epochs/{epochs[-1]:020d}.json") if epochs else None
+
     def compact(self, latest: int) -> int:
         """Drop records of committed batches older than ``latest - retain``.
 
@@ -364,5 +411,6 @@ class CoordinatorLog:
         state.committed = {b for b in state.committed if b > horizon}
         state.decided = {b for b in state.decided if b > horizon}
         state.intents = {b: p for b, p in state.intents.items() if b > horizon}
+        state.rewrite = {b for b in state.rewrite if b > horizon}
         _log.debug("compacted %s: %d files up to batch %d", self.store.location, removed, horizon)
         return removed

@@ -70,7 +70,9 @@ def match_markers(
             "functions, a shuffle whose partition contents changed, or a source that "
             "does not replay the same rows). Fix: make the pipeline deterministic up to "
             "the sink, or set staging=True on the sink so that replays read the staged "
-            "copy of each batch",
+            "copy of each batch. If this batch itself can never be replayed as it ran, "
+            "finish it with the 'twophase resolve' command (docs/operations.md), which "
+            "says what each choice risks",
             sink=sink,
             batch_id=batch_id,
         )

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from .errors import CoordinatorLogError
 
-__all__ = ["HadoopFileStore", "LocalFileStore", "LogStore"]
+__all__ = ["HadoopFileStore", "LocalFileStore", "LogStore", "PyArrowFileStore"]
 
 
 class LogStore(Protocol):
@@ -220,3 +220,78 @@ class HadoopFileStore:
     def delete(self, name: str) -> None:
         """Delete ``name`` if present (see :class:`LogStore`)."""
         self._manager.delete(self._path(name))
+
+
+class PyArrowFileStore:
+    """A :class:`LogStore` through ``pyarrow.fs``, for tools that run without Spark.
+
+    Any URI ``pyarrow.fs.FileSystem.from_uri`` understands (``s3://``,
+    ``gs://``, ``hdfs://``, ``file://``). A file is written under a temporary
+    name and moved into place: atomic on local and HDFS file systems; on object
+    stores a move is a copy, but an object appears whole or not at all.
+
+    Parameters
+    ----------
+    uri
+        Directory of the log.
+    """
+
+    def __init__(self, uri: str) -> None:
+        import pyarrow.fs as pafs
+
+        self._pafs = pafs
+        self._fs, root = pafs.FileSystem.from_uri(uri)
+        self._root = root.rstrip("/")
+        self._uri = uri.rstrip("/")
+
+    @property
+    def location(self) -> str:
+        """Return the URI of the root."""
+        return self._uri
+
+    def _path(self, name: str) -> str:
+        return f"{self._root}/{name}"
+
+    def _exists(self, path: str) -> bool:
+        return bool(self._fs.get_file_info(path).type != self._pafs.FileType.NotFound)
+
+    def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
+        """Write ``data`` to ``name`` (see :class:`LogStore`)."""
+        path = self._path(name)
+        if not overwrite and self._exists(path):
+            return False
+        self._fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        tmp = f"{path.rsplit('/', 1)[0]}/.tmp-{os.getpid()}-{path.rsplit('/', 1)[1]}"
+        with self._fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self._fs.move(tmp, path)
+        return True
+
+    def list_directories(self, directory: str) -> list[str]:
+        """List the sub-directory names of ``directory``; [] if it does not exist."""
+        selector = self._pafs.FileSelector(self._path(directory), allow_not_found=True)
+        return sorted(
+            info.base_name
+            for info in self._fs.get_file_info(selector)
+            if info.type == self._pafs.FileType.Directory
+        )
+
+    def read(self, name: str) -> bytes | None:
+        """Read ``name``, or None (see :class:`LogStore`)."""
+        path = self._path(name)
+        if not self._exists(path):
+            return None
+        with self._fs.open_input_stream(path) as stream:
+            return bytes(stream.read())
+
+    def list(self, directory: str) -> list[str]:
+        """List file names in ``directory`` (see :class:`LogStore`)."""
+        selector = self._pafs.FileSelector(self._path(directory), allow_not_found=True)
+        names = [info.base_name for info in self._fs.get_file_info(selector)]
+        return [n for n in names if not n.startswith(".") and not n.endswith(".crc")]
+
+    def delete(self, name: str) -> None:
+        """Delete ``name`` if present (see :class:`LogStore`)."""
+        path = self._path(name)
+        if self._exists(path):
+            self._fs.delete_file(path)

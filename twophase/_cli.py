@@ -1,0 +1,472 @@
+"""The ``twophase`` command: see a sink's state, finish a stuck batch, clean up a lost checkpoint.
+
+``twophase status CHECKPOINT`` reads the coordinator log of every sink of a query
+(and, given ``--target``, the target's in-doubt transactions and markers).
+``twophase resolve`` finishes a protocol-B batch that can never be replayed as it
+ran; ``twophase abort-in-doubt`` rolls back what a sink identity left on its
+target after its checkpoint was lost. Every change names what it risks, prints
+its plan, and does nothing without ``--yes``. See ``docs/operations.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import getpass
+import importlib
+import json
+import re
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._identity import SinkIdentity
+from ._log import CoordinatorLog, LogState
+from ._store import LocalFileStore, LogStore, PyArrowFileStore
+from ._types import Marker, RecoveryContext
+from .errors import ConfigurationError, TwoPhaseError
+
+__all__ = ["main"]
+
+_NUMBERED = re.compile(r"^\d+$")
+# Exit codes: 0 done, 1 error, 2 a change was planned but not confirmed with --yes.
+_NOT_CONFIRMED = 2
+
+
+@dataclass
+class _Sink:
+    """One sink identity found in a checkpoint."""
+
+    name: str
+    query_id: str
+    identity: str
+    log: CoordinatorLog
+
+    @property
+    def state(self) -> LogState:
+        return self.log.state
+
+
+# ------------------------------------------------------------------ reading
+def _is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+def _local_path(uri: str) -> str:
+    return uri.removeprefix("file://")
+
+
+def _store(uri: str) -> LogStore:
+    return LocalFileStore(_local_path(uri)) if _is_local(uri) else PyArrowFileStore(uri)
+
+
+def _browse(uri: str) -> PyArrowFileStore:
+    if _is_local(uri):
+        import os
+
+        return PyArrowFileStore("file://" + os.path.abspath(_local_path(uri)))
+    return PyArrowFileStore(uri)
+
+
+def _query_id(checkpoint: PyArrowFileStore) -> str | None:
+    raw = checkpoint.read("metadata")
+    if not raw:
+        return None
+    try:
+        found = json.loads(raw.decode().strip().splitlines()[0]).get("id")
+    except (ValueError, IndexError, AttributeError):
+        return None
+    return str(found) if found else None
+
+
+def _find_sinks(checkpoint: str, sink: str | None, query_id: str | None) -> list[_Sink]:
+    root = _browse(checkpoint)
+    names = root.list_directories("twophase")
+    if sink is not None:
+        if sink not in names:
+            raise ConfigurationError(
+                f"no coordinator log of a sink named {sink!r} under {checkpoint}/twophase "
+                f"(found: {', '.join(names) or 'none'})",
+                sink=sink,
+                setting="--sink",
+            )
+        names = [sink]
+    wanted = query_id or _query_id(root)
+    found = []
+    for name in names:
+        runs = root.list_directories(f"twophase/{name}")
+        if wanted in runs:
+            chosen = wanted
+        elif len(runs) == 1 and query_id is None:
+            chosen = runs[0]
+        else:
+            raise ConfigurationError(
+                f"sink {name!r} has coordinator logs of several queries ({', '.join(runs)}) "
+                "and the checkpoint's metadata names none of them: pass --query-id",
+                sink=name,
+                setting="--query-id",
+            )
+        identity = SinkIdentity(name, chosen)
+        location = identity.log_location(checkpoint)
+        log = CoordinatorLog(_store(location), sink=name, identity=identity.token)
+        log.load()
+        found.append(_Sink(name, chosen, identity.token, log))
+    return found
+
+
+def _spark_progress(checkpoint: str) -> dict[str, int | None]:
+    root = _browse(checkpoint)
+    progress: dict[str, int | None] = {}
+    for log in ("offsets", "commits"):
+        batches = [int(n) for n in root.list(log) if _NUMBERED.match(n)]
+        progress[log] = max(batches) if batches else None
+    return progress
+
+
+def _parse_option(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ConfigurationError(f"option {text!r} is not KEY=VALUE", setting="--option")
+    try:
+        value: Any = json.loads(raw)  # numbers, true/false, lists
+    except ValueError:
+        value = raw
+    return key.strip(), value
+
+
+def _make_target(spec: str, options: Sequence[str], name: str) -> Any:
+    module_name, sep, attr = spec.partition(":")
+    if not sep:
+        raise ConfigurationError(
+            f"--target {spec!r} must be MODULE:CALLABLE, e.g. "
+            "twophase.connectors.jdbc:postgres_sink",
+            setting="--target",
+        )
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory(name, **dict(_parse_option(o) for o in options))
+
+
+def _when(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "?"
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# ------------------------------------------------------------------- status
+def _describe(sink: _Sink, target: Any) -> dict[str, Any]:
+    state = sink.state
+    committed = sorted(state.committed)
+    epoch = sink.log.last_epoch() or {}
+    unfinished = []
+    for batch in state.unfinished():
+        entry: dict[str, Any] = {"batch": batch}
+        if batch in state.decided:
+            entry["protocol"] = "coordinated"
+            entry["decision"] = (sink.log.read_record(batch, "decision") or {}).get(
+                "transaction_ids", []
+            )
+        else:
+            entry["protocol"] = "markers"
+            entry["partitions"] = state.intents.get(batch, 0)
+            entry["rewrite_ordered"] = batch in state.rewrite
+        unfinished.append(entry)
+    described: dict[str, Any] = {
+        "sink": sink.name,
+        "identity": sink.identity,
+        "query_id": sink.query_id,
+        "log": sink.log.store.location,
+        "last_run": {k: epoch.get(k) for k in ("epoch", "run_id", "pid", "claimed_at")},
+        "committed_through": max([state.committed_through, *committed]),
+        "unfinished": unfinished,
+        "partition_slots": state.partition_slots,
+    }
+    if target is not None:
+        context = RecoveryContext(sink.identity, state.partition_slots, tuple(state.unfinished()))
+        described["in_doubt"] = [h.transaction_id for h in target.list_in_doubt(context)]
+        for entry in unfinished:
+            if entry["protocol"] == "markers" and hasattr(target, "read_markers"):
+                markers: list[Marker] = list(target.read_markers(sink.identity, entry["batch"]))
+                entry["markers"] = [
+                    {"partition": m.partition_id, "attempt": m.attempt, "rows": m.fingerprint.count}
+                    for m in sorted(markers, key=lambda m: m.partition_id)
+                ]
+    return described
+
+
+def _advice(sink: dict[str, Any], checkpoint: str) -> list[str]:
+    lines = []
+    for entry in sink["unfinished"]:
+        batch = entry["batch"]
+        if entry["protocol"] == "coordinated":
+            lines.append(
+                f"batch {batch} is decided: restarting the query commits its "
+                f"{len(entry['decision'])} prepared transaction(s) first; nothing to do by hand"
+            )
+        elif entry["rewrite_ordered"]:
+            lines.append(f"batch {batch}: a rewrite is ordered; restart the query to run it")
+        else:
+            where = f"{checkpoint} --sink {sink['sink']} --batch {batch}"
+            lines += [
+                f"batch {batch} started and did not finish: restart the query; its replay skips "
+                "the partitions whose markers show them committed.",
+                "  If the restart stops with NondeterministicBatchError, this batch can never "
+                "be replayed as it ran. Finish it with one of (each prints its plan first):",
+                f"    twophase resolve {where} --mark-committed   # risk: loss of the rest",
+                f"    twophase resolve {where} --rewrite          # risk: duplicates",
+            ]
+    return lines
+
+
+def _print_status(
+    checkpoint: str, progress: dict[str, int | None], sinks: list[dict[str, Any]]
+) -> None:
+    print(f"checkpoint {checkpoint}")
+    print(
+        f"  spark: offsets up to batch {_batch(progress['offsets'])}, "
+        f"commits up to batch {_batch(progress['commits'])}"
+    )
+    for sink in sinks:
+        run = sink["last_run"]
+        print(f"\nsink {sink['sink']}  identity {sink['identity']}")
+        print(f"  coordinator log   {sink['log']}")
+        print(
+            f"  last run          epoch {run['epoch']}, run {run['run_id']}, pid {run['pid']}, "
+            f"started {_when(run['claimed_at'])}"
+        )
+        print(f"  committed         through batch {_batch(sink['committed_through'])}")
+        print(f"  partition slots   {sink['partition_slots']}")
+        if not sink["unfinished"]:
+            print("  unfinished        none")
+        for entry in sink["unfinished"]:
+            if entry["protocol"] == "coordinated":
+                print(
+                    f"  unfinished        batch {entry['batch']} (protocol A): decision recorded "
+                    f"with {len(entry['decision'])} transaction(s), not all committed"
+                )
+                continue
+            print(
+                f"  unfinished        batch {entry['batch']} (protocol B): started with "
+                f"{entry['partitions']} partition(s)"
+                + (", rewrite ordered" if entry["rewrite_ordered"] else "")
+            )
+            if "markers" in entry:
+                rows = sum(m["rows"] for m in entry["markers"])
+                parts = ", ".join(f"p{m['partition']}={m['rows']}" for m in entry["markers"])
+                print(
+                    f"  markers           {len(entry['markers'])} of {entry['partitions']} "
+                    f"partition(s) committed, {rows} rows ({parts or 'none'})"
+                )
+        if "in_doubt" in sink:
+            print(f"  in doubt          {len(sink['in_doubt'])} transaction(s) on the target")
+            for transaction_id in sink["in_doubt"]:
+                print(f"                    {transaction_id}")
+        else:
+            print("  target            not read (pass --target to list in-doubt transactions)")
+        for line in _advice(sink, checkpoint):
+            print(f"  next: {line}" if not line.startswith(" ") else f"        {line.strip()}")
+
+
+def _batch(value: int | None) -> str:
+    return "-" if value is None or value < 0 else str(value)
+
+
+def _status(args: argparse.Namespace) -> int:
+    sinks = _find_sinks(args.checkpoint, args.sink, args.query_id)
+    if not sinks:
+        root = _browse(args.checkpoint)
+        found = root.list("") or root.list_directories("")
+        what = "no twophase sink has a coordinator log under" if found else "nothing at"
+        print(f"{what} {args.checkpoint}", file=sys.stderr)
+        return 1
+    described = [
+        _describe(s, _make_target(args.target, args.option, s.name) if args.target else None)
+        for s in sinks
+    ]
+    progress = _spark_progress(args.checkpoint)
+    if args.json:
+        print(json.dumps({"checkpoint": args.checkpoint, "spark": progress, "sinks": described}))
+    else:
+        _print_status(args.checkpoint, progress, described)
+    return 0
+
+
+# ------------------------------------------------------------------ changes
+def _claim(log: CoordinatorLog, query_id: str) -> int:
+    """Claim the identity for this command: a still running query is fenced by it."""
+    return log.claim(f"twophase-cli:{uuid.uuid4().hex}", query_id)
+
+
+def _audit(reason: str | None) -> dict[str, Any]:
+    return {"by": getpass.getuser(), "at": time.time(), "reason": reason or ""}
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    (sink,) = _find_sinks(args.checkpoint, args.sink, args.query_id)
+    state = sink.state
+    batch = args.batch
+    if state.is_committed(batch) or batch not in state.intents or batch in state.decided:
+        raise ConfigurationError(
+            f"batch {batch} is not an unfinished protocol-B batch of sink {sink.name!r} "
+            f"(unfinished: {state.unfinished() or 'none'}); a protocol-A batch is finished by "
+            "restarting the query",
+            sink=sink.name,
+            batch_id=batch,
+            setting="--batch",
+        )
+    partitions = state.intents[batch]
+    committed = "some"
+    if args.target:
+        target = _make_target(args.target, args.option, sink.name)
+        markers = list(target.read_markers(sink.identity, batch))
+        rows = sum(m.fingerprint.count for m in markers)
+        committed = f"{len(markers)} of {partitions} partition(s), {rows} rows,"
+    if args.mark_committed:
+        plan = f"record batch {batch} of sink {sink.name!r} as committed, as it stands"
+        risk = (
+            f"RISK: LOSS. {committed.capitalize()} of batch {batch} are committed and stay; the "
+            "rows of its other partitions are never written. Spark moves on to the next batch."
+        )
+    else:
+        plan = (
+            f"order batch {batch} of sink {sink.name!r} rewritten whole at the next run, "
+            "without matching its replay against the markers"
+        )
+        risk = (
+            f"RISK: DUPLICATES. {committed.capitalize()} of batch {batch} are committed; the next "
+            "run writes the replayed batch whole, so readers see those rows again (as the "
+            "replay computes them)."
+        )
+    print(f"plan: {plan}")
+    print(risk)
+    if not args.yes:
+        print("nothing changed: stop the query, then run the same command with --yes")
+        return _NOT_CONFIRMED
+    epoch = _claim(sink.log, sink.query_id)
+    record = {"resolved": "mark-committed" if args.mark_committed else "rewrite"}
+    record.update(_audit(args.reason))
+    if args.mark_committed:
+        sink.log.record_committed(batch, record)
+    else:
+        sink.log.record_rewrite(batch, record)
+    print(
+        f"done (epoch {epoch}: a query still running on this checkpoint is fenced and stops "
+        "at its next batch). Restart the query."
+    )
+    return 0
+
+
+def _abort_in_doubt(args: argparse.Namespace) -> int:
+    name = args.identity.rsplit(".", 1)[0]
+    target = _make_target(args.target, args.option, name)
+    if args.checkpoint:
+        for sink in _find_sinks(args.checkpoint, name, args.query_id):
+            if sink.identity == args.identity and sink.state.pending_decisions():
+                raise ConfigurationError(
+                    f"the checkpoint {args.checkpoint} still holds the log of {args.identity} "
+                    f"with decided batches {sink.state.pending_decisions()}: restart the query "
+                    "instead, its recovery commits them",
+                    sink=name,
+                    setting="--identity",
+                )
+    handles = list(target.list_in_doubt(RecoveryContext(args.identity, args.slots)))
+    print(f"plan: roll back {len(handles)} in-doubt transaction(s) of {args.identity}")
+    for handle in handles:
+        print(f"  {handle.transaction_id}")
+    print(
+        "RISK: LOSS, if a checkpoint of this identity still exists and a recorded decision names "
+        "one of these transactions: that batch would never be committed. Use it only when the "
+        "checkpoint is gone for good."
+    )
+    if not args.yes:
+        print("nothing changed: run the same command with --yes")
+        return _NOT_CONFIRMED
+    for handle in handles:
+        target.recover_and_abort(handle)
+    print(f"done: {len(handles)} rolled back")
+    return 0
+
+
+# ---------------------------------------------------------------------- CLI
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="twophase",
+        description="Inspect twophase sinks and finish what a crash left behind.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def target_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--target",
+            metavar="MODULE:CALLABLE",
+            help="builds the sink as CALLABLE(sink_name, **options), e.g. "
+            "twophase.connectors.jdbc:postgres_sink",
+        )
+        p.add_argument(
+            "-o",
+            "--option",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="an argument of the target factory (JSON values allowed); repeat",
+        )
+
+    status = commands.add_parser("status", help="show the state of a query's sinks")
+    status.add_argument("checkpoint", help="the query's checkpoint location")
+    status.add_argument("--sink", help="only this sink")
+    status.add_argument("--query-id", help="when the checkpoint holds logs of several queries")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    target_args(status)
+    status.set_defaults(run=_status)
+
+    resolve = commands.add_parser("resolve", help="finish a protocol-B batch that cannot replay")
+    resolve.add_argument("checkpoint")
+    resolve.add_argument("--sink", required=True)
+    resolve.add_argument("--batch", type=int, required=True)
+    resolve.add_argument("--query-id")
+    choice = resolve.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--mark-committed", action="store_true", help="risk: loss")
+    choice.add_argument("--rewrite", action="store_true", help="risk: duplicates")
+    resolve.add_argument("--reason", help="kept in the coordinator log")
+    resolve.add_argument("--yes", action="store_true", help="carry out the plan")
+    target_args(resolve)
+    resolve.set_defaults(run=_resolve)
+
+    abort = commands.add_parser(
+        "abort-in-doubt", help="roll back what a sink identity left on its target"
+    )
+    abort.add_argument("--identity", required=True, help="e.g. orders.1a2b3c4d5e6f7a8b")
+    abort.add_argument("--slots", type=int, default=0, help="partition slots to fence (Kafka)")
+    abort.add_argument("--checkpoint", help="refuse if this checkpoint still needs them")
+    abort.add_argument("--query-id")
+    abort.add_argument("--yes", action="store_true")
+    target_args(abort)
+    abort.set_defaults(run=_abort_in_doubt)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``twophase`` command.
+
+    Parameters
+    ----------
+    argv
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 when done, 1 on an error, 2 when a change was planned but not confirmed.
+    """
+    args = _parser().parse_args(argv)
+    if args.command == "abort-in-doubt" and not args.target:
+        print("twophase: error: abort-in-doubt needs --target", file=sys.stderr)
+        return 1
+    try:
+        return int(args.run(args))
+    except TwoPhaseError as exc:
+        print(f"twophase: error: {exc}", file=sys.stderr)
+        return 1
