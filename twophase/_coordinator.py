@@ -306,13 +306,30 @@ class Coordinator:
         return metrics
 
     def _plan(self, sink: AnySink, batch_id: int, **kwargs: Any) -> TaskPlan:
-        return TaskPlan(sink.name, self.identity, batch_id, sink.protocol, **kwargs)
+        epoch = self.log.epoch or 0
+        return TaskPlan(sink.name, self.identity, batch_id, sink.protocol, epoch=epoch, **kwargs)
 
     def _abort_batch(self, sink: AnySink, batch_id: int, keep: frozenset[str] = frozenset()) -> int:
-        """Roll back every in-doubt transaction of ``batch_id`` not in ``keep``."""
+        """Roll back the orphans of ``batch_id`` (all in doubt but ``keep``) and of earlier batches.
+
+        An earlier batch's orphan is a zombie attempt that prepared after that
+        batch's own sweep. A batch whose decision is still pending is never
+        touched: its prepared transactions are committed by recovery.
+        """
+        pending = set(self.log.state.pending_decisions()) - {batch_id}
         aborted = 0
         for handle in sink.list_in_doubt(self._recovery_context()):
-            if handle.batch_id == batch_id and handle.transaction_id not in keep:
+            if handle.batch_id > batch_id or handle.batch_id in pending:
+                continue
+            if handle.transaction_id not in keep:
+                if handle.batch_id < batch_id:
+                    _log.warning(
+                        "sink %s: rolling back %s, prepared late by an attempt of batch %d "
+                        "that Spark had given up on (a zombie)",
+                        sink.name,
+                        handle.transaction_id,
+                        handle.batch_id,
+                    )
                 sink.recover_and_abort(handle)
                 aborted += 1
         return aborted

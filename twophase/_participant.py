@@ -57,6 +57,8 @@ class TaskPlan:
     preexisting_markers
         Protocol B: markers that existed when the batch started, as
         ``(partition_id, attempt, fingerprint)``; a retried task ignores them.
+    epoch
+        The run's epoch in the coordinator log (see :attr:`TaskContext.epoch`).
     """
 
     sink_name: str
@@ -66,6 +68,7 @@ class TaskPlan:
     skip: frozenset[int] = frozenset()
     expected: Mapping[int, Fingerprint] = field(default_factory=dict)
     preexisting_markers: frozenset[tuple[int, int, str]] = frozenset()
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,9 @@ def run_participant(
         Handle (A) or marker (B) and counts.
     """
     started = time.perf_counter()
-    ctx = TaskContext(plan.sink_name, plan.identity, plan.batch_id, partition_id, attempt)
+    ctx = TaskContext(
+        plan.sink_name, plan.identity, plan.batch_id, partition_id, attempt, plan.epoch
+    )
     try:
         if plan.protocol is CommitProtocol.COORDINATED:
             result = _run_coordinated(as_coordinated(sink), ctx, batches)

@@ -60,6 +60,12 @@ class TaskContext:
         The Spark partition index (the participant's slot).
     attempt
         The task attempt number, 0 for the first attempt.
+    epoch
+        The run of the query that runs the task: a number that grows with every
+        (re)start of the query from its checkpoint (the coordinator log's epoch).
+        ``(epoch, attempt)`` orders the attempts of a partition slot across
+        runs: a target that must fence zombie attempts (an executor lost while
+        its process lives on) lets only the newest one commit.
     """
 
     sink_name: str
@@ -67,6 +73,7 @@ class TaskContext:
     batch_id: int
     partition_id: int
     attempt: int
+    epoch: int = 0
 
     @property
     def transaction_id(self) -> str:

@@ -20,6 +20,7 @@ from twophase.errors import AbortRequiredError, RetriableError
 from . import _sql
 from ._client import PostgresClient
 from ._errors import is_connection_error, sqlstate
+from ._fence import newer_or_sibling_marker
 from ._transaction import PostgresTransaction
 
 __all__ = ["MarkerTable"]
@@ -36,12 +37,15 @@ _CREATE = sql.SQL(
     "attempt integer NOT NULL, "
     "fingerprint text NOT NULL, "
     "committed_at timestamptz NOT NULL DEFAULT now(), "
+    "epoch bigint NOT NULL DEFAULT 0, "
     "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint))"
 )
-# Parameters: identity, batch, partition, attempt, fingerprint.
+# Marker tables made before the zombie fence have no epoch: add it (old rows rank lowest).
+_ADD_EPOCH = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0")
+# Parameters: identity, batch, partition, attempt, fingerprint, epoch.
 _INSERT = sql.SQL(
-    "INSERT INTO {} (identity, batch_id, partition_id, attempt, fingerprint) "
-    "VALUES (%s, %s, %s, %s, %s)"
+    "INSERT INTO {} (identity, batch_id, partition_id, attempt, fingerprint, epoch) "
+    "VALUES (%s, %s, %s, %s, %s, %s)"
 )
 # Parameters: identity, batch.
 _SELECT = sql.SQL(
@@ -99,6 +103,8 @@ class MarkerTable(PostgresClient):
             cur.execute("SELECT to_regclass(%s)", (table.as_string(cur),))
             if cur.fetchone()[0] is None:
                 cur.execute(_CREATE.format(table))
+            else:
+                cur.execute(_ADD_EPOCH.format(table))
             cur.execute(_NEWEST.format(table), (identity,))
             newest = cur.fetchone()[0]
             if newest is not None:
@@ -186,6 +192,7 @@ class MarkerTable(PostgresClient):
         retention = self.options.marker_retention
         try:
             with conn.cursor() as cur:
+                newer_or_sibling_marker(cur, table, txn.context)  # the zombie fence
                 cur.execute(
                     _INSERT.format(table),
                     (
@@ -194,6 +201,7 @@ class MarkerTable(PostgresClient):
                         marker.partition_id,
                         marker.attempt,
                         str(marker.fingerprint),
+                        txn.context.epoch,
                     ),
                 )
                 if marker.partition_id == 0 and marker.batch_id % retention == 0:

@@ -28,6 +28,7 @@ from ._config import ConnectionConfig, PostgresOptions, QualifiedName
 from ._copy import CopyStream
 from ._encode import encode_csv
 from ._errors import sqlstate
+from ._fence import take_slot
 from ._gid import format_gid
 from ._plan import plan_write
 from ._prepared import PreparedTransactions
@@ -98,6 +99,7 @@ class PostgresWriter(PostgresClient):
                 xid = int(cur.fetchone()[0])
             else:
                 cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                take_slot(cur, context)  # protocol B's zombie fence (_fence.py)
                 xid = None
             return xid, describe_table(cur, self.options.table)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +273,38 @@ def test_replay_skips_the_partition_that_committed_under_the_same_id() -> None:
     skip, expected = match_markers(markers, {0: fp, 1: fp}, sink="s", batch_id=0)
     assert skip == frozenset({1})
     assert expected == {0: fp}
+
+
+def test_a_zombie_that_prepares_after_its_batch_is_swept_by_the_next_batch() -> None:
+    target = FakeTarget.in_memory()
+    sink = FakeSink("z", target)
+    runner = LocalRunner(sink, max_task_failures=2)
+    rule = target.fail("begin_transaction", batch_id=0, partition_id=1, attempt=0)
+    runner.run_batch(0, split(0))  # attempt 0 of partition 1 is "lost"; attempt 1 commits
+    assert target.fired(rule) == 1
+    # The lost attempt was a zombie: it resumes and prepares after batch 0 committed.
+    zombie = pickle.loads(pickle.dumps(sink))
+    ctx = TaskContext("z", runner.identity.token, 0, 1, 0, runner.log.epoch or 0)
+    txn = zombie.begin_transaction(ctx)
+    zombie.write(txn, pa.RecordBatch.from_pylist(split(0)[1]))
+    zombie.pre_commit(txn)
+    assert len(target.prepared()) == 1
+    metrics = runner.run_batch(1, split(1))
+    assert metrics.recovered_aborted == 1
+    assert target.prepared() == []
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1)])
+
+
+def test_the_sweep_never_touches_a_batch_whose_decision_is_pending() -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(FakeSink("p", target))
+    target.fail("commit", batch_id=0, partition_id=0)
+    with pytest.raises(CommitFailedError):
+        runner.run_batch(0, split(0))
+    prepared = sorted(target.prepared())
+    assert len(prepared) == 3  # decided, none committed
+    runner.run_batch(1, split(1))  # the same run goes on (no restart): batch 0 stays prepared
+    assert sorted(target.prepared()) == prepared
+    runner.restart()  # recovery commits the decided batch
+    runner.run_batch(2, split(2))
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1) + rows(2)])
