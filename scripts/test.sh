@@ -32,6 +32,7 @@ step "mypy --strict on twophase/, connectors/ and tools/twophase_dev/" \
     "$PY" -m mypy twophase connectors tools/twophase_dev
 step "import contracts (lint-imports, see [tool.importlinter] in pyproject.toml)" \
     "$ROOT/.venv/bin/lint-imports" --no-cache
+step "documentation site (mkdocs build --strict)" bash scripts/docs.sh build
 
 pytest_status=0
 printf '\n==> pytest\n'
