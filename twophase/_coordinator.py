@@ -414,7 +414,8 @@ class Coordinator:
         )
 
     def _staging_location(self, batch_id: int) -> str:
-        return f"{self.log.store.location}/staging/{batch_id}"
+        # The qualified location (file:/..., hdfs://...): Spark writes the staged copy.
+        return f"{self.context.log_location}/staging/{batch_id}"
 
     def _run_markers(
         self, sink: MarkerHooks, execution: BatchExecution, recovered: tuple[int, int]

@@ -26,7 +26,7 @@ from ._log import CoordinatorLog
 from ._participant import TaskPlan, TaskResult, run_participant
 from ._runtime import runtime_of
 from ._serde import dumps, loads
-from ._store import HadoopFileStore
+from ._store import HadoopFileStore, LocalFileStore, LogStore
 from ._types import Fingerprint, SinkContext
 from .errors import ConfigurationError, UnsafeConfigurationError
 
@@ -176,6 +176,33 @@ def _resolve_checkpoint(sink: AnySink, spark: Any, query_id: str, batch_id: int)
     return found
 
 
+def log_store(spark: Any, location: str) -> LogStore:
+    """Return the store of a coordinator log at ``location`` (a qualified Hadoop path).
+
+    A local path (``file:``) gets plain files written with fsync and an atomic
+    rename or link: as atomic as Spark's ``CheckpointFileManager`` there, more
+    durable (Hadoop's local file system does not fsync), and about a hundred
+    times cheaper per record. Every other file system goes through Spark's
+    ``CheckpointFileManager``, like Spark's own offset log.
+
+    Parameters
+    ----------
+    spark
+        The driver's session.
+    location
+        The log's directory.
+
+    Returns
+    -------
+    LogStore
+        The store.
+    """
+    if location.startswith("file:"):
+        # Hadoop renders local paths unescaped: file:/a/b (or file:///a/b).
+        return LocalFileStore("/" + location.removeprefix("file:").lstrip("/"))
+    return HadoopFileStore(spark, location)
+
+
 def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator:
     spark = df.sparkSession
     sc = spark.sparkContext
@@ -201,7 +228,7 @@ def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator
     checkpoint = _resolve_checkpoint(sink, spark, query_id, batch_id)
     identity = SinkIdentity(sink.name, query_id)
     location = identity.log_location(checkpoint)
-    log = CoordinatorLog(HadoopFileStore(spark, location), sink=sink.name, identity=identity.token)
+    log = CoordinatorLog(log_store(spark, location), sink=sink.name, identity=identity.token)
     context = SinkContext(sink.name, identity.token, query_id, run_id, location)
     coordinator = runtime.coordinator = Coordinator(log, context, on_step=runtime.on_step)
     _log.info("sink %s: identity %s, coordinator log at %s", sink.name, identity.token, location)
