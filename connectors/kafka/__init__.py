@@ -15,9 +15,10 @@ settings in ``_options.py`` and the producer settings in ``_config.py``; one
 partition's transaction (produce, probe, flush, commit, abort) in
 ``_transaction.py``; the fencing of earlier producers of a slot in
 ``_fencing.py``; the per-worker producer pool in ``_pool.py``; Arrow rows to
-records in ``_records.py``; markers and their fast reader in ``_markers.py``;
-cluster checks in ``_admin.py``; the mapping of Kafka errors onto
-:mod:`twophase.errors` in ``_errors.py``. See ``docs/kafka.md``.
+records in ``_records.py``; the up-front check of the topics a ``topic``
+column names in ``_topics.py``; markers and their fast reader in
+``_markers.py``; cluster checks in ``_admin.py``; the mapping of Kafka errors
+onto :mod:`twophase.errors` in ``_errors.py``. See ``docs/kafka.md``.
 """
 
 from ._admin import CONTROL_TOPIC_CONFIG

@@ -7,12 +7,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from twophase.errors import ConfigurationError
+from twophase.errors import ConfigurationError, RetriableError
 
-from ._compat import ConfigResource, NewTopic, ResourceType
+from ._compat import AclOperation, ConfigResource, NewTopic, ResourceType
 from ._errors import ErrorContext, kafka_error_of, map_kafka_error
 from ._fencing import build_producer, transactional_id
 from ._options import KafkaOptions
@@ -22,7 +22,10 @@ __all__ = [
     "broker_max_transaction_timeout",
     "check_cluster",
     "check_topic_exists",
+    "connect",
+    "describe_topic",
     "ensure_control_topic",
+    "require_operations",
 ]
 
 _log = logging.getLogger("twophase.connectors.kafka")
@@ -37,6 +40,25 @@ CONTROL_TOPIC_CONFIG: Mapping[str, str] = {
     "min.cleanable.dirty.ratio": "0.1",
     "delete.retention.ms": "3600000",
 }
+
+#: Codes of the client's error events meaning the brokers refused the
+#: credentials: waiting longer cannot help, so ``open()`` fails at once.
+_AUTH_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+
+#: Codes meaning "no broker answered (yet)": ``open()`` keeps trying until
+#: ``operation_timeout``.
+_UNREACHABLE_CODES = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+    }
+)
+
+#: Seconds of the first metadata request of ``open()``; each retry waits twice
+#: as long (a slow cluster still answers a long one), up to the deadline.
+_FIRST_CONTACT_SLICE = 0.5
 
 _DENIED = frozenset(
     {
@@ -62,12 +84,17 @@ def check_cluster(options: KafkaOptions, identity: str) -> None:
     ConfigurationError
         When ``transaction.timeout.ms`` exceeds the brokers'
         ``transaction.max.timeout.ms``, librdkafka refuses the producer
-        settings, the default topic does not exist, or the control topic is
-        missing and cannot be created (or is not compacted).
+        settings, the brokers refuse the credentials, the default topic does
+        not exist or may not be written, or the control topic is missing and
+        cannot be created (or is not compacted, or may not be written and
+        read).
+    RetriableError
+        When no broker answers within ``operation_timeout`` (naming
+        ``bootstrap.servers``).
     """
     sink, timeout = options.sink, options.operation_timeout
-    admin = AdminClient(dict(options.client_config))
-    limit = broker_max_transaction_timeout(admin, sink=sink, timeout=timeout)
+    admin, brokers = connect(options)
+    limit = broker_max_transaction_timeout(admin, brokers, sink=sink, timeout=timeout)
     if limit is not None and options.transaction_timeout_ms > limit:
         raise ConfigurationError(
             f"transaction.timeout.ms={options.transaction_timeout_ms} exceeds the brokers' "
@@ -87,13 +114,29 @@ def check_cluster(options: KafkaOptions, identity: str) -> None:
         replication_factor=options.control_topic_replication_factor,
         timeout=timeout,
     )
-    if options.topic is not None and not check_topic_exists(
-        admin, options.topic, sink=sink, timeout=timeout
-    ):
-        raise ConfigurationError(
-            f"topic {options.topic!r} does not exist; create it before starting the query",
+    control = describe_topic(admin, options.control_topic, sink=sink, timeout=timeout)
+    if control is not None:  # None: created a moment ago, not described yet
+        require_operations(
+            control,
+            (AclOperation.WRITE, AclOperation.READ),
+            sink=sink,
+            setting="control_topic",
+            why="every transaction writes a marker there, and replays read them",
+        )
+    if options.topic is not None:
+        target = describe_topic(admin, options.topic, sink=sink, timeout=timeout)
+        if target is None:
+            raise ConfigurationError(
+                f"topic {options.topic!r} does not exist; create it before starting the query",
+                sink=sink,
+                setting="topic",
+            )
+        require_operations(
+            target,
+            (AclOperation.WRITE,),
             sink=sink,
             setting="topic",
+            why="the sink writes the records there",
         )
 
 
@@ -102,13 +145,98 @@ def _code(exc: BaseException) -> int | None:
     return None if err is None else int(err.code())
 
 
-def broker_max_transaction_timeout(admin: AdminClient, *, sink: str, timeout: float) -> int | None:
+def connect(options: KafkaOptions) -> tuple[AdminClient, list[int]]:
+    """Create the admin client of ``open()`` and reach the cluster with it.
+
+    The client's error events are watched while it waits for the first
+    metadata response: brokers that refuse the credentials fail at once (not
+    after the timeout, as an unexplained transport error), and brokers that
+    stay unreachable fail after ``operation_timeout`` seconds, naming
+    ``bootstrap.servers`` and the last error seen. A user's ``error_cb`` is
+    still called.
+
+    Parameters
+    ----------
+    options
+        The sink's settings.
+
+    Returns
+    -------
+    tuple of (AdminClient, list of int)
+        The client, and the ids of the brokers.
+
+    Raises
+    ------
+    ConfigurationError
+        When librdkafka refuses the client settings, or the brokers refuse
+        the credentials.
+    RetriableError
+        When no broker answers within ``operation_timeout`` (nothing was
+        written; restarting the query once the brokers are up is safe).
+    """
+    sink, timeout = options.sink, options.operation_timeout
+    servers = options.client_config.get("bootstrap.servers")
+    events: list[KafkaError] = []
+    user_cb = options.client_config.get("error_cb")
+
+    def on_error(err: KafkaError) -> None:
+        events.append(err)
+        if callable(user_cb):
+            user_cb(err)
+
+    conf: dict[str, Any] = {**options.client_config, "error_cb": on_error}
+    try:
+        admin = AdminClient(conf)
+    except KafkaException as exc:
+        raise ConfigurationError(
+            f"librdkafka refused the client configuration: {exc.args[0].str()}",
+            sink=sink,
+            setting="producer_config",
+        ) from exc
+    deadline = time.monotonic() + timeout
+    wait = _FIRST_CONTACT_SLICE
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=max(0.05, min(wait, deadline - time.monotonic())))
+            return admin, sorted(metadata.brokers)
+        except KafkaException as exc:
+            admin.poll(0)  # serves the error events to on_error
+            err = kafka_error_of(exc)
+            denied = next((e for e in events if e.code() in _AUTH_CODES), None)
+            if denied is not None:
+                raise ConfigurationError(
+                    f"the brokers at bootstrap.servers={servers!r} refused the credentials: "
+                    f"{denied.str()}. Check security.protocol, sasl.mechanism, sasl.username and "
+                    "sasl.password (or the ssl.* settings)",
+                    sink=sink,
+                    setting="sasl.username/sasl.password" if "SASL" in denied.str() else "ssl.*",
+                ) from exc
+            if err is not None and err.code() not in _UNREACHABLE_CODES and not err.retriable():
+                raise map_kafka_error(err, ErrorContext("connecting to the brokers", sink)) from exc
+            if time.monotonic() >= deadline - 0.01:
+                last = events[-1].str() if events else (err.str() if err is not None else exc)
+                raise RetriableError(
+                    f"no broker at bootstrap.servers={servers!r} answered within {timeout:g} s "
+                    f"(operation_timeout); last error: {last}. Check the address and that the "
+                    "brokers are up and reachable from the driver, then restart the query: "
+                    "nothing was written",
+                    sink=sink,
+                    setting="bootstrap.servers",
+                ) from exc
+            wait *= 2
+
+
+def broker_max_transaction_timeout(
+    admin: AdminClient, brokers: list[int], *, sink: str, timeout: float
+) -> int | None:
     """Read the smallest ``transaction.max.timeout.ms`` of the cluster's brokers.
 
     Parameters
     ----------
     admin
         An admin client.
+    brokers
+        The broker ids (from :func:`connect`).
     sink
         The sink name (named in errors).
     timeout
@@ -121,13 +249,6 @@ def broker_max_transaction_timeout(admin: AdminClient, *, sink: str, timeout: fl
         (not authorised): the broker then checks the timeout itself at the
         first ``init_transactions``.
     """
-    try:
-        brokers = list(admin.list_topics(timeout=timeout).brokers)
-    except Exception as exc:
-        err = kafka_error_of(exc)
-        if err is None:
-            raise
-        raise map_kafka_error(err, ErrorContext("connecting to the brokers", sink)) from exc
     resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
     limits: list[int] = []
     try:
@@ -150,6 +271,41 @@ def broker_max_transaction_timeout(admin: AdminClient, *, sink: str, timeout: fl
     return min(limits) if limits else None
 
 
+def describe_topic(admin: AdminClient, topic: str, *, sink: str, timeout: float) -> Any | None:
+    """Describe a topic with this principal's authorized operations, without creating it.
+
+    Parameters
+    ----------
+    admin
+        An admin client.
+    topic
+        The topic.
+    sink
+        The sink name (named in errors).
+    timeout
+        Seconds.
+
+    Returns
+    -------
+    TopicDescription or None
+        The description (``authorized_operations`` is None when the brokers
+        do not report them), or None when the topic does not exist.
+    """
+    future = admin.describe_topics(
+        TopicCollection([topic]), include_authorized_operations=True, request_timeout=timeout
+    )[topic]
+    try:
+        return future.result()
+    except Exception as exc:
+        code = _code(exc)
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            return None
+        err = kafka_error_of(exc)
+        if err is None:
+            raise
+        raise map_kafka_error(err, ErrorContext("describing topics", sink, topic=topic)) from exc
+
+
 def check_topic_exists(admin: AdminClient, topic: str, *, sink: str, timeout: float) -> bool:
     """Tell whether a topic exists, without creating it (no metadata auto-creation).
 
@@ -169,18 +325,45 @@ def check_topic_exists(admin: AdminClient, topic: str, *, sink: str, timeout: fl
     bool
         True if the topic exists.
     """
-    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
-    try:
-        future.result()
-    except Exception as exc:
-        code = _code(exc)
-        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-            return False
-        err = kafka_error_of(exc)
-        if err is None:
-            raise
-        raise map_kafka_error(err, ErrorContext("describing topics", sink, topic=topic)) from exc
-    return True
+    return describe_topic(admin, topic, sink=sink, timeout=timeout) is not None
+
+
+def require_operations(
+    description: Any, needed: tuple[Any, ...], *, sink: str, setting: str, why: str
+) -> None:
+    """Refuse a topic on which this principal lacks an operation the sink needs.
+
+    Parameters
+    ----------
+    description
+        From :func:`describe_topic`; nothing is checked when the brokers did
+        not report the authorized operations.
+    needed
+        ``AclOperation`` members.
+    sink, setting
+        Named in the error.
+    why
+        What the sink does with the topic.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the topic, the operations to grant and the setting.
+    """
+    allowed = description.authorized_operations
+    if allowed is None:
+        return
+    missing = [op.name for op in needed if op not in allowed]
+    if missing:
+        topic = description.name
+        raise ConfigurationError(
+            f"this principal may not {' or '.join(missing)} topic {topic!r} ({why}); grant it "
+            f"{', '.join(missing)} on the topic (kafka-acls.sh --add --topic {topic} "
+            + " ".join(f"--operation {op.title()}" for op in missing)
+            + ")",
+            sink=sink,
+            setting=setting,
+        )
 
 
 def _create_hint(topic: str, partitions: int) -> str:

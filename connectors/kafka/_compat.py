@@ -11,6 +11,7 @@ from typing import Any
 
 # Re-exported by confluent_kafka.admin without __all__ (implicit re-export).
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AclOperation,
     ConfigResource,
     NewTopic,
     OffsetSpec,
@@ -18,6 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 __all__ = [
+    "AclOperation",
     "ConfigResource",
     "NewTopic",
     "ResourceType",

@@ -14,13 +14,20 @@ through, with three kinds of changes:
 Spark's own Kafka sink takes Java client properties (``kafka.*`` options);
 :func:`translate_spark_options` maps them, with a precise error for the few
 Java-only ones.
+
+Secrets (:func:`is_secret`: ``sasl.password``, ``ssl.key.password``,
+``*secret*``...) never leave the configuration in readable form: the
+configurations the sink keeps are :class:`SecretConfig` mappings, whose
+``repr`` masks them, and :func:`config_key` holds only keyed digests of them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from twophase.errors import ConfigurationError
 
@@ -28,8 +35,11 @@ __all__ = [
     "CLIENT_KEY_PREFIXES",
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
     "PRODUCER_DEFAULTS",
+    "SecretConfig",
     "client_config",
     "config_key",
+    "is_secret",
+    "is_valid_topic_name",
     "normalise_producer_config",
     "translate_spark_options",
     "validate_topic_name",
@@ -105,6 +115,23 @@ CLIENT_KEY_PREFIXES = (
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
+#: Property names whose values are secrets: every ``*password*``, ``*secret*``
+#: and ``*passphrase*`` property (``sasl.password``, ``ssl.key.password``,
+#: ``ssl.keystore.password``, ``sasl.oauthbearer.client.secret``...), private
+#: keys given inline, the OAUTHBEARER configuration string and JAAS configs.
+_SECRET_RE = re.compile(
+    r"password|secret|passphrase|jaas|private\.key|^ssl\.key\.pem$|^ssl_key$|"
+    r"^sasl\.oauthbearer\.config$",
+    re.IGNORECASE,
+)
+
+#: Shown instead of a secret value.
+MASK = "***"
+
+#: Keys the digests of secrets in :func:`config_key`: random per process, so
+#: that the digest of a weak password cannot be brute-forced offline.
+_DIGEST_KEY = secrets.token_bytes(32)
+
 #: Java client properties librdkafka does not know, with what to do instead.
 _JAVA_ONLY = {
     "key.serializer": "twophase writes the key and value columns as bytes (string or binary "
@@ -133,7 +160,24 @@ _JAAS_RE = re.compile(
     r"scram\.ScramLoginModule)\s+required\s+(?P<opts>.*?);?\s*$",
     re.DOTALL,
 )
-_JAAS_OPT_RE = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_JAAS_OPT_RE = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"', re.DOTALL)
+_JAAS_ESCAPE_RE = re.compile(r"\\(.)", re.DOTALL)
+
+
+def is_valid_topic_name(name: Any) -> TypeGuard[str]:
+    """Tell whether ``name`` is a valid Kafka topic name.
+
+    Parameters
+    ----------
+    name
+        The name.
+
+    Returns
+    -------
+    bool
+        True for 1-249 characters from ``[A-Za-z0-9._-]`` other than ``.`` and ``..``.
+    """
+    return isinstance(name, str) and bool(_TOPIC_RE.match(name)) and name not in (".", "..")
 
 
 def validate_topic_name(name: Any, setting: str, *, sink: str | None = None) -> str:
@@ -158,7 +202,7 @@ def validate_topic_name(name: Any, setting: str, *, sink: str | None = None) -> 
     ConfigurationError
         If it is not 1-249 characters from ``[A-Za-z0-9._-]`` or is ``.``/``..``.
     """
-    if not isinstance(name, str) or not _TOPIC_RE.match(name) or name in (".", ".."):
+    if not is_valid_topic_name(name):
         raise ConfigurationError(
             f"{name!r} is not a valid Kafka topic name: use 1-249 characters from "
             "[A-Za-z0-9._-] (and not '.' or '..')",
@@ -166,6 +210,36 @@ def validate_topic_name(name: Any, setting: str, *, sink: str | None = None) -> 
             setting=setting,
         )
     return name
+
+
+def is_secret(key: str) -> bool:
+    """Tell whether a configuration property holds a secret (never shown).
+
+    Parameters
+    ----------
+    key
+        A librdkafka property name (or a Spark ``kafka.*`` option name).
+
+    Returns
+    -------
+    bool
+        True for passwords, secrets, passphrases, inline private keys, JAAS
+        and OAUTHBEARER configuration strings.
+    """
+    return bool(_SECRET_RE.search(key))
+
+
+class SecretConfig(dict[str, Any]):
+    """A client configuration whose ``repr`` (and ``str``) masks the secrets.
+
+    A plain ``dict`` otherwise: librdkafka gets the real values. Every
+    configuration the sink keeps is one, so that printing the sink, its
+    options or their ``__dict__`` never shows a password.
+    """
+
+    def __repr__(self) -> str:
+        shown = (f"{k!r}: {MASK if is_secret(k) else repr(v)}" for k, v in self.items())
+        return "{" + ", ".join(shown) + "}"
 
 
 def _truthy(value: Any) -> bool | None:
@@ -185,7 +259,7 @@ def normalise_producer_config(
     bootstrap_servers: str | None,
     producer_config: Mapping[str, Any] | None,
     transaction_timeout_ms: int | None,
-) -> dict[str, Any]:
+) -> SecretConfig:
     """Validate the user's producer settings and apply enforced values and defaults.
 
     Runs wherever the sink is built (the driver); no network access.
@@ -204,7 +278,7 @@ def normalise_producer_config(
 
     Returns
     -------
-    dict
+    SecretConfig
         The producer configuration without ``transactional.id``.
 
     Raises
@@ -284,7 +358,7 @@ def normalise_producer_config(
             sink=sink,
             setting="transaction.timeout.ms",
         )
-    out: dict[str, Any] = dict(PRODUCER_DEFAULTS)
+    out = SecretConfig(PRODUCER_DEFAULTS)
     out.update(conf)
     out["enable.idempotence"] = True
     if "request.required.acks" not in out:
@@ -293,7 +367,7 @@ def normalise_producer_config(
     return out
 
 
-def client_config(producer_conf: Mapping[str, Any]) -> dict[str, Any]:
+def client_config(producer_conf: Mapping[str, Any]) -> SecretConfig:
     """Keep the connection and security settings of a producer configuration.
 
     The admin client and the control-topic consumer use them, so that they
@@ -307,14 +381,14 @@ def client_config(producer_conf: Mapping[str, Any]) -> dict[str, Any]:
 
     Returns
     -------
-    dict
+    SecretConfig
         The shared subset (see :data:`CLIENT_KEY_PREFIXES`).
     """
-    return {
-        key: value
+    return SecretConfig(
+        (key, value)
         for key, value in producer_conf.items()
         if any(key == p or key.startswith(p) for p in CLIENT_KEY_PREFIXES)
-    }
+    )
 
 
 def config_key(conf: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -322,6 +396,10 @@ def config_key(conf: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
     Callables (``error_cb``, ``oauth_cb``...) are keyed by their qualified
     name, so that a sink unpickled again on an executor finds its producers.
+    Secrets (:func:`is_secret`) are keyed by a digest keyed with a random
+    per-process key: two configurations differing only in a password differ,
+    and the key never holds the password. The key is built once where the
+    sink is built and travels with it.
 
     Parameters
     ----------
@@ -338,6 +416,9 @@ def config_key(conf: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         if callable(value):
             text = f"<callable {getattr(value, '__module__', '?')}."
             text += f"{getattr(value, '__qualname__', type(value).__qualname__)}>"
+        elif is_secret(key):
+            digest = hashlib.blake2b(repr(value).encode(), key=_DIGEST_KEY, digest_size=16)
+            text = f"<secret {digest.hexdigest()}>"
         else:
             text = repr(value)
         items.append((key, text))
@@ -354,7 +435,9 @@ def _translate_jaas(sink: str, value: str) -> dict[str, str]:
             sink=sink,
             setting="kafka.sasl.jaas.config",
         )
-    opts = {k: v.encode().decode("unicode_escape") for k, v in _JAAS_OPT_RE.findall(match["opts"])}
+    # JAAS quoting: a backslash escapes the next character (\" and \\); the
+    # rest of the value, non-ASCII included, is taken as it is.
+    opts = {k: _JAAS_ESCAPE_RE.sub(r"\1", v) for k, v in _JAAS_OPT_RE.findall(match["opts"])}
     if "username" not in opts or "password" not in opts:
         raise ConfigurationError(
             'kafka.sasl.jaas.config: expected username="..." password="..."',

@@ -15,7 +15,7 @@ KafkaError says             twophase raises
                             Spark retries it)
 ``retriable()``             retried locally a bounded number of times, then
                             :class:`~twophase.errors.RetriableError`
-size / topic / ACL codes    :class:`~twophase.errors.DataError` or
+size, record, topic, ACL    :class:`~twophase.errors.DataError` or
                             :class:`~twophase.errors.ConfigurationError` naming
                             sink, batch, topic and the setting or ACL to fix
 ==========================  ====================================================
@@ -211,6 +211,16 @@ def map_kafka_error(err: KafkaError, ctx: ErrorContext) -> TwoPhaseError:
             f"{ctx.action}: a record is too large for {topic}. Raise the producer's "
             "message.max.bytes and the topic's max.message.bytes, or make the records "
             f"smaller. {said}",
+            setting="message.max.bytes",
+            **where,
+        )
+    if code == KafkaError.INVALID_RECORD:
+        return DataError(
+            f"{ctx.action}: the brokers refused a record of {topic} as invalid. Most often a "
+            "record without a key (a null or missing 'key' column) sent to a compacted topic "
+            "(cleanup.policy=compact), where every record needs a key. Fix the rows or the "
+            f"topic. {said}",
+            column="key",
             **where,
         )
     if code in _UNKNOWN_TOPIC_CODES:

@@ -52,6 +52,7 @@ from twophase import Fingerprint, Marker
 from twophase.errors import CoordinatorLogError, RetriableError
 
 from ._compat import earliest_offset, latest_offset
+from ._config import SecretConfig
 from ._errors import ErrorContext, kafka_error_of, map_kafka_error
 
 __all__ = [
@@ -235,7 +236,7 @@ class MarkerReader:
         stable_timeout: float,
         operation_timeout: float,
     ) -> None:
-        self.client_conf = dict(client_conf)
+        self.client_conf = SecretConfig(client_conf)
         self.control_topic = control_topic
         self.sink = sink
         self.stable_timeout = stable_timeout
@@ -373,6 +374,12 @@ class MarkerReader:
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         return out
+                    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                        # The consumer needs a group.id but never uses the group (it
+                        # assigns the partition and commits nothing); librdkafka still
+                        # looks the group's coordinator up, which a principal without a
+                        # group ACL may not do. The fetches do not need it.
+                        continue
                     raise map_kafka_error(err, self._ctx("reading the control topic", batch_id))
                 offset = msg.offset()
                 if offset is None or offset >= end:

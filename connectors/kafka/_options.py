@@ -17,6 +17,7 @@ from twophase import TaskContext
 from twophase.errors import ConfigurationError
 
 from ._config import (
+    SecretConfig,
     client_config,
     config_key,
     normalise_producer_config,
@@ -41,7 +42,9 @@ class KafkaOptions:
     sink
         The sink name (named in every error).
     producer_config
-        The normalised producer configuration, without ``transactional.id``.
+        The normalised producer configuration, without ``transactional.id``:
+        a :class:`._config.SecretConfig`, so that the ``repr`` of the options
+        masks passwords and other secrets.
     topic, control_topic, create_control_topic, control_topic_partitions, \
 control_topic_replication_factor, transactional_id_prefix, operation_timeout, local_retries
         As the :class:`KafkaSink` arguments of the same names.
@@ -101,6 +104,8 @@ control_topic_replication_factor, transactional_id_prefix, operation_timeout, lo
             f"local_retries must be >= 1, got {self.local_retries!r}",
             "local_retries",
         )
+        if not isinstance(self.producer_config, SecretConfig):
+            object.__setattr__(self, "producer_config", SecretConfig(self.producer_config))
         object.__setattr__(self, "operation_timeout", float(self.operation_timeout))
         object.__setattr__(self, "conf_key", config_key(self.producer_config))
         object.__setattr__(self, "client_config", client_config(self.producer_config))

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import KafkaException
 
 from twophase.errors import ConfigurationError, DataError, RetriableError
@@ -42,6 +43,21 @@ COLUMNS = ("value", "key", "topic", "partition", "headers")
 
 #: Seconds a produce may wait for room in a full local queue before failing.
 QUEUE_FULL_TIMEOUT = 120.0
+
+#: Largest partition number (Kafka partitions are int32).
+_MAX_PARTITION = 2**31 - 1
+
+#: How to fix a column of the wrong type, per column.
+_FIX_HINTS = {
+    "value": "Cast it, e.g. col('value').cast('string'), or serialise it: to_json(...)",
+    "key": "Cast it, e.g. col('key').cast('string'), or serialise it: to_json(...)",
+    "topic": "Cast it: col('topic').cast('string')",
+    "partition": "Cast it: col('partition').cast('int')",
+    "headers": "Build it as an array of (key, value) structs, e.g. array(struct(lit('trace')"
+    ".alias('key'), col('trace').cast('binary').alias('value'))); a map<string, binary> "
+    "becomes one with transform(map_entries(m), e -> struct(e.key AS key, "
+    "CAST(e.value AS BINARY) AS value))",
+}
 
 
 @dataclass(frozen=True)
@@ -149,7 +165,7 @@ def plan_records(
         got = schema.field(index[column]).type
         return ConfigurationError(
             f"column {column!r} has type {got}; the Kafka sink takes {expected} (as Spark's "
-            f"Kafka sink does). Cast it, e.g. col({column!r}).cast('string') or to_json(...)",
+            f"Kafka sink does). {_FIX_HINTS[column]}",
             sink=sink,
             batch_id=batch_id,
             column=column,
@@ -350,7 +366,7 @@ def produce_rows(
             # A null became -1 (let the partitioner choose); a real negative is an error.
             nulls = column.is_null().to_numpy(zero_copy_only=False)
             for i, p in enumerate(partitions):
-                if p < 0 and not nulls[i]:
+                if (p < 0 or p > _MAX_PARTITION) and not nulls[i]:
                     raise DataError(
                         f"row {start + i} has partition {p}; partitions are >= 0 (or null to "
                         "let the partitioner choose)",
@@ -362,9 +378,11 @@ def produce_rows(
     else:
         partitions = [-1] * n
     if plan.headers is not None:
+        column = batch.column(plan.headers)
+        _check_headers(column, start=start, sink=sink, batch_id=batch_id, partition_id=partition_id)
         headers: list[Any] = [
             None if h is None else [(kv["key"], kv["value"]) for kv in h]
-            for h in batch.column(plan.headers).to_pylist()
+            for h in column.to_pylist()
         ]
     else:
         headers = [None] * n
@@ -374,6 +392,27 @@ def produce_rows(
         produce, poll, zip(topics, values, keys, partitions, headers, strict=True), on_error
     )
     return n
+
+
+def _check_headers(
+    column: pa.Array, *, start: int, sink: str, batch_id: int | None, partition_id: int | None
+) -> None:
+    """Refuse a null header or a header without a key (a null list is no headers)."""
+    entries = pc.list_flatten(column)
+    bad = pc.or_kleene(entries.is_null(), pc.struct_field(entries, "key").is_null())
+    if not pc.any(bad).as_py():
+        return
+    owner = pc.list_parent_indices(column)
+    row = start + int(owner[pc.index(bad, True).as_py()].as_py())
+    raise DataError(
+        f"row {row} has a null header or a header with a null key; every header needs a key "
+        "(its value may be null). Filter the nulls out of the array, e.g. "
+        "filter(headers, h -> h.key IS NOT NULL)",
+        sink=sink,
+        batch_id=batch_id,
+        partition_id=partition_id,
+        column="headers",
+    )
 
 
 def _loop_values(

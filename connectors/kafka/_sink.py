@@ -191,6 +191,13 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         """
         return cls(name, **arguments_from_spark_options(name, options, kwargs))
 
+    def __repr__(self) -> str:
+        servers = self.options.producer_config.get("bootstrap.servers")
+        return (
+            f"KafkaSink({self.name!r}, bootstrap_servers={servers!r}, topic={self.topic!r}, "
+            f"control_topic={self.control_topic!r})"
+        )
+
     # ----------------------------------------------------------- settings
     @property
     def topic(self) -> str | None:
@@ -208,7 +215,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
 
     @property
     def producer_config(self) -> Mapping[str, Any]:
-        """The normalised producer configuration (without ``transactional.id``)."""
+        """The normalised producer configuration (no ``transactional.id``; repr masks secrets)."""
         return self.options.producer_config
 
     @property
@@ -222,10 +229,10 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
 
     # ============================================ coordinator hooks (driver)
     def open(self, context: SinkContext) -> None:
-        """Check the settings against the cluster and create the control topic if missing.
+        """Check settings, credentials and ACLs against the cluster; create the control topic.
 
-        A configuration mistake (timeout above the brokers' limit, a setting
-        librdkafka refuses, a missing topic) fails here, before any task.
+        Mistakes (a setting librdkafka refuses, a missing topic, refused credentials...) fail
+        here, before any task; brokers unreachable for ``operation_timeout``: ``RetriableError``.
         """
         check_cluster(self.options, context.identity)
 

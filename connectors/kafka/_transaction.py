@@ -26,6 +26,7 @@ from ._fencing import init_producer, transactional_id
 from ._markers import CONTROL_PARTITION, encode_marker, marker_key, new_nonce
 from ._options import KafkaOptions
 from ._records import RecordPlan, plan_records, produce_one, produce_rows
+from ._topics import check_topic_column
 
 __all__ = ["KafkaTransaction"]
 
@@ -33,6 +34,9 @@ _log = logging.getLogger("twophase.connectors.kafka")
 
 #: Tombstones a transaction writes at most for markers of finished batches.
 _GC_PER_TRANSACTION = 64
+
+#: Delivery errors of records librdkafka dropped because another one failed.
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 
 
 class KafkaTransaction:
@@ -144,6 +148,10 @@ class KafkaTransaction:
     def write(self, batch: pa.RecordBatch) -> None:
         """Produce the rows of one Arrow record batch (Spark Kafka sink columns).
 
+        The topics of a ``topic`` column are looked up first (see
+        :mod:`._topics`), so that a missing or forbidden topic fails at once,
+        naming it, with nothing produced.
+
         Parameters
         ----------
         batch
@@ -153,6 +161,8 @@ class KafkaTransaction:
             return
         self._require_open("write")
         plan = self._plan_for(batch.schema)
+        if plan.topic is not None:
+            check_topic_column(batch.column(plan.topic), options=self.options, context=self.context)
         start = 0
         if self.probe:
             first = batch.slice(0, 1)
@@ -409,11 +419,29 @@ class KafkaTransaction:
         entry = self.producer
         if not entry.errors:
             return
-        err, msg = entry.errors[0]
+        # When one record fails the transaction, librdkafka purges the records still
+        # queued, whose reports may come first: name the cause, not a purged record.
+        causes = [e for e in entry.errors if e[0].code() not in _PURGED]
+        err, msg = (causes or entry.errors)[0]
         topic = msg.topic() if msg is not None else None
         if err.fatal() or is_fenced(err):
             entry.broken = True
         mapped = map_kafka_error(err, self._ctx(action, topic))
+        if not causes:
+            # Only purged records: the transaction failed (the brokers refused to add a
+            # partition to it, or fenced the producer) and librdkafka logged why (TXNERR)
+            # without a delivery report saying so. Name the topics at least.
+            topics = sorted({m.topic() for _, m in entry.errors if m is not None})
+            mapped = AbortRequiredError(
+                f"{action}: the transaction failed and librdkafka dropped its records, of "
+                f"topic(s) {', '.join(map(repr, topics))}, before the brokers took them; the "
+                "reason is in the producer's log (TXNERR). Likely: this principal may not WRITE "
+                "to one of these topics (grant it WRITE and DESCRIBE), or a newer attempt of "
+                f"the task fenced this producer. Kafka said: {err.str()} ({err.name()})",
+                sink=self.options.sink,
+                batch_id=self.context.batch_id,
+                partition_id=self.context.partition_id,
+            )
         if entry.error_count > 1:
             mapped.add_note(f"{entry.error_count} records of the transaction failed delivery")
         raise mapped from KafkaException(err)

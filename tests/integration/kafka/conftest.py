@@ -5,76 +5,25 @@
   ``open_it`` runs ``open()`` (creating the control topic) as the coordinator would.
 - ``read_topic``: ``read(topic, isolation="read_committed") -> list[Record]`` reads every
   partition from the beginning to its end (the last stable offset for ``read_committed``).
+- ``secured_broker``: a second broker for the session, started on first use, with SASL/PLAIN
+  and ACLs (``StandardAuthorizer``): principal ``User:alice`` may do only what a test grants it
+  (``grant``); the PLAINTEXT listener is the unrestricted admin's (``admin_bootstrap``).
+
+Helpers the tests import (``read_all``, ``SecuredBroker``...) live in ``kafka_support.py``.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from kafka_support import Record, SecuredBroker, read_all, secured_config
 
 from twophase import SinkContext
-from twophase.connectors.kafka import KafkaSink, _pool
-from twophase_dev import KafkaBroker
-
-
-@dataclass(frozen=True)
-class Record:
-    """One record as a consumer saw it."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-
-
-def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Record]:
-    """Read every partition of ``topic`` up to its end; fail after 30 s."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "fetch.wait.max.ms": 50,
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        partitions = sorted(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        out: list[Record] = []
-        at_end: set[int] = set()
-        deadline = time.monotonic() + 30
-        while len(at_end) < len(partitions):
-            assert time.monotonic() < deadline, f"{isolation} reader stalled on {topic}"
-            for msg in consumer.consume(500, 0.1):
-                err = msg.error()
-                if err is not None:
-                    assert err.code() == KafkaError._PARTITION_EOF, err
-                    at_end.add(msg.partition())
-                    continue
-                out.append(
-                    Record(
-                        msg.topic(),
-                        msg.partition(),
-                        msg.offset(),
-                        msg.key(),
-                        msg.value(),
-                        tuple(msg.headers() or ()),
-                    )
-                )
-        return out
-    finally:
-        consumer.close()
+from twophase.connectors.kafka import KafkaSink, _pool, _topics
+from twophase_dev import DevInfraError, KafkaBroker, free_ports
 
 
 @pytest.fixture
@@ -112,3 +61,29 @@ def kafka_sink(
 
     yield make
     _pool.clear()
+    _topics.clear()
+
+
+@pytest.fixture(scope="session")
+def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+    """A second broker, for ACL and credential tests (about 6 s to start)."""
+    for attempt in range(3):
+        port, controller_port, sasl_port = free_ports(3)
+        broker = KafkaBroker(
+            port=port,
+            controller_port=controller_port,
+            config=secured_config(port, controller_port, sasl_port),
+            log_dir=tmp_path_factory.mktemp("kafka-secured-logs"),
+        )
+        try:
+            broker.start()
+        except DevInfraError:
+            broker.stop()
+            if attempt == 2:
+                raise
+            continue  # a port was taken in the meantime: new ports
+        break
+    try:
+        yield SecuredBroker(broker, f"127.0.0.1:{sasl_port}")
+    finally:
+        broker.stop()

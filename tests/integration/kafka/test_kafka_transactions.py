@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 from twophase import Fingerprint, Marker, TaskContext
 from twophase.connectors.kafka import CONTROL_TOPIC_CONFIG, KafkaSink, KafkaTransaction
 from twophase.connectors.kafka._compat import ConfigResource, ResourceType
-from twophase.errors import ConfigurationError, DataError, FatalError
+from twophase.errors import ConfigurationError, FatalError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -360,35 +360,7 @@ def test_a_librdkafka_setting_typo_is_refused_at_open(kafka_sink: MakeSink, tmp_
         LocalRunner(sink, tmp_path).run_batch(0, partitions(range(3)))
 
 
-# ------------------------------------------------------------- bad records
-def test_a_record_too_large_fails_the_batch_and_nothing_of_it_is_visible(
-    kafka_sink: MakeSink, read_topic: ReadTopic, tmp_path: Path
-) -> None:
-    sink = kafka_sink(producer_config={"message.max.bytes": 10_000})
-    huge = pa.record_batch({"key": pa.array(["big"]), "value": pa.array([b"x" * 20_000])})
-    runner = LocalRunner(sink, tmp_path)
-    with pytest.raises(DataError, match="too large") as info:
-        runner.run_batch(0, [[rows(range(5))], [rows(range(5, 10)), huge]])
-    assert info.value.batch_id == 0
-    assert info.value.partition_id == 1
-    assert sink.topic is not None
-    assert [v for v in values(read_topic(sink.topic)) if v >= 5] == []
-
-
-def test_an_unknown_topic_in_the_topic_column_is_a_named_error(
-    kafka_sink: MakeSink, tmp_path: Path
-) -> None:
-    # Fail fast: librdkafka waits this long for a topic to appear before failing.
-    sink = kafka_sink(producer_config={"topic.metadata.propagation.max.ms": 2000})
-    sink.topic = None
-    missing = f"missing-{uuid.uuid4().hex[:8]}"
-    batch = pa.record_batch({"topic": pa.array([missing]), "value": pa.array(["v"])})
-    started = time.monotonic()
-    with pytest.raises(ConfigurationError, match=missing):
-        LocalRunner(sink, tmp_path).run_batch(0, [[batch]])
-    assert time.monotonic() - started < 20
-
-
+# ---------------------------------------------------------- compaction
 def test_markers_of_finished_batches_are_tombstoned_for_compaction(
     kafka_sink: MakeSink, read_topic: ReadTopic, tmp_path: Path
 ) -> None:

@@ -59,7 +59,8 @@ def err(code: int, **flags: bool) -> KafkaError:
         (err(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), ConfigurationError),
         (err(KafkaError.CLUSTER_AUTHORIZATION_FAILED), ConfigurationError),
         (err(KafkaError.INVALID_TRANSACTION_TIMEOUT), ConfigurationError),
-        (err(KafkaError.INVALID_RECORD), AbortRequiredError),
+        (err(KafkaError.INVALID_RECORD), DataError),
+        (err(KafkaError.INVALID_MSG), AbortRequiredError),
     ],
 )
 def test_kafka_errors_map_onto_the_tree(error: KafkaError, expected: type[Exception]) -> None:
@@ -95,8 +96,13 @@ def test_fenced_after_the_timeout_blames_the_timeout() -> None:
 
 
 def test_size_topic_and_acl_errors_name_the_topic_and_the_fix() -> None:
-    assert "topic 'events'" in str(map_kafka_error(err(KafkaError.MSG_SIZE_TOO_LARGE), CTX))
-    assert "max.message.bytes" in str(map_kafka_error(err(KafkaError.MSG_SIZE_TOO_LARGE), CTX))
+    too_large = map_kafka_error(err(KafkaError.MSG_SIZE_TOO_LARGE), CTX)
+    assert "topic 'events'" in str(too_large)
+    assert "max.message.bytes" in str(too_large)
+    assert too_large.setting == "message.max.bytes"
+    invalid = map_kafka_error(err(KafkaError.INVALID_RECORD), CTX)
+    assert invalid.column == "key"
+    assert "compacted topic" in str(invalid)
     denied = map_kafka_error(err(KafkaError.TOPIC_AUTHORIZATION_FAILED), CTX)
     assert "WRITE" in str(denied)
     assert "topic 'events'" in str(denied)

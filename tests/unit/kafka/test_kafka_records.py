@@ -208,6 +208,62 @@ def test_a_negative_partition_is_a_data_error() -> None:
     assert (info.value.column, info.value.batch_id, info.value.partition_id) == ("partition", 3, 1)
 
 
+def test_a_partition_beyond_int32_is_a_data_error() -> None:
+    batch = pa.record_batch({"value": pa.array(["a"]), "partition": pa.array([2**31])})
+    with pytest.raises(DataError, match="partition 2147483648") as info:
+        produce(FakeProducer(), plan(batch.schema), batch)
+    assert info.value.column == "partition"
+
+
+@pytest.mark.parametrize(
+    ("headers", "row"),
+    [
+        ([None, [{"key": "a", "value": b"1"}, None]], 1),
+        ([[{"key": "a", "value": b"1"}], [], [{"key": None, "value": b"2"}]], 2),
+    ],
+    ids=["null-header", "null-key"],
+)
+def test_a_header_without_a_key_is_a_data_error_naming_the_row(
+    headers: list[Any], row: int
+) -> None:
+    batch = pa.record_batch(
+        {"value": pa.array(["v"] * len(headers)), "headers": pa.array(headers, HEADERS)}
+    )
+    producer = FakeProducer()
+    with pytest.raises(DataError, match=f"row {row} has a null header") as info:
+        produce(producer, plan(batch.schema), batch)
+    assert info.value.column == "headers"
+    assert producer.records == []
+    # Counted from the start of the record batch, also when the first rows were produced.
+    with pytest.raises(DataError, match=f"row {row} has a null header"):
+        produce(FakeProducer(), plan(batch.schema), batch, start=1)
+
+
+def test_null_headers_and_null_header_values_are_fine() -> None:
+    headers = pa.array([None, [{"key": "a", "value": None}]], HEADERS)
+    batch = pa.record_batch({"value": pa.array(["x", "y"]), "headers": headers})
+    producer = FakeProducer()
+    assert produce(producer, plan(batch.schema), batch) == 2
+    assert [r[4] for r in producer.records] == [None, [("a", None)]]
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "hint"),
+    [
+        ("value", pa.array([1]), "to_json"),
+        ("partition", pa.array(["1"]), "cast('int')"),
+        ("topic", pa.array([1]), "cast('string')"),
+        ("headers", pa.array([[("k", b"v")]], pa.map_(pa.string(), pa.binary())), "map_entries"),
+    ],
+)
+def test_schema_errors_say_how_to_fix_the_column(column: str, values: pa.Array, hint: str) -> None:
+    columns = {"value": pa.array(["a"]), column: values}
+    with pytest.raises(ConfigurationError) as info:
+        plan(pa.record_batch(columns).schema)
+    assert info.value.column == column
+    assert hint in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("columns", "column", "match"),
     [
