@@ -99,3 +99,19 @@ def test_corrupt_record_is_reported_with_its_path(tmp_path: Path) -> None:
     (tmp_path / "batches" / f"{7:020d}.intent.json").write_text("{not json")
     with pytest.raises(CoordinatorLogError, match=r"batches/00000000000000000007\.intent\.json"):
         make_log(tmp_path).load()
+
+
+def test_compaction_runs_once_every_tenth_of_the_window(tmp_path: Path) -> None:
+    log = make_log(tmp_path, retain=20)
+    log.claim("run-1", "q")
+    removed = []
+    for batch_id in range(60):
+        log.record_intent(batch_id, 1)
+        log.record_committed(batch_id, {})
+        removed.append(log.compact(batch_id))
+    runs = [b for b, n in enumerate(removed) if n]
+    assert runs == list(range(21, 60, 2)), "every second batch (retain // 10 = 2)"
+    kept = len(list((tmp_path / "batches").iterdir())) // 2
+    assert 20 <= kept <= 22
+    state = make_log(tmp_path).load()
+    assert all(state.is_committed(b) for b in range(60))
