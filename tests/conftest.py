@@ -10,12 +10,16 @@ only starts its server when a test asks for it.
 - ``postgres_server_no_prepared``: a second cluster with ``max_prepared_transactions=0`` (the JDBC
   fallback mode); reuses ``$TWOPHASE_PG_NOPREP_DSN``.
 - ``spark``: a ``local[2]`` SparkSession with Spark's Kafka connector on the classpath.
+- ``spark_cluster``: a Spark standalone cluster (a master and two 1-core workers, separate JVMs);
+  reuses ``$TWOPHASE_SPARK_MASTER`` (``twophase-dev cluster up``). Applications connect with
+  ``twophase_dev.cluster_session`` from a process of their own (one SparkContext per process).
 - ``make_topic``: creates uniquely named topics on ``kafka_broker``.
 - ``checkpoint_dir``: a fresh, not yet existing checkpoint location per test.
 
 Servers started here are stopped at the end of the session; if the session is killed, the kernel
 stops them (parent-death signal) and their throwaway directories are removed by the next session.
-Their logs are kept under pytest's temporary directory (``kafka-logs*``, ``postgres-logs*``).
+Their logs are kept under pytest's temporary directory (``kafka-logs*``, ``postgres-logs*``,
+``spark-cluster-logs*``).
 """
 
 from __future__ import annotations
@@ -32,10 +36,13 @@ from twophase_dev import (
     ENV_KAFKA_BOOTSTRAP,
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,
+    ENV_SPARK_MASTER,
     KafkaBroker,
     PostgresServer,
+    SparkCluster,
     attach_kafka,
     attach_postgres,
+    attach_spark_cluster,
     clean_stale_work_dirs,
     spark_session,
 )
@@ -106,6 +113,28 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(
+    tmp_path_factory: pytest.TempPathFactory, _stale_dirs_cleaned: None
+) -> Iterator[SparkCluster]:
+    """A Spark standalone cluster: ``master_url``, ``workers``, ``processes()``, ``executor_pids``.
+
+    Started on first use (about 10 s) and stopped, with every executor and Python worker, at the
+    end of the session. Connect with ``twophase_dev.cluster_session(app, cluster)`` from a driver
+    process of its own: this process may already hold the local ``spark`` session.
+    """
+    master_url = os.environ.get(ENV_SPARK_MASTER)
+    if master_url:
+        yield attach_spark_cluster(master_url)
+        return
+    cluster = SparkCluster(log_dir=tmp_path_factory.mktemp("spark-cluster-logs"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

@@ -13,6 +13,10 @@ What it provides:
   ``max_prepared_transactions`` of your choice (0 included) and ``restart()`` for chaos tests.
 - :func:`spark_session` / :func:`spark_kafka_jars`: a local SparkSession with Spark's Kafka
   connector on the classpath.
+- :class:`SparkCluster` / :func:`cluster_session`: a Spark standalone cluster (a master and two
+  one-core workers, separate JVMs on 127.0.0.1) and a client-mode SparkSession on it whose
+  executors get the Kafka jars and the project's Python; :meth:`SparkCluster.processes` tells
+  executors, Python daemons and Python workers apart for tests that kill or freeze them.
 - :func:`resolve_classpath`: Maven-resolved, cached runtime classpaths.
 - :class:`DevState`: what ``twophase-dev up`` started, so ``down`` stops exactly that.
 
@@ -26,6 +30,15 @@ Examples
 ...     print(kafka.bootstrap_servers, pg.dsn)
 """
 
+from twophase_dev._cluster import (
+    CLUSTER_ENV_MARKER,
+    ClusterProcess,
+    SparkCluster,
+    SparkWorker,
+    cluster_conf,
+    cluster_session,
+    pyspark_home,
+)
 from twophase_dev._common import DevInfraError, clean_stale_work_dirs, free_ports
 from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
@@ -35,29 +48,40 @@ from twophase_dev._state import (
     ENV_KAFKA_BOOTSTRAP,
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,
+    ENV_SPARK_MASTER,
     DevState,
     attach_kafka,
     attach_postgres,
+    attach_spark_cluster,
     state_home,
 )
 
 __all__ = [
+    "CLUSTER_ENV_MARKER",
     "ENV_KAFKA_BOOTSTRAP",
     "ENV_PG_DSN",
     "ENV_PG_NOPREP_DSN",
+    "ENV_SPARK_MASTER",
     "KAFKA_VERSION",
+    "ClusterProcess",
     "DevInfraError",
     "DevState",
     "KafkaBroker",
     "MavenArtifact",
     "MavenError",
     "PostgresServer",
+    "SparkCluster",
+    "SparkWorker",
     "attach_kafka",
     "attach_postgres",
+    "attach_spark_cluster",
     "clean_stale_work_dirs",
+    "cluster_conf",
+    "cluster_session",
     "find_postgres_bin_dir",
     "free_ports",
     "kafka_classpath",
+    "pyspark_home",
     "resolve_classpath",
     "spark_kafka_jars",
     "spark_session",

@@ -2,11 +2,16 @@
 
 Commands::
 
-    up [--kafka] [--postgres] [--postgres-no-prepared] [--max-prepared-transactions N]
+    up [--kafka] [--postgres] [--postgres-no-prepared] [--spark-cluster]
+       [--max-prepared-transactions N]
         start the services (Kafka and PostgreSQL if none is named); a running one is kept
-    down [--kafka] [--postgres] [--postgres-no-prepared]
+    down [--kafka] [--postgres] [--postgres-no-prepared] [--spark-cluster]
         stop what 'up' started (all if none is named) and delete its data; logs are kept
     status [--json]      show what 'up' started and whether it still runs
+    cluster up|down|status [--json]
+                         the Spark standalone cluster (a master and two 1-core workers on
+                         127.0.0.1, started from the installed PySpark): start it, stop it with
+                         its executors and Python workers, or show its processes
     env                  print 'export ...' lines: eval "$(python -m twophase_dev env)"
     spark-jars [--separator SEP]
                          print the jars Spark needs for its Kafka source (resolved with Maven)
@@ -22,6 +27,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from twophase_dev._cluster import SparkCluster
 from twophase_dev._common import DevInfraError
 from twophase_dev._kafka import kafka_classpath
 from twophase_dev._spark import spark_kafka_jars
@@ -44,6 +50,11 @@ def _add_selectors(parser: argparse.ArgumentParser) -> None:
         "--postgres-no-prepared",
         action="store_true",
         help="a second PostgreSQL cluster with max_prepared_transactions=0",
+    )
+    parser.add_argument(
+        "--spark-cluster",
+        action="store_true",
+        help="a Spark standalone cluster: a master and two 1-core workers (also: 'cluster up')",
     )
 
 
@@ -72,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     jars.add_argument(
         "--separator", default="\n", help="separator between jar paths (default: newline)"
     )
+    cluster = sub.add_parser(
+        "cluster", help="the Spark standalone cluster: cluster up | cluster down | cluster status"
+    )
+    cluster.add_argument("action", choices=("up", "down", "status"))
+    cluster.add_argument("--json", action="store_true", help="machine-readable status")
     resolve = sub.add_parser("resolve", help="download and cache the Kafka and Spark jars")
     resolve.add_argument("--refresh", action="store_true", help="ignore cached classpaths")
     return parser
@@ -95,11 +111,55 @@ def _status(state: DevState, as_json: bool) -> int:
     for name, record in services.items():
         flag = "running" if record["running"] else "NOT RUNNING (stale, removed at next up/down)"
         print(f"{name}: {flag}")
-        for key in ("pid", "bootstrap_servers", "dsn", "max_prepared_transactions"):
+        for key in ("pid", "bootstrap_servers", "dsn", "max_prepared_transactions", "master_url"):
             if key in record:
                 print(f"  {key}: {record[key]}")
         print(f"  data: {record.get('work_dir')}")
         print(f"  log: {record.get('log_file')}")
+    return 0
+
+
+def _cluster_status(state: DevState, as_json: bool) -> int:
+    record = state.status().get("spark-cluster")
+    processes = []
+    if record is not None and record["running"]:
+        handle = SparkCluster.from_record(record)
+        processes = [
+            {
+                "pid": p.pid,
+                "role": p.role,
+                "worker": p.worker,
+                "app_id": p.app_id,
+                "executor_id": p.executor_id,
+                "state": p.state,
+            }
+            for p in handle.processes()
+        ]
+    if as_json:
+        print(json.dumps({"cluster": record, "processes": processes}, indent=2, sort_keys=True))
+        return 0
+    if record is None:
+        print("spark-cluster: not running (start it with 'twophase-dev cluster up')")
+        return 0
+    flag = "running" if record["running"] else "NOT RUNNING (stale, removed at next up/down)"
+    print(f"spark-cluster: {flag}")
+    print(f"  master_url: {record.get('master_url')}")
+    print(f"  master: pid {record.get('pid')}, log {record.get('log_file')}")
+    for worker in record.get("workers", []):
+        print(
+            f"  worker {worker['index']}: pid {worker['pid']}, {record.get('worker_cores')} "
+            f"core(s), {record.get('worker_memory')}, log {worker['log_file']}, executor logs "
+            f"{worker['work_dir']}/<app>/<executor>/stderr"
+        )
+    for p in processes:
+        if p["role"] in ("master", "worker"):
+            continue
+        where = f"worker {p['worker']}" if p["worker"] is not None else "orphan"
+        stopped = " (stopped)" if p["state"] in ("T", "t") else ""
+        print(
+            f"  {p['role']}: pid {p['pid']}, {where}, app {p['app_id']}, "
+            f"executor {p['executor_id']}{stopped}"
+        )
     return 0
 
 
@@ -140,6 +200,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             for key, value in sorted(env.items()):
                 print(f"export {key}={shlex.quote(value)}")
+        elif args.command == "cluster":
+            if args.action == "up":
+                _print_report(state.up(["spark-cluster"]))
+                print(f'To use it: eval "$({sys.executable} -m twophase_dev env)"')
+            elif args.action == "down":
+                _print_report(state.down(["spark-cluster"]))
+            else:
+                return _cluster_status(state, args.json)
         elif args.command == "spark-jars":
             print(args.separator.join(str(j) for j in spark_kafka_jars()))
         elif args.command == "resolve":

@@ -10,6 +10,7 @@ Runs on: the developer's machine, from the ``twophase-dev`` command or the test 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twophase_dev._cluster import SparkCluster
 from twophase_dev._common import DevInfraError, cache_root, clean_stale_work_dirs, file_lock
 from twophase_dev._kafka import KafkaBroker
 from twophase_dev._postgres import PostgresServer
@@ -27,21 +29,25 @@ __all__ = [
     "ENV_KAFKA_BOOTSTRAP",
     "ENV_PG_DSN",
     "ENV_PG_NOPREP_DSN",
+    "ENV_SPARK_MASTER",
     "SERVICES",
     "DevState",
     "attach_kafka",
     "attach_postgres",
+    "attach_spark_cluster",
     "state_home",
 ]
 
-#: Services ``up`` knows, in start order.
-SERVICES = ("postgres", "postgres-no-prepared", "kafka")
+#: Services ``up`` knows, in start order. ``spark-cluster`` (a Spark standalone master and two
+#: workers) is only started when named (``up --spark-cluster`` or ``cluster up``).
+SERVICES = ("postgres", "postgres-no-prepared", "kafka", "spark-cluster")
 #: Environment variables through which tests reuse running services instead of starting their own.
 ENV_KAFKA_BOOTSTRAP = "TWOPHASE_KAFKA_BOOTSTRAP"
 ENV_PG_DSN = "TWOPHASE_PG_DSN"
 ENV_PG_NOPREP_DSN = "TWOPHASE_PG_NOPREP_DSN"
+ENV_SPARK_MASTER = "TWOPHASE_SPARK_MASTER"
 
-Service = KafkaBroker | PostgresServer
+Service = KafkaBroker | PostgresServer | SparkCluster
 
 
 def state_home() -> Path:
@@ -68,6 +74,8 @@ class Report:
 def _handle(record: Mapping[str, Any]) -> Service:
     if record.get("kind") == "kafka":
         return KafkaBroker.from_record(record)
+    if record.get("kind") == "spark-cluster":
+        return SparkCluster.from_record(record)
     return PostgresServer.from_record(record)
 
 
@@ -150,6 +158,10 @@ class DevState:
             handle = _handle(record)
             if handle.is_running():
                 continue
+            if isinstance(handle, SparkCluster):
+                # The master is gone; workers, executors or Python workers may not be.
+                with contextlib.suppress(DevInfraError):
+                    handle.stop()
             work_dir = record.get("work_dir")
             if record.get("own_work_dir", True) and work_dir:
                 shutil.rmtree(work_dir, ignore_errors=True)
@@ -217,6 +229,8 @@ class DevState:
         log_dir = self.logs / name
         if name == "kafka":
             return KafkaBroker(log_dir=log_dir, detach=True)
+        if name == "spark-cluster":
+            return SparkCluster(log_dir=log_dir, detach=True)
         mpt = 0 if name == "postgres-no-prepared" else max_prepared_transactions
         return PostgresServer(max_prepared_transactions=mpt, log_dir=log_dir, detach=True)
 
@@ -268,13 +282,15 @@ class DevState:
         Returns
         -------
         dict of str to str
-            ``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_PG_DSN``, ``TWOPHASE_PG_NOPREP_DSN`` for the
-            services that run.
+            ``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_PG_DSN``, ``TWOPHASE_PG_NOPREP_DSN``,
+            ``TWOPHASE_SPARK_MASTER`` for the services that run.
         """
         env = {}
         for name, handle in self.running().items():
             if isinstance(handle, KafkaBroker):
                 env[ENV_KAFKA_BOOTSTRAP] = handle.bootstrap_servers
+            elif isinstance(handle, SparkCluster):
+                env[ENV_SPARK_MASTER] = handle.master_url
             elif name == "postgres":
                 env[ENV_PG_DSN] = handle.dsn
             else:
@@ -286,14 +302,14 @@ class DevState:
 
         Parameters
         ----------
-        kind : {"kafka", "postgres"}
+        kind : {"kafka", "postgres", "spark-cluster"}
             Service kind.
         port : int
-            Its client port.
+            Its client port (the master's port for a Spark cluster).
 
         Returns
         -------
-        KafkaBroker or PostgresServer or None
+        KafkaBroker or PostgresServer or SparkCluster or None
             A handle that can restart or stop it.
         """
         for record in self.records().values():
@@ -384,9 +400,49 @@ def attach_postgres(
     return server
 
 
+def attach_spark_cluster(master_url: str, *, home: Path | None = None) -> SparkCluster:
+    """Return a handle for the cluster at ``master_url`` (e.g. ``$TWOPHASE_SPARK_MASTER``).
+
+    Parameters
+    ----------
+    master_url : str
+        ``spark://host:port`` of a running standalone master.
+    home : pathlib.Path, optional
+        State directory to look in; :func:`state_home` by default.
+
+    Returns
+    -------
+    SparkCluster
+        The recorded handle if ``twophase-dev cluster up`` started that cluster, else an
+        :meth:`~SparkCluster.external` one (its workers found by their command lines).
+
+    Raises
+    ------
+    DevInfraError
+        If nothing answers at that address.
+    """
+    cluster = SparkCluster.external(master_url)
+    if not cluster.is_running():
+        raise DevInfraError(
+            f"no Spark master answers at {master_url} ({ENV_SPARK_MASTER}); start one with "
+            "'twophase-dev cluster up' or unset the variable to let the tests start their own"
+        )
+    found = DevState(home).find("spark-cluster", cluster.port or 0)
+    if isinstance(found, SparkCluster):
+        return found
+    return cluster
+
+
 def _describe(record: Mapping[str, Any]) -> str:
     if record.get("kind") == "kafka":
         where = f"bootstrap {record.get('bootstrap_servers')}"
+    elif record.get("kind") == "spark-cluster":
+        workers = record.get("workers", [])
+        pids = ", ".join(str(w["pid"]) for w in workers)
+        where = (
+            f"master {record.get('master_url')}, {len(workers)} workers of "
+            f"{record.get('worker_cores')} core(s) (pids {pids})"
+        )
     else:
         where = (
             f"{record.get('dsn')}, max_prepared_transactions="

@@ -1,0 +1,121 @@
+"""Executors and Python workers killed on the standalone cluster, with task retries on.
+
+Every fault hits partition 0 of micro-batch 1 (batch 0 has warmed both executors up; batch 2 shows
+the query goes on), fired by a probe rule from inside the hook (``tests.cluster.probes``), so it
+lands at the same protocol point every time. Each test then checks, by content, that every input
+id is in the target exactly once and that nothing is left behind (no prepared transaction of the
+sink; no open Kafka transaction), and that the fault really happened: the killed process is gone
+and Spark counted a failed task attempt (and, for an executor, removed it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.cluster.probes import pid_alive
+from tests.cluster.support import (
+    CONNECTORS,
+    Scenario,
+    describe,
+    failed_tasks,
+    removed_executors,
+)
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.integration,
+    pytest.mark.chaos,
+    pytest.mark.slow,
+]
+
+BATCH = 1
+
+
+def finish(scenario: Scenario, result: dict[str, Any]) -> None:
+    """Every micro-batch committed; every id once; nothing left open or prepared."""
+    assert result["rc"] == 0, f"the query did not finish: {describe(result)}"
+    outcomes = [m["outcome"] for m in result["metrics"]]
+    assert outcomes == ["committed"] * scenario.batches, describe(result)
+    scenario.assert_exactly_once()
+    assert scenario.leftovers() == [], describe(result)
+
+
+@pytest.mark.parametrize("connector", CONNECTORS)
+@pytest.mark.parametrize(
+    "when",
+    [
+        # rows written in an open transaction, not yet prepared (A) / committed (B)
+        "before",
+        # prepared (A) / committed with its marker (B), the task's result not yet reported
+        "after",
+    ],
+)
+def test_an_executor_sigkilled_in_phase_1(
+    make_scenario: Callable[..., Scenario], connector: str, when: str
+) -> None:
+    scenario = make_scenario(connector)
+    hook = scenario.commit_hook
+    scenario.control.add(hook, "kill-executor", when=when, batch=BATCH, partition=0, attempt=0)
+    result = scenario.start_driver().wait()
+
+    [kill] = scenario.control.events(event="kill-executor")
+    assert not pid_alive(kill["target"]), "the executor JVM survived its SIGKILL"
+    assert removed_executors(result), f"Spark did not lose the executor: {describe(result)}"
+    assert failed_tasks(result) >= 1, describe(result)
+    finish(scenario, result)
+    committed = scenario.attempts(hook, BATCH, 0)
+    if when == "before":
+        # attempt 0 died before its commit point: a retry wrote the partition
+        assert committed, "no retry committed the partition"
+        assert min(committed) >= 1, committed
+    elif connector == "pg-A":
+        # attempt 0 prepared and died: a retry rolled its orphan back and prepared again
+        assert 0 in committed, committed
+        assert max(committed) >= 1, committed
+    else:
+        # attempt 0 committed with its marker and died: the retry found the marker, wrote nothing
+        assert committed == [0], committed
+
+
+def test_executors_sigkilled_during_phase_2_do_not_matter(
+    make_scenario: Callable[..., Scenario],
+) -> None:
+    """Protocol A: once the decision is recorded the driver commits; executors are not needed."""
+    scenario = make_scenario("pg-A")
+    scenario.control.add("commit", "kill-app-executors", batch=BATCH, partition=0)
+    result = scenario.start_driver().wait()
+
+    [kill] = scenario.control.events(event="kill-app-executors")
+    assert len(kill["targets"]) == 2, kill
+    assert all(kill["gone"]), kill
+    removed = removed_executors(result)
+    assert len(removed) >= 2, f"Spark did not lose both executors: {describe(result)}"
+    finish(scenario, result)
+    # Phase 2 of the batch went on without them, and the next batch ran on new executors.
+    assert scenario.attempts("commit", BATCH, 0) == [0]
+    later = {
+        e["executor_pid"]
+        for e in scenario.control.events(event="hook", hook="begin_transaction", batch=BATCH + 1)
+    }
+    assert later, "batch 2 never began"
+    assert not later & set(kill["targets"]), (later, kill["targets"])
+
+
+@pytest.mark.parametrize("connector", CONNECTORS)
+def test_a_python_worker_killed_mid_write_is_retried(
+    make_scenario: Callable[..., Scenario], connector: str
+) -> None:
+    scenario = make_scenario(connector)
+    scenario.control.add("write", "kill-python-worker", when="after", batch=BATCH, partition=0)
+    result = scenario.start_driver().wait()
+
+    [kill] = scenario.control.events(event="kill-python-worker")
+    assert not pid_alive(kill["target"]), "the Python worker survived its SIGKILL"
+    assert failed_tasks(result) >= 1, describe(result)
+    finish(scenario, result)
+    committed = scenario.attempts(scenario.commit_hook, BATCH, 0)
+    assert committed, "no retry committed the partition"
+    assert min(committed) >= 1, committed
