@@ -65,9 +65,26 @@ def _wrap_other(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     return hook
 
 
+def _rebuild(base: type[Any], state: Any) -> Any:
+    """Unpickle a :func:`with_faults` sink in any process: make its class again, then its state."""
+    cls: Any = _faulty_class(base)  # type: ignore[arg-type]  # classes hash by identity
+    clone: Any = object.__new__(cls)
+    if getattr(cls, "__setstate__", None) is not getattr(object, "__setstate__", None):
+        clone.__setstate__(state)  # the sink controls its own pickling
+    else:
+        clone.__dict__.update(state)
+    return clone
+
+
+def _reduce(self: Any) -> tuple[Any, ...]:
+    # The class is made at run time: pickle its base and rebuild it on arrival, so
+    # that Spark's executor processes (which never ran with_faults) can unpickle it.
+    return (_rebuild, (type(self).__mro__[1], self.__getstate__()))
+
+
 @functools.cache
 def _faulty_class(base: type[Any]) -> type[Any]:
-    namespace: dict[str, Any] = {"__module__": __name__}
+    namespace: dict[str, Any] = {"__module__": __name__, "__reduce__": _reduce}
     namespace["begin_transaction"] = _wrap_begin(base.begin_transaction)
     for name in _TXN_HOOKS:
         if hasattr(base, name):
