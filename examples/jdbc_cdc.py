@@ -8,7 +8,9 @@ query that flattens them to ``(id, name, email, lsn, op)`` and applies them to `
 order, so the table ends up as if every event had been applied one by one.
 
 Assumptions: a machine prepared by ``scripts/setup.sh``; a throwaway PostgreSQL cluster is started
-(or pass ``--dsn``). Events carry full row images (Debezium's ``after``), as Debezium emits them.
+(or pass ``--dsn``; the table, ``customers`` or ``--table``, is created there if missing). The
+events come from files here; ``examples/kafka_debezium_cdc.py`` reads them from Kafka, as Debezium
+writes them. Events carry full row images (Debezium's ``after``), as Debezium emits them.
 
 Guarantees: exactly once per event, across restarts (the checkpoint holds the file offsets, the
 sink's coordinator log holds the commit decisions). All changes of one key go to one partition
@@ -25,6 +27,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -33,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import twophase
+import twophase.errors
 from twophase.connectors.jdbc import postgres_sink
-from twophase.errors import ConfigurationError, DataError, RetriableError
+from twophase.errors import ConfigurationError, DataError, RetriableError, TwoPhaseError
 
 EVENTS = [
     # batch 0: a snapshot of two customers
@@ -79,6 +83,23 @@ def flatten(events: Any) -> Any:
     )
 
 
+def await_query(query: Any) -> None:
+    """Wait until the query stops; raise the twophase error that failed it, if any.
+
+    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
+    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
+    that ``main`` can handle ``ConfigurationError``, ``DataError``... by class.
+    """
+    try:
+        query.awaitTermination()
+    except Exception as exc:
+        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
+        error = getattr(twophase.errors, found[-1][0], None) if found else None
+        if isinstance(error, type) and issubclass(error, TwoPhaseError):
+            raise error(found[-1][1]) from exc
+        raise
+
+
 @contextlib.contextmanager
 def database(dsn: str | None) -> Iterator[str]:
     if dsn:
@@ -93,6 +114,7 @@ def database(dsn: str | None) -> Iterator[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", help="use this PostgreSQL server instead of a throwaway one")
+    parser.add_argument("--table", default="customers", help="target table (default: customers)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -107,7 +129,7 @@ def main() -> int:
                 conn.autocommit = True
                 # The key must be the primary key (or a unique index): ON CONFLICT uses it.
                 cur.execute(
-                    "CREATE TABLE IF NOT EXISTS customers "
+                    f"CREATE TABLE IF NOT EXISTS {args.table} "
                     "(id bigint PRIMARY KEY, name text NOT NULL, email text, lsn bigint)"
                 )
             write_events(work / "in")
@@ -124,7 +146,7 @@ def main() -> int:
                 )
                 sink = postgres_sink(
                     "customers_cdc",
-                    table="customers",
+                    table=args.table,
                     dsn=dsn,
                     mode="cdc",
                     key_columns=["id"],
@@ -137,13 +159,11 @@ def main() -> int:
                     checkpoint_location=str(work / "checkpoint"),
                     trigger={"availableNow": True},
                 ).start()
-                query.awaitTermination()
-                if query.exception() is not None:
-                    raise RuntimeError(str(query.exception()))
+                await_query(query)
             finally:
                 spark.stop()
             with contextlib.closing(psycopg2.connect(dsn)) as conn, conn.cursor() as cur:
-                cur.execute("SELECT id, name, email, lsn FROM customers ORDER BY id")
+                cur.execute(f"SELECT id, name, email, lsn FROM {args.table} ORDER BY id")
                 rows = cur.fetchall()
     except ConfigurationError as exc:
         print(f"configuration problem: {exc}", file=sys.stderr)
@@ -154,9 +174,12 @@ def main() -> int:
     except RetriableError as exc:
         print(f"PostgreSQL unavailable, rerun to resume: {exc}", file=sys.stderr)
         return 4
+    except TwoPhaseError as exc:
+        print(f"the sink failed: {exc}", file=sys.stderr)
+        return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("customers:", rows)
+    print(f"{args.table}:", rows)
     if rows != EXPECTED:
         print(f"expected {EXPECTED}", file=sys.stderr)
         return 1

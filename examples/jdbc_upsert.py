@@ -7,8 +7,8 @@ files, restarts it from the same checkpoint, and checks that every order holds i
 exactly once.
 
 Assumptions: a machine prepared by ``scripts/setup.sh`` (Java 17+, the PostgreSQL server binaries,
-the project's virtualenv). Pass ``--dsn`` to use your own server instead (the table ``orders`` is
-created there if missing, and left behind).
+the project's virtualenv). Pass ``--dsn`` to use your own server instead (the table, ``orders``
+or ``--table``, is created there if missing, and left behind).
 
 Guarantees, and their limits:
 
@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -40,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import twophase
+import twophase.errors
 from twophase.connectors.jdbc import postgres_sink
 from twophase.errors import (
     CommitFailedError,
@@ -47,6 +49,7 @@ from twophase.errors import (
     DataError,
     NondeterministicBatchError,
     RetriableError,
+    TwoPhaseError,
 )
 
 ORDERS = 200  # distinct order ids; every file updates each of them once
@@ -71,16 +74,16 @@ def write_updates(source: Path, first: int, count: int) -> None:
         os.utime(path, (1_700_000_000 + batch, 1_700_000_000 + batch))
 
 
-def run_query(spark: Any, source: Path, checkpoint: Path, dsn: str) -> None:
+def run_query(spark: Any, source: Path, checkpoint: Path, dsn: str, table: str) -> None:
     """Run the query over every file present, one file per micro-batch, then stop."""
     sink = postgres_sink(
         "orders_upsert",  # stable name: part of every transaction id and of the checkpoint log
-        table="orders",
+        table=table,
         dsn=dsn,
         mode="upsert",
         key_columns=["order_id"],  # the table's primary key (ON CONFLICT uses it)
         order_column="version",  # within a batch, the highest version of an order wins
-        create_table=True,  # first run: create "orders" from the stream's schema
+        create_table=True,  # first run: create the table from the stream's schema
         lock_timeout=10,  # never wait long for a row lock (see the repartition note above)
     )
     updates = (
@@ -95,26 +98,41 @@ def run_query(spark: Any, source: Path, checkpoint: Path, dsn: str) -> None:
         trigger={"availableNow": True},  # process what is there, then stop
     ).start()
     try:
-        query.awaitTermination()
+        await_query(query)
     finally:
         if query.isActive:
             query.stop()
-    error = query.exception()
-    if error is not None:
-        raise RuntimeError(f"the query failed: {error}")
     for metrics in twophase.batch_metrics(sink):
         print(f"  batch {metrics.batch_id}: {metrics.outcome}, {metrics.rows} rows")
 
 
-def check(dsn: str, expected_version: int) -> None:
+def await_query(query: Any) -> None:
+    """Wait until the query stops; raise the twophase error that failed it, if any.
+
+    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
+    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
+    that ``main`` can handle ``ConfigurationError``, ``DataError``... by class.
+    """
+    try:
+        query.awaitTermination()
+    except Exception as exc:
+        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
+        error = getattr(twophase.errors, found[-1][0], None) if found else None
+        if isinstance(error, type) and issubclass(error, TwoPhaseError):
+            raise error(found[-1][1]) from exc
+        raise
+
+
+def check(dsn: str, table: str, expected_version: int) -> None:
     import psycopg2
 
     with contextlib.closing(psycopg2.connect(dsn)) as conn, conn.cursor() as cur:
         cur.execute(
-            "SELECT count(*), count(DISTINCT order_id), min(version), max(version) FROM orders"
+            "SELECT count(*), count(DISTINCT order_id), min(version), max(version) FROM "
+            + table  # the name comes from the command line, as a trusted setting
         )
         count, distinct, low, high = cur.fetchone()
-    print(f"  orders: {count} rows, {distinct} distinct, versions {low}..{high}")
+    print(f"  {table}: {count} rows, {distinct} distinct, versions {low}..{high}")
     if (count, distinct, low, high) != (ORDERS, ORDERS, expected_version, expected_version):
         raise SystemExit("unexpected table contents: not exactly once")
 
@@ -135,6 +153,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dsn", help="use this PostgreSQL server instead of a throwaway one")
+    parser.add_argument("--table", default="orders", help="target table (default: orders)")
     parser.add_argument(
         "--no-prepared",
         dest="prepared",
@@ -154,12 +173,12 @@ def main() -> int:
             try:
                 write_updates(work / "in", 0, 3)
                 print("first run (3 batches):")
-                run_query(spark, work / "in", work / "checkpoint", dsn)
-                check(dsn, 2)
+                run_query(spark, work / "in", work / "checkpoint", dsn, args.table)
+                check(dsn, args.table, 2)
                 write_updates(work / "in", 3, 2)
                 print("restart from the checkpoint (2 new batches):")
-                run_query(spark, work / "in", work / "checkpoint", dsn)
-                check(dsn, 4)
+                run_query(spark, work / "in", work / "checkpoint", dsn, args.table)
+                check(dsn, args.table, 4)
             finally:
                 spark.stop()
     except ConfigurationError as exc:  # fix the setting or the table, then rerun
@@ -174,6 +193,9 @@ def main() -> int:
     except NondeterministicBatchError as exc:  # protocol B replay differs: make it deterministic
         print(f"non-deterministic replay: {exc}", file=sys.stderr)
         return 5
+    except TwoPhaseError as exc:  # e.g. FatalError: a decided transaction was rolled back by hand
+        print(f"the sink failed: {exc}", file=sys.stderr)
+        return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("done: every order holds its latest version exactly once")

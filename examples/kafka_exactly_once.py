@@ -8,8 +8,9 @@ checkpoint. A ``read_committed`` consumer then checks that the target holds ever
 once.
 
 Assumptions: a Kafka broker (``--bootstrap-servers``), or ``--dev`` to start a throwaway local one
-through :mod:`twophase_dev` (needs a machine prepared by ``scripts/setup.sh``); Spark's Kafka
-connector on the classpath (``twophase_dev.spark_session`` provides it locally).
+through :mod:`twophase_dev` (needs a machine prepared by ``scripts/setup.sh``), where the example
+may create its two topics (new names every run); Spark's Kafka connector on the classpath
+(``twophase_dev.spark_session`` provides it locally).
 
 Guarantees, and their limits: consumers reading with ``isolation.level=read_committed`` see every
 enriched event exactly once, even if the driver or a task dies mid-batch and the query is
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import uuid
@@ -33,10 +35,37 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 import twophase
+import twophase.errors
 from twophase.connectors.kafka import KafkaSink
 from twophase.errors import ConfigurationError, NondeterministicBatchError, TwoPhaseError
+
+
+def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
+    """Create the run's topics (brokers may refuse to create topics on first use)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, num_partitions=n) for t, n in partitions.items()])
+    for future in futures.values():
+        future.result(timeout=60)  # raises with the broker's reason (ACL, policy...)
+
+
+def await_query(query: Any) -> None:
+    """Wait until the query stops; raise the twophase error that failed it, if any.
+
+    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
+    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
+    that ``main`` can handle ``ConfigurationError``, ``DataError``... by class.
+    """
+    try:
+        query.awaitTermination()
+    except Exception as exc:
+        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
+        error = getattr(twophase.errors, found[-1][0], None) if found else None
+        if isinstance(error, type) and issubclass(error, TwoPhaseError):
+            raise error(found[-1][1]) from exc
+        raise
 
 
 def produce_orders(bootstrap: str, topic: str, first: int, count: int) -> None:
@@ -85,11 +114,9 @@ def run_once(spark: Any, bootstrap: str, source: str, sink: KafkaSink, checkpoin
         enriched, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
     ).start()
     try:
-        query.awaitTermination()
+        await_query(query)
     finally:
         query.stop()
-    if query.exception() is not None:
-        raise RuntimeError(f"the query failed: {query.exception()}")
     for metrics in twophase.batch_metrics(sink)[seen:]:
         print(f"  batch {metrics.batch_id}: {metrics.outcome}, {metrics.rows} rows")
 
@@ -144,9 +171,7 @@ def main() -> int:
     source, target = f"orders-{run}", f"orders-enriched-{run}"
     spark = None
     try:
-        if broker is not None:
-            broker.create_topic(source, partitions=2)
-            broker.create_topic(target, partitions=3)
+        create_topics(bootstrap, {source: 2, target: 3})
         spark = spark_session("kafka-exactly-once")
         checkpoint = Path(tempfile.mkdtemp(prefix="twophase-example-")) / "checkpoint"
         sink = KafkaSink(

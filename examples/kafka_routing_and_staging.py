@@ -8,7 +8,7 @@ pipeline *non-deterministic*: a replayed micro-batch would compute other header 
 ``staging=True`` makes that safe (see below).
 
 Assumptions: a broker at ``--bootstrap-servers``, or ``--dev`` for a throwaway local one through
-:mod:`twophase_dev`; the source and the two target topics exist (``--dev`` creates them).
+:mod:`twophase_dev`, where the example may create its three topics (new names every run).
 
 Guarantees, and their limits: ``read_committed`` consumers see every row exactly once in the
 topic the row chose. Without staging, a batch replayed after a crash would be refused with
@@ -23,17 +23,45 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 import twophase
+import twophase.errors
 from twophase.connectors.kafka import KafkaSink
 from twophase.errors import ConfigurationError, TwoPhaseError
+
+
+def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
+    """Create the run's topics (brokers may refuse to create topics on first use)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, num_partitions=n) for t, n in partitions.items()])
+    for future in futures.values():
+        future.result(timeout=60)  # raises with the broker's reason (ACL, policy...)
+
+
+def await_query(query: Any) -> None:
+    """Wait until the query stops; raise the twophase error that failed it, if any.
+
+    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
+    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
+    that ``main`` can handle ``ConfigurationError``, ``DataError``... by class.
+    """
+    try:
+        query.awaitTermination()
+    except Exception as exc:
+        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
+        error = getattr(twophase.errors, found[-1][0], None) if found else None
+        if isinstance(error, type) and issubclass(error, TwoPhaseError):
+            raise error(found[-1][1]) from exc
+        raise
 
 
 def produce_payments(bootstrap: str, topic: str, count: int) -> None:
@@ -47,32 +75,35 @@ def produce_payments(bootstrap: str, topic: str, count: int) -> None:
         raise RuntimeError("could not send the payments")
 
 
-def count_committed(bootstrap: str, topic: str) -> int:
-    """Count the records a read_committed consumer sees in ``topic``."""
+def committed_ids(bootstrap: str, topic: str) -> list[int]:
+    """Return the payment ids a read_committed consumer sees in ``topic`` (duplicates kept)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"count-{uuid.uuid4().hex}",
+            "group.id": f"count-{uuid.uuid4().hex}",  # never commits offsets: any unique name
             "isolation.level": "read_committed",  # only committed transactions
-            "enable.partition.eof": True,
+            "enable.partition.eof": True,  # tells when a partition is read to its end
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    seen, done = 0, set()
+    ids: list[int] = []
+    done: set[int] = set()
     try:
         while len(done) < len(partitions):
             msg = consumer.poll(5.0)
             if msg is None:
                 raise RuntimeError("the counting consumer timed out")
             if msg.error():
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(msg.error().str())
                 done.add(msg.partition())
             else:
-                seen += 1
+                ids.append(json.loads(msg.value())["id"])
     finally:
         consumer.close()
-    return seen
+    return ids
 
 
 def main() -> int:
@@ -92,10 +123,7 @@ def main() -> int:
     source, payments, rejects = f"payments-in-{run}", f"payments-{run}", f"rejected-{run}"
     spark = None
     try:
-        if broker is not None:
-            broker.create_topic(source, partitions=2)
-            broker.create_topic(payments, partitions=2)
-            broker.create_topic(rejects, partitions=1)
+        create_topics(bootstrap, {source: 2, payments: 2, rejects: 1})
         produce_payments(bootstrap, source, args.payments)
         spark = spark_session("kafka-routing")
         rows = (
@@ -134,21 +162,24 @@ def main() -> int:
             rows, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
         ).start()
         try:
-            query.awaitTermination()
+            await_query(query)
         finally:
             query.stop()
-        if query.exception() is not None:
-            raise RuntimeError(f"the query failed: {query.exception()}")
-        accepted, rejected = (
-            count_committed(bootstrap, payments),
-            count_committed(bootstrap, rejects),
-        )
+        accepted = committed_ids(bootstrap, payments)
+        rejected = committed_ids(bootstrap, rejects)
         print(
             f"{len(twophase.batch_metrics(sink))} batches: "
-            f"{accepted} accepted + {rejected} rejected "
-            f"= {accepted + rejected} of {args.payments} payments"
+            f"{len(accepted)} accepted + {len(rejected)} rejected "
+            f"= {len(accepted) + len(rejected)} of {args.payments} payments"
         )
-        return 0 if accepted + rejected == args.payments else 1
+        # Exactly once, in the topic the row chose: amount = id * 37 % 1000 (see the producer).
+        expected_rejects = sorted(i for i in range(args.payments) if i * 37 % 1000 >= 900)
+        expected_accepted = sorted(set(range(args.payments)) - set(expected_rejects))
+        if sorted(rejected) != expected_rejects or sorted(accepted) != expected_accepted:
+            print("FAILED: a payment is missing, duplicated or in the wrong topic")
+            return 1
+        print("OK: every payment exactly once, in the topic it chose")
+        return 0
     except ConfigurationError as exc:
         print(f"configuration problem (nothing was written): {exc}", file=sys.stderr)
         return 2

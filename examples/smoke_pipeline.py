@@ -1,39 +1,52 @@
 """Smoke pipeline: Kafka -> Spark Structured Streaming -> PostgreSQL, on throwaway local servers.
 
 What it does: starts a single-node Kafka broker and a PostgreSQL cluster through
-:mod:`twophase_dev`, produces JSON order events to a topic, and runs a streaming query that reads
-them with Spark's Kafka source and writes each micro-batch to a PostgreSQL table from
-``foreachBatch``. It then stops the query, produces more events, restarts the query from the same
-checkpoint and shows that it resumes where it stopped. Everything it started is stopped at the end,
-also on errors and Ctrl-C.
+:mod:`twophase_dev` (or uses the ones ``--bootstrap-servers`` / ``--dsn`` or
+``$TWOPHASE_KAFKA_BOOTSTRAP`` / ``$TWOPHASE_PG_DSN`` name), produces JSON order events to a new
+topic, and runs a streaming query that reads them with Spark's Kafka source and writes each
+micro-batch to a new PostgreSQL table from ``foreachBatch``, without twophase. It then stops the
+query, produces more events, restarts the query from the same checkpoint and shows that it resumes
+where it stopped. Everything it started is stopped at the end, also on errors and Ctrl-C.
 
 Assumptions: a machine prepared by ``scripts/setup.sh`` (Java 17+, Maven, PostgreSQL binaries,
 the project's virtualenv); nothing else needs to run, all ports are picked free on 127.0.0.1.
 
-Guarantees, and their limits: ``foreachBatch`` is *at-least-once*: a crash after the batch was
-written but before Spark recorded it as committed replays the batch. This baseline survives that
-only because its write is idempotent (rows are keyed by Kafka partition and offset, and inserted
-with ``ON CONFLICT DO NOTHING``). Targets and writes without such a key need twophase's two-phase
-commit sinks, which later versions of this example use.
+Guarantees, and their limits: this is the *at-least-once* baseline. ``foreachBatch`` replays a
+batch after a crash that came after the batch was written but before Spark recorded it as
+committed. This pipeline survives that only because its write is idempotent (rows are keyed by
+Kafka partition and offset, and inserted with ``ON CONFLICT DO NOTHING``). Targets and writes
+without such a key -- appends, Kafka topics, aggregates -- need twophase's exactly-once sinks:
+``examples/orders_pipeline.py`` is the same kind of pipeline with them, and ``bash scripts/demo.sh``
+kills it while it runs.
 
-Run it with ``bash scripts/demo.sh`` or ``.venv/bin/python examples/smoke_pipeline.py --help``.
+Run it: ``.venv/bin/python examples/smoke_pipeline.py`` (``--help`` for the sizes).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 
-from twophase_dev import KafkaBroker, PostgresServer, spark_session
-
-TABLE = "orders"
+from twophase_dev import (
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_PG_DSN,
+    KafkaBroker,
+    PostgresServer,
+    attach_kafka,
+    attach_postgres,
+    spark_session,
+)
 
 
 def produce(bootstrap: str, topic: str, first_id: int, count: int) -> None:
@@ -60,13 +73,13 @@ def produce(bootstrap: str, topic: str, first_id: int, count: int) -> None:
         raise RuntimeError(f"{remaining} events unsent, {len(failures)} failed: {failures[:3]}")
 
 
-def create_table(pg: PostgresServer) -> None:
+def create_table(pg: PostgresServer, table: str) -> None:
     """Create the target table; its key makes replayed batches harmless."""
     conn = pg.connect()
     try:
         with conn, conn.cursor() as cur:
             cur.execute(
-                f"""CREATE TABLE {TABLE} (
+                f"""CREATE TABLE {table} (
                     kafka_partition integer NOT NULL,
                     kafka_offset bigint NOT NULL,
                     order_id bigint NOT NULL,
@@ -78,7 +91,7 @@ def create_table(pg: PostgresServer) -> None:
         conn.close()
 
 
-def make_batch_writer(pg: PostgresServer, batches: list[tuple[int, int]]) -> Any:
+def make_batch_writer(pg: PostgresServer, table: str, batches: list[tuple[int, int]]) -> Any:
     """Return the ``foreachBatch`` function: one PostgreSQL transaction per micro-batch."""
     from psycopg2.extras import execute_values
 
@@ -94,7 +107,7 @@ def make_batch_writer(pg: PostgresServer, batches: list[tuple[int, int]]) -> Any
             with conn, conn.cursor() as cur:  # commits on success, rolls back on error
                 execute_values(
                     cur,
-                    f"INSERT INTO {TABLE} (kafka_partition, kafka_offset, order_id, amount_cents,"
+                    f"INSERT INTO {table} (kafka_partition, kafka_offset, order_id, amount_cents,"
                     " batch_id) VALUES %s ON CONFLICT DO NOTHING",
                     rows,
                 )
@@ -143,13 +156,13 @@ def run_query(
         raise RuntimeError(f"streaming query failed: {error}")
 
 
-def count_rows(pg: PostgresServer) -> tuple[int, int, int]:
+def count_rows(pg: PostgresServer, table: str) -> tuple[int, int, int]:
     """Return (rows, distinct order ids, distinct batches) in the target table."""
     conn = pg.connect()
     try:
         with conn, conn.cursor() as cur:
             cur.execute(
-                f"SELECT count(*), count(DISTINCT order_id), count(DISTINCT batch_id) FROM {TABLE}"
+                f"SELECT count(*), count(DISTINCT order_id), count(DISTINCT batch_id) FROM {table}"
             )
             row = cur.fetchone()
     finally:
@@ -158,12 +171,35 @@ def count_rows(pg: PostgresServer) -> tuple[int, int, int]:
     return int(row[0]), int(row[1]), int(row[2])
 
 
+@contextlib.contextmanager
+def servers(
+    bootstrap: str | None, dsn: str | None, work: Path
+) -> Iterator[tuple[KafkaBroker, PostgresServer]]:
+    """Yield Kafka and PostgreSQL: the given ones, the environment's, or throwaway local ones."""
+    bootstrap = bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP)
+    dsn = dsn or os.environ.get(ENV_PG_DSN)
+    with contextlib.ExitStack() as stack:
+        kafka = (
+            attach_kafka(bootstrap)
+            if bootstrap
+            else stack.enter_context(KafkaBroker(log_dir=work / "kafka-logs"))
+        )
+        pg = (
+            attach_postgres(dsn)
+            if dsn
+            else stack.enter_context(PostgresServer(log_dir=work / "postgres-logs"))
+        )
+        yield kafka, pg
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the pipeline; return 0 if every event landed exactly once in the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1000, help="events in each of the two waves")
     parser.add_argument("--partitions", type=int, default=3, help="partitions of the topic")
     parser.add_argument("--batch-size", type=int, default=250, help="maxOffsetsPerTrigger")
+    parser.add_argument("--bootstrap-servers", help="use this Kafka broker")
+    parser.add_argument("--dsn", help="use this PostgreSQL server (a superuser's DSN)")
     args = parser.parse_args(argv)
     if args.events < 1 or args.partitions < 1 or args.batch_size < 1:
         parser.error("--events, --partitions and --batch-size must be positive")
@@ -171,18 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="twophase-smoke-pipeline-"))
     started = time.monotonic()
     print(f"Logs and checkpoint under {work}")
-    with (
-        KafkaBroker(log_dir=work / "kafka-logs") as kafka,
-        PostgresServer(log_dir=work / "postgres-logs") as pg,
-    ):
+    run = uuid.uuid4().hex[:8]
+    topic, table = f"orders-{run}", f"smoke_orders_{run}"  # new every run: servers may be reused
+    with servers(args.bootstrap_servers, args.dsn, work) as (kafka, pg):
         print(f"Kafka {kafka.bootstrap_servers}, PostgreSQL {pg.dsn}")
-        topic = "orders"
         kafka.create_topic(topic, partitions=args.partitions)
-        create_table(pg)
+        create_table(pg, table)
         spark = spark_session("twophase-smoke-pipeline")
         try:
             batches: list[tuple[int, int]] = []
-            writer = make_batch_writer(pg, batches)
+            writer = make_batch_writer(pg, table, batches)
             checkpoint = work / "checkpoint"
             for wave in (1, 2):
                 produce(kafka.bootstrap_servers, topic, (wave - 1) * args.events, args.events)
@@ -194,10 +228,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  wave {wave}: batch {batch_id} wrote {size} rows")
         finally:
             spark.stop()
-        rows, distinct_ids, distinct_batches = count_rows(pg)
+        rows, distinct_ids, distinct_batches = count_rows(pg, table)
     expected = 2 * args.events
     print(
-        f"Table {TABLE}: {rows} rows, {distinct_ids} distinct orders, {distinct_batches} batches "
+        f"Table {table}: {rows} rows, {distinct_ids} distinct orders, {distinct_batches} batches "
         f"(expected {expected} orders) in {time.monotonic() - started:.1f} s"
     )
     if rows != expected or distinct_ids != expected:
