@@ -110,8 +110,13 @@ def _java_executable() -> str:
 
 
 def _random_cluster_id() -> str:
-    # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding. Like Kafka's
+    # own generator, never start with "-": the storage tool would read it as an option (that
+    # failed one broker start in 64).
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaBroker:
