@@ -229,25 +229,10 @@ def connect(options: KafkaOptions) -> tuple[AdminClient, list[int]]:
 def broker_max_transaction_timeout(
     admin: AdminClient, brokers: list[int], *, sink: str, timeout: float
 ) -> int | None:
-    """Read the smallest ``transaction.max.timeout.ms`` of the cluster's brokers.
+    """Return the smallest ``transaction.max.timeout.ms`` of ``brokers`` (ids from :func:`connect`).
 
-    Parameters
-    ----------
-    admin
-        An admin client.
-    brokers
-        The broker ids (from :func:`connect`).
-    sink
-        The sink name (named in errors).
-    timeout
-        Seconds per request.
-
-    Returns
-    -------
-    int or None
-        The limit, or None when the brokers' configuration cannot be described
-        (not authorised): the broker then checks the timeout itself at the
-        first ``init_transactions``.
+    None when the brokers' configuration cannot be described (not authorised):
+    the broker then checks the timeout itself at the first ``init_transactions``.
     """
     resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
     limits: list[int] = []
