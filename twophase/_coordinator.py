@@ -45,6 +45,7 @@ from ._types import (
 from .errors import (
     CommitFailedError,
     ConfigurationError,
+    RetriableError,
     TwoPhaseError,
 )
 
@@ -334,6 +335,37 @@ class Coordinator:
                 aborted += 1
         return aborted
 
+    def _sweep_after_commit(
+        self,
+        sink: AnySink,
+        batch_id: int,
+        handles: list[TransactionHandle],
+    ) -> int:
+        """Sweep the orphans of a committed batch, retried; a target still away skips it.
+
+        The batch is committed whatever the sweep does, and its orphans hold no
+        decision: the next batch's sweep, or the next start's recovery, rolls
+        them back. So a target that stays unreachable through the retry policy
+        only postpones the sweep instead of failing a committed batch.
+        """
+        keep = frozenset(h.transaction_id for h in handles)
+        swept = [0]
+
+        def sweep() -> None:
+            swept[0] = self._abort_batch(sink, batch_id, keep)
+
+        try:
+            self._retrying(sink, sweep, [0])
+        except RetriableError as exc:
+            _log.warning(
+                "sink %s: batch %d is committed, but its orphans could not be swept (%s); "
+                "the next batch's sweep or the next start's recovery rolls them back",
+                sink.name,
+                batch_id,
+                exc,
+            )
+        return swept[0]
+
     def _run_coordinated(
         self, sink: CoordinatedHooks, execution: BatchExecution, recovered: tuple[int, int]
     ) -> BatchMetrics:
@@ -378,7 +410,7 @@ class Coordinator:
                 ) from exc
             self._step("committed_handle", batch_id, index)
         self._step("phase2_done", batch_id)
-        orphans = self._abort_batch(sink, batch_id, frozenset(h.transaction_id for h in handles))
+        orphans = self._sweep_after_commit(sink, batch_id, handles)
         t3 = self._record_committed(batch_id, rows)
         self.log.compact(batch_id)
         return self._committed_metrics(

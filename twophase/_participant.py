@@ -231,27 +231,11 @@ def _run_markers(
         # after we looked), then read: an earlier attempt may have committed
         # before failing (e.g. lost while reporting back). Its marker tells.
         _clear_earlier_attempts(sink, ctx)
-        mine = [
-            m
-            for m in sink.read_markers(ctx.identity, ctx.batch_id)
-            if m.partition_id == ctx.partition_id
-            and (m.partition_id, m.attempt, str(m.fingerprint)) not in plan.preexisting_markers
-        ]
+        mine = _committed_by_others(sink, plan, ctx)
         if mine:
             buffered = [b for b in batches if b.num_rows]
-            fingerprint = fingerprint_batches(buffered)
-            if any(m.fingerprint == fingerprint for m in mine):
+            if _already_committed(mine, fingerprint_batches(buffered), plan, ctx):
                 return TaskResult(ctx.partition_id, ctx.attempt, 0, skipped=True)
-            raise NondeterministicBatchError(
-                f"attempt {ctx.attempt} of partition {ctx.partition_id} computed rows "
-                f"(fingerprint {fingerprint}) that differ from those attempt "
-                f"{mine[0].attempt} already committed (fingerprint {mine[0].fingerprint}). "
-                "The batch is not deterministic; writing it again would duplicate rows. "
-                "Make the pipeline deterministic or enable staging=True on the sink",
-                sink=plan.sink_name,
-                batch_id=plan.batch_id,
-                partition_id=ctx.partition_id,
-            )
     first, rest = _first_non_empty(batches)
     if first is None:
         return TaskResult(ctx.partition_id, ctx.attempt, 0)
@@ -273,9 +257,52 @@ def _run_markers(
                 batch_id=plan.batch_id,
                 partition_id=ctx.partition_id,
             )
+        if sink.needs_marker_check(txn):
+            # A zombie (an earlier attempt, or a task of an earlier run) may have
+            # committed this partition after the replay check. The transaction
+            # excludes it from now on; look once more before committing.
+            mine = _committed_by_others(sink, plan, ctx)
+            if mine and _already_committed(mine, fingerprint, plan, ctx):
+                sink.abort(txn)
+                return TaskResult(ctx.partition_id, ctx.attempt, 0, skipped=True)
         marker = Marker(ctx.identity, ctx.batch_id, ctx.partition_id, ctx.attempt, fingerprint)
         sink.commit_with_marker(txn, marker)
     except BaseException as exc:
         _abort_quietly(sink, txn, exc)
         raise
     return TaskResult(ctx.partition_id, ctx.attempt, fingerprint.count, marker=marker)
+
+
+def _committed_by_others(sink: MarkerHooks, plan: TaskPlan, ctx: TaskContext) -> list[Marker]:
+    """Markers of this partition committed since the batch started (not by this attempt)."""
+    return [
+        m
+        for m in sink.read_markers(ctx.identity, ctx.batch_id)
+        if m.partition_id == ctx.partition_id
+        and (m.partition_id, m.attempt, str(m.fingerprint)) not in plan.preexisting_markers
+    ]
+
+
+def _already_committed(
+    mine: list[Marker], fingerprint: Fingerprint, plan: TaskPlan, ctx: TaskContext
+) -> bool:
+    """Say whether another attempt committed these rows; raise when it committed other rows."""
+    if any(m.fingerprint == fingerprint for m in mine):
+        _log.info(
+            "sink %s: batch %d partition %d was committed by attempt %d meanwhile; skipping it",
+            plan.sink_name,
+            ctx.batch_id,
+            ctx.partition_id,
+            mine[0].attempt,
+        )
+        return True
+    raise NondeterministicBatchError(
+        f"attempt {ctx.attempt} of partition {ctx.partition_id} computed rows "
+        f"(fingerprint {fingerprint}) that differ from those attempt "
+        f"{mine[0].attempt} already committed (fingerprint {mine[0].fingerprint}). "
+        "The batch is not deterministic; writing it again would duplicate rows. "
+        "Make the pipeline deterministic or enable staging=True on the sink",
+        sink=plan.sink_name,
+        batch_id=plan.batch_id,
+        partition_id=ctx.partition_id,
+    )

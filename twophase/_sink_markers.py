@@ -30,7 +30,9 @@ class MarkerCommitSink(_SinkBase[TxnT]):
     :meth:`read_markers`. Optional: :meth:`open`, :meth:`check_schema`, and
     :meth:`list_in_doubt` with :meth:`recover_and_abort` for targets where an
     earlier attempt's open transaction can outlive its task and must be
-    fenced before a retry reads the markers (Kafka).
+    fenced before a retry reads the markers (Kafka), and
+    :meth:`needs_marker_check` to spare the check before a commit that
+    cannot race another attempt.
 
     Parameters
     ----------
@@ -96,16 +98,57 @@ class MarkerCommitSink(_SinkBase[TxnT]):
             Identity, batch, partition, attempt and the rows' fingerprint.
         """
 
+    def needs_marker_check(self, txn: TxnT) -> bool:
+        """Say whether the markers must be read again before ``txn`` commits.
+
+        A task attempt the framework no longer waits for -- an earlier attempt
+        declared lost, or a task of a stopped or crashed run whose process
+        lives on -- may commit this partition after the batch's replay check.
+        So, when this returns True, the framework reads the markers after the
+        last ``write`` and before :meth:`commit_with_marker`; when another
+        attempt committed the partition since the batch started, it aborts
+        ``txn`` and skips the partition (same rows) or fails with
+        :class:`~twophase.errors.NondeterministicBatchError` (other rows).
+
+        That read is exact only if no other attempt can commit the partition
+        between it and this commit: from :meth:`begin_transaction` on, the
+        transaction must exclude the other attempts of its partition slot
+        (Kafka: a producer epoch; a database: a lock held until commit), or
+        the commit itself must be conditional.
+
+        Runs on
+            an executor, once per transaction, after the last ``write``.
+        Idempotent
+            required (no side effects).
+        On failure
+            the framework calls :meth:`abort` and fails the task.
+
+        Parameters
+        ----------
+        txn
+            The transaction from :meth:`begin_transaction`.
+
+        Returns
+        -------
+        bool
+            True (the default) to read the markers. Return False only when no
+            other attempt can have committed since a check this transaction
+            inherits (``KafkaSink``: its pooled producer was checked when it
+            was initialised and nothing fenced it since).
+        """
+        return True
+
     @abc.abstractmethod
     def read_markers(self, identity: str, batch_id: int) -> Sequence[Marker]:
         """Read the committed markers of one batch.
 
         Runs on
             the driver when a batch that was started before is replayed; on an
-            executor when a task is retried.
+            executor when a task is retried, and before a commit when
+            :meth:`needs_marker_check` says so.
         Called
-            before anything of the batch is written; never in the steady
-            state.
+            on the driver, before anything of the batch is written; on an
+            executor, before a retry writes and before a checked commit.
         Idempotent
             required (read only). Only markers of committed transactions may be
             returned.

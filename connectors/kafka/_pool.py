@@ -88,6 +88,11 @@ class PooledProducer:
         self.broken = False
         #: Set once ``init_transactions`` succeeded.
         self.initialised = False
+        #: Set once a transaction of this instance committed: the participant read the
+        #: markers after ``init_transactions`` (which fenced every other instance) and
+        #: before that commit, so while nothing fences this instance no other attempt can
+        #: have committed a batch since (``KafkaSink.needs_marker_check``).
+        self.checked = False
         #: Delivery errors of the current transaction: (error, message).
         self.errors: list[tuple[KafkaError, Any]] = []
         self.error_count = 0

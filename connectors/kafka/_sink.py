@@ -290,6 +290,16 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         txn.write_marker(marker)
         txn.commit()
 
+    def needs_marker_check(self, txn: KafkaTransaction) -> bool:
+        """Check unless the producer is a pooled one that committed before and is still live.
+
+        A producer initialised in this task (first use, a retry, or a pooled
+        one found fenced) may have been preceded by a zombie's commit; a
+        pooled producer that committed since its ``init_transactions`` and
+        was not fenced since (its first record told) cannot have been.
+        """
+        return not txn.producer.checked
+
     def abort(self, txn: KafkaTransaction) -> None:
         """Abort the transaction; a fenced or failed producer is closed, not pooled."""
         txn.abort()

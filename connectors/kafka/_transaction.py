@@ -285,6 +285,7 @@ class KafkaTransaction:
             self.producer.broken = True
             raise
         self.state = "committed"
+        self.producer.checked = True
         self.producer.remember_marker(
             self.options.control_topic, self.marker.batch_id, self.marker_key, self.tombstoned
         )

@@ -18,10 +18,12 @@ from twophase import (
     ConfigurationError,
     Fingerprint,
     Marker,
+    NondeterministicBatchError,
     RecoveryContext,
     RetryPolicy,
     TaskContext,
 )
+from twophase._participant import TaskPlan, run_participant
 from twophase._replay import match_markers
 from twophase.testing import (
     FakeMarkerSink,
@@ -30,6 +32,7 @@ from twophase.testing import (
     LocalRunner,
     SimulatedCrash,
     assert_exactly_once,
+    install_step_listener,
 )
 
 pytestmark = pytest.mark.unit
@@ -306,5 +309,77 @@ def test_the_sweep_never_touches_a_batch_whose_decision_is_pending() -> None:
     runner.run_batch(1, split(1))  # the same run goes on (no restart): batch 0 stays prepared
     assert sorted(target.prepared()) == prepared
     runner.restart()  # recovery commits the decided batch
+    runner.run_batch(2, split(2))
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1) + rows(2)])
+
+
+def _zombie_commits_after_the_replay_check(
+    sink: FakeMarkerSink, runner: LocalRunner, rows_of_zombie: list[dict[str, int]]
+) -> list[int]:
+    """Crash batch 0 after its intent, then restart it while a task of the crashed run commits
+    partition 0 right after the new run's replay check; return how often the zombie ran."""
+    runner.crash_at("intent_recorded", 0)
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, split(0))
+    old_epoch = runner.log.epoch or 0
+    runner.restart()
+    ran: list[int] = []
+
+    def zombie(step: str, batch_id: int, index: int | None) -> None:
+        if step == "intent_recorded" and not ran:
+            # Attempt 1 of the crashed run (its attempt 0 failed), resumed late.
+            old = TaskPlan("m", runner.identity.token, 0, sink.protocol, epoch=old_epoch)
+            result = run_participant(
+                pickle.loads(pickle.dumps(runner.sink)),
+                old,
+                0,
+                1,
+                [pa.RecordBatch.from_pylist(rows_of_zombie)],
+            )
+            ran.append(result.rows)
+
+    install_step_listener(runner.sink, zombie)
+    return ran
+
+
+def test_a_task_of_an_earlier_run_committing_after_the_replay_check_is_not_written_twice() -> None:
+    # What the chaos harness found: the new run's replay check sees no marker of partition 0,
+    # then a zombie of the crashed run commits it. The new attempt must look again before it
+    # commits, and step aside.
+    target = FakeTarget.in_memory()
+    sink = FakeMarkerSink("m", target)
+    runner = LocalRunner(sink)
+    ran = _zombie_commits_after_the_replay_check(sink, runner, split(0)[0])
+    metrics = runner.run_batch(0, split(0))
+    assert ran == [len(split(0)[0])], "the zombie did not commit"
+    assert metrics.skipped_partitions == 1
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0)])
+
+
+def test_a_zombie_that_committed_other_rows_fails_the_batch_instead_of_duplicating() -> None:
+    target = FakeTarget.in_memory()
+    sink = FakeMarkerSink("m", target)
+    runner = LocalRunner(sink)
+    ran = _zombie_commits_after_the_replay_check(sink, runner, [{"id": 999}])
+    with pytest.raises(NondeterministicBatchError, match="already committed"):
+        runner.run_batch(0, split(0))
+    assert ran == [1]
+    # Only the zombie's row of partition 0 is there; the new attempt wrote nothing of it.
+    assert 999 in ids(target)
+    assert not set(ids(target)) & {r["id"] for r in split(0)[0]}
+
+
+def test_a_target_away_during_the_sweep_after_phase_2_does_not_fail_the_committed_batch() -> None:
+    # Found by the chaos run (seed 6158, trial 11): PostgreSQL restarting at phase2_done failed the
+    # query although the batch was committed. The sweep is retried, then postponed.
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(FakeSink("s", target))
+    runner.run_batch(0, split(0))
+    rule = target.fail("list_in_doubt", times=-1, error="RetriableError")
+    metrics = runner.run_batch(1, split(1))
+    assert target.fired(rule) >= 2, "the sweep was not retried"
+    assert metrics.outcome == "committed"
+    assert metrics.commit_retries == 0
+    target.clear_faults()
     runner.run_batch(2, split(2))
     assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1) + rows(2)])
