@@ -1,0 +1,33 @@
+"""Fixtures of the chaos tests: the session's servers as a harness :class:`Infra`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.chaos.harness import Infra
+
+_FIXTURES = {
+    "kafka": "kafka_broker",
+    "pg-A": "postgres_server",
+    "pg-B": "postgres_server_no_prepared",
+}
+
+
+@pytest.fixture
+def infra_for(request: pytest.FixtureRequest) -> Callable[..., Infra]:
+    """Return ``infra_for(*sinks)``: the session's servers the sinks need (started on demand).
+
+    A test that restarts or freezes a server is skipped when the server was not started by this
+    session or by ``twophase-dev up`` (``managed`` is False): it cannot be restarted.
+    """
+
+    def make(*sinks: str, restarts: bool = True) -> Infra:
+        servers: dict[str, Any] = {s: request.getfixturevalue(_FIXTURES[s]) for s in sinks}
+        if restarts and not all(getattr(s, "managed", False) for s in servers.values()):
+            pytest.skip("needs servers this session started (the test restarts them)")
+        return Infra(kafka=servers.get("kafka"), pg_a=servers.get("pg-A"), pg_b=servers.get("pg-B"))
+
+    return make

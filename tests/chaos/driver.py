@@ -1,0 +1,267 @@
+"""One run of a chaos trial's streaming query: a real Spark driver process.
+
+Usage: ``python -m tests.chaos.driver SPEC.json`` (the harness writes the spec and starts this in a
+process group of its own).
+
+The driver builds the trial's sink (a probed connector sink, see :mod:`tests.chaos.sinks`, wrapped
+by :func:`twophase.testing.with_faults` when task failures are scheduled), its pipeline over a
+replayable source, and runs the query with ``trigger(availableNow=True)`` until the input is
+processed. It reports every coordinator step to the event log (and pauses at the spec's pause
+points), and calls ``query.stop()`` from a thread when the harness asks (file ``control/stop``).
+
+Exit codes: 0 the query processed its input; 3 ``query.stop()`` was called (unless the harness
+asked for a restart in this process: ``control/stop`` holding ``restart``); 4 the query failed with
+``NondeterministicBatchError``; 1 any other failure (the event ``query_failed`` names it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+EXIT_DONE = 0
+EXIT_FAILED = 1
+EXIT_STOPPED = 3
+EXIT_NONDETERMINISTIC = 4
+
+#: Error names looked for in a failed query's message, most specific first.
+ERROR_NAMES = (
+    "NondeterministicBatchError",
+    "ConcurrentQueryError",
+    "CoordinatorLogError",
+    "CommitFailedError",
+    "StackOverflowError",
+    "InterruptedException",
+    "FatalError",
+    "AbortRequiredError",
+    "RetriableError",
+    "DataError",
+    "ConfigurationError",
+    "TimeoutException",
+)
+
+SCHEMA = "id long, payload string"
+
+
+def classify(message: str) -> str:
+    """Return the first known error name found in ``message`` (``"other"`` if none)."""
+    for name in ERROR_NAMES:
+        if name in message:
+            return name
+    return "other"
+
+
+def build_sink(spec: dict[str, Any]) -> Any:
+    """Build the trial's sink: the connector's, probed, with fault rules when given."""
+    from tests.chaos.sinks import instrument
+    from twophase.testing import FakeTarget
+
+    kind, name = spec["sink"], spec["sink_name"]
+    target = spec["target"]
+    if kind == "kafka":
+        from twophase.connectors.kafka import KafkaSink
+
+        sink: Any = KafkaSink(
+            name,
+            bootstrap_servers=target["bootstrap"],
+            topic=target["topic"],
+            control_topic=target["control_topic"],
+            producer_config=target.get("producer_config") or {},
+            operation_timeout=target.get("operation_timeout", 30.0),
+            staging=spec["staging"],
+        )
+    else:
+        from twophase.connectors.jdbc import postgres_sink
+
+        extra = {"staging": spec["staging"]} if kind == "pg-B" else {}
+        sink = postgres_sink(
+            name,
+            table=target["table"],
+            dsn=target["dsn"],
+            protocol="coordinated" if kind == "pg-A" else "markers",
+            lock_timeout=10.0,
+            connect_timeout=5,
+            **extra,
+        )
+    chaos = {"events": spec["events"], "control": spec["control"], "pauses": spec["pauses"]}
+    faults = FakeTarget(spec["rules"]) if spec.get("rules") else None
+    return instrument(sink, kind, chaos, faults)
+
+
+def source(spark: Any, spec: dict[str, Any]) -> Any:
+    """The replayable input: Parquet files (one per batch) or a Kafka topic."""
+    src = spec["source"]
+    if src["kind"] == "files":
+        reader = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        return reader.parquet(src["path"])
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", src["bootstrap"])
+        .option("subscribe", src["topic"])
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", src["per_trigger"])
+        .load()
+        .selectExpr(
+            "CAST(CAST(value AS STRING) AS BIGINT) AS id",
+            "CONCAT('p', CAST(value AS STRING)) AS payload",
+        )
+    )
+
+
+def pipeline(df: Any, spec: dict[str, Any]) -> Any:
+    """Apply the trial's pipeline; the result has columns ``k`` (bigint) and ``v`` (string)."""
+    name, n = spec["pipeline"], spec["partitions"]
+    if name == "repartition_key":
+        df = df.repartition(n, "id")
+    elif name == "repartition_rr":
+        df = df.repartition(n)
+    if name == "aggregate":
+        from pyspark.sql import functions as F  # noqa: N812
+
+        counts = df.groupBy(F.expr("id div 4").alias("k")).agg(
+            F.count("*").alias("n"), F.sum("id").alias("s")
+        )
+        out = counts.selectExpr("k", "concat(cast(n AS string), ':', cast(s AS string)) AS v")
+    else:
+        out = df.selectExpr("id AS k", "payload AS v")
+    if spec["sink"] == "kafka":
+        out = out.selectExpr("CAST(k AS STRING) AS key", "v AS value")
+    return out
+
+
+class StepProbe:
+    """Coordinator step listener: one event per step, pausing at the spec's driver points."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.events, self.control, self.pauses = spec["events"], spec["control"], spec["pauses"]
+
+    def __call__(self, step: str, batch_id: int, index: int | None) -> None:
+        from tests.chaos.events import probe
+
+        probe(
+            self.events,
+            self.control,
+            self.pauses,
+            src="driver",
+            name=step,
+            batch=batch_id,
+            index=index,
+        )
+
+
+class Stopper(threading.Thread):
+    """Calls ``query.stop()`` once the harness creates ``control/stop``."""
+
+    def __init__(self, query: Any, spec: dict[str, Any]) -> None:
+        super().__init__(name="chaos-stopper", daemon=True)
+        self.query, self.spec = query, spec
+        self.called = False
+        self.restart = False
+        self.finished = threading.Event()
+
+    def run(self) -> None:
+        from tests.chaos.events import emit
+
+        request = Path(self.spec["control"], "stop")
+        while not self.finished.is_set():
+            if request.exists():
+                self.restart = request.read_text().strip() == "restart"
+                request.unlink()
+                active = bool(self.query.isActive)
+                emit(self.spec["events"], src="driver", name="stop_called", active=active)
+                self.called = True
+                started = time.monotonic()
+                try:
+                    self.query.stop()
+                    emit(
+                        self.spec["events"],
+                        src="driver",
+                        name="stop_returned",
+                        seconds=round(time.monotonic() - started, 3),
+                    )
+                except Exception as exc:
+                    emit(
+                        self.spec["events"],
+                        src="driver",
+                        name="stop_raised",
+                        error=classify(str(exc)),
+                        message=str(exc)[:2000],
+                    )
+                return
+            time.sleep(0.05)
+
+
+def run(spec: dict[str, Any]) -> int:
+    """Run the query once; return the exit code."""
+    import twophase
+    from tests.chaos.events import emit
+    from twophase.testing import install_step_listener
+    from twophase_dev import spark_session
+
+    events = spec["events"]
+    emit(events, src="driver", name="driver_started", run=spec["run"])
+    spark = spark_session(
+        f"chaos-{spec['sink_name']}",
+        master="local[2,3]",
+        kafka=spec["source"]["kind"] == "kafka",
+        extra_conf={
+            "spark.local.dir": spec["spark_local_dir"],
+            "spark.sql.streaming.stopTimeout": "30s",
+            **spec.get("spark_conf", {}),
+        },
+    )
+    sink = build_sink(spec)
+    install_step_listener(sink, StepProbe(spec))
+    df = pipeline(source(spark, spec), spec)
+    while True:
+        writer = twophase.write_stream(
+            df, sink, checkpoint_location=spec["checkpoint"], trigger={"availableNow": True}
+        )
+        if spec["pipeline"] == "aggregate":
+            writer = writer.outputMode("update")
+        query = writer.start()
+        emit(events, src="driver", name="query_started", run=spec["run"])
+        stopper = Stopper(query, spec)
+        stopper.start()
+        try:
+            query.awaitTermination()
+        except Exception as exc:
+            message = str(exc)
+            kind = classify(message)
+            emit(events, src="driver", name="query_failed", error=kind, message=message[:4000])
+            print(f"query failed ({kind}):\n{message}", file=sys.stderr)
+            return EXIT_NONDETERMINISTIC if kind == "NondeterministicBatchError" else EXIT_FAILED
+        finally:
+            stopper.finished.set()
+        if not stopper.called:
+            emit(events, src="driver", name="query_finished")
+            return EXIT_DONE
+        stopper.join(timeout=60)
+        emit(events, src="driver", name="query_stopped", restart=stopper.restart)
+        if not stopper.restart:
+            return EXIT_STOPPED
+        # Start the query again in this process, with the same sink object, as an
+        # application that stops and restarts its query would.
+
+
+def main(argv: list[str]) -> None:
+    """Entry point: run, then leave without waiting for Spark (the harness reaps the group)."""
+    spec = json.loads(Path(argv[0]).read_text())
+    try:
+        code = run(spec)
+    except BaseException:
+        traceback.print_exc()
+        code = EXIT_FAILED
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

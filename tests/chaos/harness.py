@@ -1,0 +1,1282 @@
+"""A seeded, randomised chaos harness for the real sinks under a real Spark driver.
+
+``scripts/chaos.sh --trials N --seed S [--sinks kafka,pg-A,pg-B]`` (or ``python -m tests.chaos``)
+runs N trials. Trial ``i`` draws everything from ``random.Random(f"{S}:{i}")``:
+
+* a sink: Kafka (protocol B), PostgreSQL with prepared transactions (protocol A) or without
+  (protocol B);
+* a pipeline: a deterministic passthrough, ``repartition(n, key)``, ``repartition(n)`` (round robin,
+  not deterministic across runs) or an aggregation by key (update mode, deterministic output);
+  protocol B sinks get ``staging=True`` only for the round-robin pipeline, and only when drawn;
+* the input: a few micro-batches from Parquet files (one file per batch), or a Kafka topic for the
+  Kafka sink;
+* 1-3 faults, each bound to a point of the run (a coordinator step on the driver, a hook of one
+  task, or the start of the query) and fired there at once (the process waits at the point until the
+  fault is done) or after a random delay: the driver's process groups SIGKILLed, PostgreSQL
+  restarted (fast or immediate shutdown), the Kafka broker restarted, the broker frozen (SIGSTOP)
+  past the producer's request timeout, ``query.stop()`` from a thread of the driver, or a task
+  failure (``twophase.testing.with_faults``).
+
+The driver (:mod:`tests.chaos.driver`) runs in a process group of its own and is started again
+after every exit until its query has processed the input, or until the trial's time runs out. Then
+the target is checked by content -- every output key once, with its value -- and for leftovers: no
+prepared transaction of the trial in ``pg_prepared_xacts``; last stable offset equal to the high
+watermark on every partition of the Kafka output and control topics.
+
+Each trial prints one line; the run ends with a summary table, and exits non-zero on any duplicate,
+loss, wrong value or leftover, a ``NondeterministicBatchError`` where it is not allowed (a
+deterministic pipeline, or staging on), or a trial that never finished. See ``docs/chaos.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.events import emit, go, matches, read_events
+from twophase.testing import COORDINATED_STEPS, MARKER_STEPS, FakeTarget
+
+__all__ = [
+    "FAULT_KINDS",
+    "PIPELINES",
+    "SINKS",
+    "Fault",
+    "Infra",
+    "TrialPlan",
+    "TrialResult",
+    "draw_plan",
+    "main",
+    "run_trial",
+    "run_trials",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SINKS = ("kafka", "pg-A", "pg-B")
+PIPELINES = ("passthrough", "repartition_key", "repartition_rr", "aggregate")
+#: Pipelines whose partitions may differ from one run to the next.
+NONDETERMINISTIC = frozenset({"repartition_rr"})
+FAULT_KINDS = (
+    "kill_driver",
+    "pg_restart_fast",
+    "pg_restart_immediate",
+    "kafka_restart",
+    "kafka_freeze",
+    "query_stop",
+    "task_failure",
+)
+
+#: Coordinator steps a fault may be bound to ("start" is before anything of the batch).
+DRIVER_STEPS = {
+    "pg-A": tuple(s for s in COORDINATED_STEPS if s != "start"),
+    "pg-B": tuple(s for s in MARKER_STEPS if s != "start"),
+    "kafka": tuple(s for s in MARKER_STEPS if s != "start"),
+}
+#: Task probes of :mod:`tests.chaos.sinks` a fault may be bound to.
+TASK_POINTS = {
+    "pg-A": ("begin_transaction", "write", "pre_commit", "pre_commit_done"),
+    "pg-B": ("begin_transaction", "write", "commit_with_marker", "commit_with_marker_done"),
+    "kafka": ("begin_transaction", "write", "commit_with_marker", "commit_with_marker_done"),
+}
+#: Hooks a task failure may be injected into (``with_faults`` rules).
+FAILABLE_HOOKS = {
+    "pg-A": ("begin_transaction", "write", "pre_commit"),
+    "pg-B": ("begin_transaction", "write", "commit_with_marker"),
+    "kafka": ("begin_transaction", "write", "commit_with_marker"),
+}
+#: librdkafka's ``request.timeout.ms`` for the chaos sinks: a freeze outlasts it.
+KAFKA_REQUEST_TIMEOUT_MS = 5000
+
+EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, EXIT_NONDETERMINISTIC = 0, 1, 3, 4
+
+
+# ------------------------------------------------------------------------------------- plans
+
+
+@dataclass
+class Fault:
+    """One scheduled fault: what, where it is bound, and how it landed.
+
+    ``kind`` is one of :data:`FAULT_KINDS`, or ``barrier`` (tests only): not a fault, it holds the
+    process at its point until the point ``params["until"]`` is reached, to order two events.
+    """
+
+    kind: str
+    #: Where it fires: ``src`` (``driver`` / ``task``), ``name`` (step, hook or ``query_started``),
+    #: ``batch``, ``partition``, ``index`` -- unset fields match anything.
+    point: dict[str, Any]
+    #: Fire at the point while the process that reached it waits; else after ``delay`` seconds.
+    sync: bool = False
+    delay: float = 0.0
+    params: dict[str, Any] = field(default_factory=dict)
+    fired: bool = False
+    detail: str = ""
+
+    def describe(self) -> str:
+        """Return ``kind@point(timing)`` with the outcome mark (+ fired, - did not)."""
+        p = self.point
+        where = f"{p.get('src')}:{p.get('name')}"
+        if p.get("batch") is not None:
+            where += f":b{p['batch']}"
+        if p.get("partition") is not None:
+            where += f"p{p['partition']}"
+        if p.get("index") is not None:
+            where += f"#{p['index']}"
+        extra = ""
+        if self.kind == "task_failure":
+            extra = f"[{self.params.get('error')}]"
+        elif self.kind == "kafka_freeze":
+            extra = f"[{self.params.get('seconds')}s]"
+        elif self.kind == "query_stop" and self.params.get("restart") == "in-process":
+            extra = "[in-process restart]"
+        timing = (
+            "" if self.kind == "task_failure" else ("(sync)" if self.sync else f"(+{self.delay}s)")
+        )
+        return f"{self.kind}{extra}@{where}{timing}{'+' if self.fired else '-'}"
+
+
+@dataclass
+class TrialPlan:
+    """Everything a trial does, drawn from its seed (or written by a test)."""
+
+    seed: str
+    index: int
+    sink: str
+    pipeline: str
+    partitions: int
+    staging: bool
+    source: str
+    batches: int
+    rows: int
+    topic_partitions: int
+    faults: list[Fault]
+    #: Extra Spark settings of the driver (tests only; drawn trials use none).
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nondeterministic(self) -> bool:
+        """Whether the pipeline may lay a replayed batch out differently."""
+        return self.pipeline in NONDETERMINISTIC
+
+    @property
+    def write_partitions(self) -> int:
+        """How many partitions (tasks) each batch has at the sink."""
+        if self.pipeline == "passthrough":
+            return self.topic_partitions if self.source == "kafka" else 1
+        if self.pipeline == "aggregate":
+            return 2  # spark.sql.shuffle.partitions of spark_session()
+        return self.partitions
+
+    def describe(self) -> str:
+        """Return the sink, pipeline and input in one short string."""
+        pipe = self.pipeline
+        if pipe.startswith("repartition"):
+            pipe += f"({self.partitions})"
+        staging = " staging" if self.staging else ""
+        source = f"{self.source}:{self.batches}x{self.rows}"
+        return f"sink={self.sink} pipeline={pipe}{staging} input={source}"
+
+
+def _draw_point(rng: random.Random, plan_sink: str, batches: int, parts: int) -> dict[str, Any]:
+    where = rng.random()
+    batch = rng.randrange(batches)
+    if where < 0.45:
+        step = rng.choice(DRIVER_STEPS[plan_sink])
+        return {
+            "src": "driver",
+            "name": step,
+            "batch": batch,
+            "index": 0 if step == "committed_handle" else None,
+        }
+    if where < 0.9:
+        hook = rng.choice(TASK_POINTS[plan_sink])
+        return {"src": "task", "name": hook, "batch": batch, "partition": rng.randrange(parts)}
+    return {"src": "driver", "name": "query_started"}
+
+
+def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Fault:
+    kinds = ["kill_driver", "query_stop", "task_failure"]
+    kinds += (
+        ["kafka_restart", "kafka_freeze"]
+        if sink == "kafka"
+        else ["pg_restart_fast", "pg_restart_immediate"]
+    )
+    kind = rng.choice(kinds)
+    if kind == "task_failure":
+        point = {
+            "src": "task",
+            "name": rng.choice(FAILABLE_HOOKS[sink]),
+            "batch": rng.randrange(batches),
+            "partition": rng.randrange(parts),
+        }
+        error = rng.choice(["AbortRequiredError", "RetriableError", "kill"])
+        return Fault(kind, point, params={"error": error})
+    point = _draw_point(rng, sink, batches, parts)
+    if point["name"] == "query_started":
+        sync, delay = False, round(rng.uniform(0.0, 6.0), 2)
+    else:
+        # A batch of this size takes a few tenths of a second: land within it.
+        sync = rng.random() < 0.4
+        delay = 0.0 if sync else round(rng.uniform(0.0, 0.4), 2)
+    params: dict[str, Any] = {}
+    if kind == "kafka_freeze":
+        params["seconds"] = round(KAFKA_REQUEST_TIMEOUT_MS / 1000 + rng.uniform(1.0, 4.0), 1)
+    if kind == "query_stop":
+        params["restart"] = rng.choice(["process", "in-process"])
+    return Fault(kind, point, sync=sync, delay=delay, params=params)
+
+
+def draw_plan(seed: str | int, index: int, sinks: Sequence[str] = SINKS) -> TrialPlan:
+    """Draw trial ``index`` of run ``seed`` (from ``random.Random(f"{seed}:{index}")``)."""
+    rng = random.Random(f"{seed}:{index}")
+    sink = rng.choice([s for s in SINKS if s in sinks])  # the same draw whatever the order given
+    pipeline = rng.choice(PIPELINES)
+    partitions = rng.randint(2, 4)
+    staging = sink != "pg-A" and pipeline in NONDETERMINISTIC and rng.random() < 0.5
+    kafka_source = sink == "kafka" and pipeline != "aggregate" and rng.random() < 0.3
+    plan = TrialPlan(
+        seed=str(seed),
+        index=index,
+        sink=sink,
+        pipeline=pipeline,
+        partitions=partitions,
+        staging=staging,
+        source="kafka" if kafka_source else "files",
+        batches=rng.randint(2, 4),
+        rows=rng.randint(20, 300),
+        topic_partitions=rng.randint(1, 3),
+        faults=[],
+    )
+    plan.faults = [
+        _draw_fault(rng, sink, plan.batches, plan.write_partitions)
+        for _ in range(rng.randint(1, 3))
+    ]
+    return plan
+
+
+def input_ids(plan: TrialPlan) -> list[int]:
+    """Every input id: ``batch * 1000 + i`` (so 4-id groups never straddle two batches)."""
+    return [b * 1000 + i for b in range(plan.batches) for i in range(plan.rows)]
+
+
+def expected_output(plan: TrialPlan) -> dict[int, str]:
+    """The output key -> value the target must hold exactly once each."""
+    ids = input_ids(plan)
+    if plan.pipeline != "aggregate":
+        return {i: f"p{i}" for i in ids}
+    groups: dict[int, list[int]] = collections.defaultdict(list)
+    for i in ids:
+        groups[i // 4].append(i)
+    return {k: f"{len(v)}:{sum(v)}" for k, v in groups.items()}
+
+
+# ------------------------------------------------------------------------------ infrastructure
+
+
+@dataclass
+class Infra:
+    """The servers trials run against (any of them may be missing if no trial needs it)."""
+
+    kafka: Any = None
+    pg_a: Any = None
+    pg_b: Any = None
+
+    def pg(self, sink: str) -> Any:
+        """The PostgreSQL server of a ``pg-A`` / ``pg-B`` sink."""
+        return self.pg_a if sink == "pg-A" else self.pg_b
+
+    def server_of(self, kind: str, sink: str) -> Any:
+        """The server a fault of ``kind`` acts on."""
+        return self.kafka if kind.startswith("kafka") else self.pg(sink)
+
+
+@contextlib.contextmanager
+def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
+    """Start the servers ``sinks`` need (or reuse those of ``twophase-dev up``), stop them after."""
+    from twophase_dev import (
+        ENV_KAFKA_BOOTSTRAP,
+        ENV_PG_DSN,
+        ENV_PG_NOPREP_DSN,
+        KafkaBroker,
+        PostgresServer,
+        attach_kafka,
+        attach_postgres,
+        clean_stale_work_dirs,
+    )
+
+    clean_stale_work_dirs()
+    started: list[Any] = []
+    infra = Infra()
+    try:
+        if "kafka" in sinks:
+            if os.environ.get(ENV_KAFKA_BOOTSTRAP):
+                infra.kafka = attach_kafka(os.environ[ENV_KAFKA_BOOTSTRAP])
+            else:
+                infra.kafka = KafkaBroker(log_dir=log_dir / "kafka").start()
+                started.append(infra.kafka)
+        for sink, env, prepared in (("pg-A", ENV_PG_DSN, 64), ("pg-B", ENV_PG_NOPREP_DSN, 0)):
+            if sink not in sinks:
+                continue
+            if os.environ.get(env):
+                server = attach_postgres(os.environ[env], max_prepared_transactions=prepared)
+            else:
+                server = PostgresServer(
+                    max_prepared_transactions=prepared, log_dir=log_dir / f"postgres-{sink}"
+                ).start()
+                started.append(server)
+            if sink == "pg-A":
+                infra.pg_a = server
+            else:
+                infra.pg_b = server
+        yield infra
+    finally:
+        for server in reversed(started):
+            with contextlib.suppress(Exception):
+                server.stop()
+
+
+class _ServerOps:
+    """One long-lived thread that restarts servers.
+
+    The servers are started with a parent-death signal (``setpriv --pdeathsig``), which the kernel
+    sends when the *thread* that started them exits: a server restarted from a short-lived fault
+    thread would be shut down as soon as that thread ends. Every restart therefore runs here.
+    """
+
+    _lock = threading.Lock()
+    _executor: Any = None
+
+    @classmethod
+    def run(cls, action: Callable[[], Any]) -> Any:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with cls._lock:
+            if cls._executor is None:
+                cls._executor = ThreadPoolExecutor(1, thread_name_prefix="chaos-server-ops")
+            executor = cls._executor
+        return executor.submit(action).result()
+
+
+def ensure_running(infra: Infra) -> list[str]:
+    """Start again a managed server that is not running (a fault must never outlive its trial)."""
+    notes = []
+    for name in ("kafka", "pg_a", "pg_b"):
+        server = getattr(infra, name)
+        if server is None or not getattr(server, "managed", False) or server.is_running():
+            continue
+        notes.append(f"{name} was down before the trial: started again")
+        _ServerOps.run(server.start)
+    return notes
+
+
+# ------------------------------------------------------------------------------- the driver
+
+
+def _proc_stat(pid: int) -> tuple[int, int, int] | None:
+    """Return ``(ppid, pgid, starttime)`` of a live process, None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[1]), int(fields[2]), int(fields[19])
+
+
+class Driver:
+    """One driver process (``python -m tests.chaos.driver``) in a process group of its own.
+
+    The JVM runs in the driver's group; PySpark's worker daemon makes a group of its own for the
+    Python workers. Both groups (every group a descendant was seen in) are killed together.
+    """
+
+    def __init__(self, spec_path: Path, log_path: Path) -> None:
+        self.log_path = log_path
+        with open(log_path, "w") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "tests.chaos.driver", str(spec_path)],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid = self.popen.pid
+        #: pid -> (start time, process group) of every descendant seen.
+        self.members: dict[int, tuple[int, int]] = {}
+        self.killed = False
+        self._lock = threading.Lock()
+        self.scan()
+
+    def alive(self) -> bool:
+        """Whether the driver process still runs."""
+        return self.popen.poll() is None
+
+    def scan(self) -> None:
+        """Record the driver's descendants (while it lives: orphans lose their parent link)."""
+        children: dict[int, list[int]] = collections.defaultdict(list)
+        stats: dict[int, tuple[int, int, int]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            stat = _proc_stat(int(entry))
+            if stat is not None:
+                stats[int(entry)] = stat
+                children[stat[0]].append(int(entry))
+        todo = [self.pid]
+        with self._lock:
+            while todo:
+                pid = todo.pop()
+                if pid in stats:
+                    self.members[pid] = (stats[pid][2], stats[pid][1])
+                todo.extend(children.get(pid, []))
+
+    def kill(self) -> bool:
+        """SIGKILL every process group of the driver; return whether the driver was alive."""
+        was_alive = self.alive()
+        if was_alive:
+            self.scan()
+        groups = {self.pid}
+        with self._lock:
+            for pid, (start, pgid) in self.members.items():
+                stat = _proc_stat(pid)
+                if stat is not None and stat[2] == start:
+                    groups.add(pgid)
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=30)
+        self.killed = self.killed or was_alive
+        return was_alive
+
+    def leftovers(self, wait: float = 10.0) -> list[int]:
+        """Recorded descendants still alive ``wait`` seconds after :meth:`kill` (should be none)."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                alive = [
+                    pid
+                    for pid, (start, _g) in self.members.items()
+                    if (s := _proc_stat(pid)) is not None and s[2] == start
+                ]
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.2)
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+@dataclass
+class TrialResult:
+    """What a trial did and what the target holds afterwards."""
+
+    plan: TrialPlan
+    outcome: str = ""
+    checked: int = 0
+    duplicates: int = 0
+    losses: int = 0
+    wrong: int = 0
+    unwritten: int = 0
+    leftovers: list[str] = field(default_factory=list)
+    nondeterministic: bool = False
+    timed_out: bool = False
+    runs: int = 0
+    exit_codes: list[int | None] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    #: The first line of each query failure's message (what a restart had to get over).
+    failures: list[str] = field(default_factory=list)
+    #: Notable JVM/Spark errors found in the driver logs (one entry per run that shows it).
+    log_findings: list[str] = field(default_factory=list)
+    duration: float = 0.0
+    work_dir: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No duplicate, loss, wrong value, leftover, disallowed error or unfinished run."""
+        return self.outcome in ("exact", "stopped-as-designed")
+
+    def line(self) -> str:
+        """One line for the trial."""
+        faults = " ".join(f.describe() for f in self.plan.faults)
+        errors = ",".join(sorted(set(self.errors) | set(self.log_findings))) or "-"
+        return (
+            f"trial {self.plan.index:3d} seed={self.plan.seed}:{self.plan.index} "
+            f"{self.plan.describe()} faults=[{faults}] outcome={self.outcome} "
+            f"checked={self.checked} runs={self.runs} errors={errors} "
+            f"duration={self.duration:.1f}s"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as JSON-able data."""
+        data = asdict(self)
+        data["ok"] = self.ok
+        return data
+
+
+#: Errors worth reporting when a driver log shows them (name -> text looked for).
+LOG_PATTERNS = {
+    "StackOverflowError": "java.lang.StackOverflowError",
+    "InterruptedException": "java.lang.InterruptedException",
+    "STATE_STORE_COMMIT_VALIDATION_FAILED": "STATE_STORE_COMMIT_VALIDATION_FAILED",
+    "NondeterministicBatchError": "NondeterministicBatchError",
+    "CommitFailedError": "CommitFailedError",
+    "ConcurrentQueryError": "ConcurrentQueryError",
+}
+
+
+def _failure_summary(message: str) -> str:
+    """The cause in a ``StreamingQueryException`` message, on one line."""
+    marker = "terminated with exception:"
+    cause = message.split(marker, 1)[1] if marker in message else message
+    return " ".join(cause.split("=== Streaming Query ===")[0].split())[:300]
+
+
+def scan_log(path: Path) -> list[str]:
+    """Return the names of :data:`LOG_PATTERNS` found in a driver log."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [name for name, needle in LOG_PATTERNS.items() if needle in text]
+
+
+# ------------------------------------------------------------------------------------ targets
+
+
+class Target:
+    """A trial's output: a PostgreSQL table without a primary key, or a Kafka topic."""
+
+    def __init__(self, plan: TrialPlan, infra: Infra, name: str) -> None:
+        self.plan, self.infra, self.name = plan, infra, name
+        self.table = f"chaos_{name}"
+        self.topic = f"chaos-{name}"
+        self.control_topic = f"chaos-{name}-markers"
+
+    def create(self) -> dict[str, Any]:
+        """Create the table or topic; return the driver's ``target`` settings."""
+        if self.plan.sink == "kafka":
+            self.infra.kafka.create_topic(self.topic, partitions=self.plan.topic_partitions)
+            return {
+                "bootstrap": self.infra.kafka.bootstrap_servers,
+                "topic": self.topic,
+                "control_topic": self.control_topic,
+                "producer_config": {"request.timeout.ms": KAFKA_REQUEST_TIMEOUT_MS},
+                "operation_timeout": 30.0,
+            }
+        server = self.infra.pg(self.plan.sink)
+        _pg_sql(server, f'CREATE TABLE "{self.table}" (k bigint, v text)')
+        return {"dsn": server.dsn, "table": self.table}
+
+    def counts(self) -> collections.Counter[tuple[int, str]]:
+        """How many times each ``(key, value)`` is visible to a reader."""
+        if self.plan.sink == "kafka":
+            return _kafka_counts(self.infra.kafka.bootstrap_servers, self.topic)
+        rows = _pg_sql(
+            self.infra.pg(self.plan.sink),
+            f'SELECT k, v, count(*) FROM "{self.table}" GROUP BY k, v',
+        )
+        return collections.Counter({(int(k), str(v)): int(n) for k, v, n in rows})
+
+    def save_evidence(self, path: Path) -> None:
+        """Write what a failed trial's target holds beyond the records: markers, prepared."""
+        lines: list[str] = []
+        if self.plan.sink == "pg-B":
+            server = self.infra.pg_b
+            if _pg_sql(server, "SELECT to_regclass('twophase_markers')")[0][0] is not None:
+                rows = _pg_sql(
+                    server,
+                    "SELECT * FROM twophase_markers WHERE identity LIKE %s ORDER BY 2, 3, 4",
+                    (f"{self.name}.%",),
+                )
+                lines += ["twophase_markers:", *map(str, rows)]
+        if self.plan.sink == "pg-A":
+            rows = _pg_sql(self.infra.pg_a, "SELECT gid, prepared FROM pg_prepared_xacts")
+            lines += ["pg_prepared_xacts:", *map(str, rows)]
+        path.write_text("\n".join(lines) + "\n")
+
+    def leftovers(self) -> list[str]:
+        """Prepared transactions of the sink, or Kafka partitions with an open transaction."""
+        if self.plan.sink == "kafka":
+            topics = [self.topic, self.control_topic]
+            deadline = time.monotonic() + 15
+            while True:  # transaction markers are written just after a commit returns
+                unstable = _kafka_unstable(self.infra.kafka.bootstrap_servers, topics)
+                if not unstable or time.monotonic() > deadline:
+                    return unstable
+                time.sleep(1.0)
+        if self.plan.sink == "pg-B":
+            return []
+        rows = _pg_sql(
+            self.infra.pg_a,
+            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s",
+            (f"tp:{self.name}.%",),
+        )
+        return [f"prepared {r[0]}" for r in rows]
+
+
+def _pg_sql(server: Any, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    conn = server.connect()
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return list(cur.fetchall()) if cur.description else []
+    finally:
+        conn.close()
+
+
+def _kafka_counts(bootstrap: str, topic: str) -> collections.Counter[tuple[int, str]]:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"chaos-check-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 50,
+            "log_level": 3,
+        }
+    )
+    counts: collections.Counter[tuple[int, str]] = collections.Counter()
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        deadline = time.monotonic() + 120
+        while len(at_end) < len(partitions):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the read_committed check of {topic} stalled")
+            for msg in consumer.consume(1000, 0.2):
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"reading {topic}: {err}")
+                    at_end.add(msg.partition())
+                    continue
+                counts[(int(msg.key().decode()), msg.value().decode())] += 1
+    finally:
+        consumer.close()
+    return counts
+
+
+def _kafka_unstable(bootstrap: str, topics: Sequence[str]) -> list[str]:
+    """Partitions whose last stable offset is below their high watermark."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    metadata = admin.list_topics(timeout=30)
+    request = {
+        TopicPartition(t, p): OffsetSpec.latest()
+        for t in topics
+        if t in metadata.topics
+        for p in metadata.topics[t].partitions
+    }
+    if not request:
+        return []
+
+    def offsets(level: Any) -> dict[tuple[str, int], int]:
+        futures = admin.list_offsets(request, isolation_level=level, request_timeout=30)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+    stable = offsets(IsolationLevel.READ_COMMITTED)
+    high = offsets(IsolationLevel.READ_UNCOMMITTED)
+    return [
+        f"{t}[{p}] last stable offset {stable[(t, p)]} < high watermark {high[(t, p)]}"
+        for (t, p) in sorted(high)
+        if stable[(t, p)] < high[(t, p)]
+    ]
+
+
+def _write_input(plan: TrialPlan, infra: Infra, work: Path, name: str) -> dict[str, Any]:
+    """Write the trial's input; return the driver's ``source`` settings."""
+    ids = input_ids(plan)
+    if plan.source == "files":
+        from tests.spark.helpers import write_input
+
+        path = work / "input"
+        written = write_input(path, plan.batches, plan.rows)
+        assert written == ids
+        return {"kind": "files", "path": str(path)}
+    from confluent_kafka import Producer
+
+    topic = f"chaos-{name}-in"
+    infra.kafka.create_topic(topic, partitions=plan.topic_partitions)
+    producer = Producer(
+        {"bootstrap.servers": infra.kafka.bootstrap_servers, "linger.ms": 5, "log_level": 3}
+    )
+    for n, i in enumerate(ids):
+        producer.produce(topic, key=str(i), value=str(i), partition=n % plan.topic_partitions)
+    if producer.flush(60) != 0:
+        raise RuntimeError(f"could not write the input topic {topic}")
+    return {
+        "kind": "kafka",
+        "bootstrap": infra.kafka.bootstrap_servers,
+        "topic": topic,
+        "per_trigger": plan.rows,
+    }
+
+
+# ------------------------------------------------------------------------------------- trials
+
+
+class _Trial:
+    """The running state of one trial: driver, event log, faults in flight."""
+
+    def __init__(self, plan: TrialPlan, infra: Infra, work: Path) -> None:
+        self.plan, self.infra, self.work = plan, infra, work
+        self.events = work / "events.jsonl"
+        self.control = work / "control"
+        self.control.mkdir(parents=True, exist_ok=True)
+        self.driver: Driver | None = None
+        self.threads: list[threading.Thread] = []
+        self.triggered: set[int] = set()
+        self.offset = 0
+        self.seen: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.rules: FakeTarget | None = None
+        self.rule_of: dict[int, Any] = {}
+        self.in_process_restarts = True
+
+    # -------------------------------------------------------------- fault actions
+    def note(self, **fields: Any) -> None:
+        emit(self.events, src="harness", **fields)
+
+    def wait_event(self, name: str, since: int, timeout: float) -> dict[str, Any] | None:
+        """Wait for an event named ``name`` after byte ``since`` of the event log."""
+        deadline = time.monotonic() + timeout
+        offset = since
+        while time.monotonic() < deadline:
+            events, offset = read_events(self.events, offset)
+            for event in events:
+                if event.get("name") == name:
+                    return event
+            time.sleep(0.05)
+        return None
+
+    def fire(self, number: int, fault: Fault) -> None:
+        """Run one fault's action (on its own thread), then release its pause point."""
+        try:
+            if not fault.sync and fault.delay:
+                time.sleep(fault.delay)
+            fault.fired, fault.detail = self._act(fault)
+        except Exception as exc:
+            fault.fired, fault.detail = False, f"action failed: {exc!r}"
+        finally:
+            self.note(
+                name="fault_done",
+                fault=number,
+                kind=fault.kind,
+                fired=fault.fired,
+                detail=fault.detail,
+            )
+            go(self.control, f"f{number}")
+
+    def _act(self, fault: Fault) -> tuple[bool, str]:
+        kind = fault.kind
+        driver = self.driver
+        if kind == "kill_driver":
+            if driver is None or not driver.alive():
+                return False, "no driver running"
+            killed = driver.kill()
+            return (
+                killed,
+                f"driver {driver.pid} and its groups killed" if killed else "exited before",
+            )
+        if kind == "query_stop":
+            if driver is None or not driver.alive():
+                return False, "no driver running"
+            since = self.events.stat().st_size
+            tmp = self.control / "stop.tmp"
+            in_process = fault.params.get("restart") == "in-process" and self.in_process_restarts
+            tmp.write_text("restart" if in_process else "stop")
+            tmp.replace(self.control / "stop")
+            event = self.wait_event("stop_called", since, timeout=10)
+            if event is None:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.control / "stop").unlink()
+                return False, "the driver did not call stop()"
+            return bool(event.get("active")), f"stop() called, query active={event.get('active')}"
+        if kind == "barrier":
+            # Not a fault: hold the process at the point until another point is reached.
+            since = self.events.stat().st_size
+            until = fault.params["until"]
+            deadline = time.monotonic() + float(fault.params.get("timeout", 60))
+            offset = since
+            while time.monotonic() < deadline:
+                events, offset = read_events(self.events, offset)
+                if any(matches(until, e) for e in events):
+                    return True, f"held until {until}"
+                time.sleep(0.05)
+            return False, f"{until} not reached"
+        server = self.infra.server_of(kind, self.plan.sink)
+        if server is None or not getattr(server, "managed", False):
+            return False, "server not managed by this harness: cannot restart it"
+        before = server.pid
+        if kind in ("pg_restart_fast", "pg_restart_immediate"):
+            mode = "fast" if kind == "pg_restart_fast" else "immediate"
+            _ServerOps.run(lambda: server.restart(mode=mode))
+            return (
+                server.pid != before and server.is_running(),
+                f"{mode}: pid {before} -> {server.pid}",
+            )
+        if kind == "kafka_restart":
+            _ServerOps.run(server.restart)
+            return server.pid != before and server.is_running(), f"pid {before} -> {server.pid}"
+        if kind == "kafka_freeze":
+            seconds = float(fault.params["seconds"])
+            os.kill(before, signal.SIGSTOP)
+            try:
+                time.sleep(seconds)
+            finally:
+                os.kill(before, signal.SIGCONT)
+            return True, f"broker {before} stopped for {seconds}s"
+        raise ValueError(f"unknown fault kind {kind!r}")
+
+    # -------------------------------------------------------------- task failures
+    def install_rules(self) -> str | None:
+        """Store the task-failure rules where the executors read them."""
+        failures = [(n, f) for n, f in enumerate(self.plan.faults) if f.kind == "task_failure"]
+        if not failures:
+            return None
+        self.rules = FakeTarget(self.work / "rules")
+        for n, fault in failures:
+            p = fault.point
+            self.rule_of[n] = self.rules.fail(
+                p["name"],
+                batch_id=p["batch"],
+                partition_id=p["partition"],
+                attempt=0,
+                error=fault.params["error"],
+                message=f"chaos: injected task failure {n}",
+            )
+        return str(self.work / "rules")
+
+    def settle_rules(self) -> None:
+        """Mark the task failures that fired."""
+        if self.rules is None:
+            return
+        for n, rule in self.rule_of.items():
+            fired = self.rules.fired(rule)
+            fault = self.plan.faults[n]
+            fault.fired = fired > 0
+            fault.detail = f"fired {fired} time(s)"
+
+    # -------------------------------------------------------------- event loop
+    def poll_events(self) -> None:
+        """Read new events; start the faults whose point was reached."""
+        events, self.offset = read_events(self.events, self.offset)
+        for event in events:
+            self.seen.append(event)
+            if event.get("src") not in ("driver", "task"):
+                continue
+            for n, fault in enumerate(self.plan.faults):
+                if fault.kind == "task_failure" or n in self.triggered:
+                    continue
+                if matches(fault.point, event):
+                    self.triggered.add(n)
+                    self.note(name="fault_triggered", fault=n, kind=fault.kind, at=event)
+                    thread = threading.Thread(
+                        target=self.fire, args=(n, fault), name=f"fault-{n}", daemon=True
+                    )
+                    thread.start()
+                    self.threads.append(thread)
+
+    def wait_faults(self, timeout: float = 120) -> None:
+        """Wait for the faults in flight (a restart must be over before the next run)."""
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def release_all(self) -> None:
+        """Release every pause point (nothing may wait for a fault that will not come)."""
+        for n in range(len(self.plan.faults)):
+            go(self.control, f"f{n}")
+
+
+def run_trial(
+    plan: TrialPlan,
+    infra: Infra,
+    work: Path,
+    *,
+    timeout: float = 300.0,
+    max_runs: int = 10,
+    in_process_restarts: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> TrialResult:
+    """Run one trial in ``work`` (created): drive, inject, restart, then check the target.
+
+    Parameters
+    ----------
+    plan
+        The trial (from :func:`draw_plan`, or written by a test).
+    infra
+        The servers.
+    work
+        The trial's directory (input, checkpoint, event log, driver logs).
+    timeout
+        Seconds before the trial is given up (its driver killed).
+    max_runs
+        Driver starts at most.
+    in_process_restarts
+        Let ``query_stop`` faults drawn with an in-process restart start the query again in the
+        same driver process (else the driver exits and is started again).
+    log
+        Called with progress lines (None: quiet).
+    """
+    say = log or (lambda _line: None)
+    started = time.monotonic()
+    work.mkdir(parents=True, exist_ok=True)
+    result = TrialResult(plan, work_dir=str(work))
+    result.notes += ensure_running(infra)
+    name = f"s{abs(hash(plan.seed)) % 10**6}_{plan.index}_{uuid.uuid4().hex[:6]}"
+    trial = _Trial(plan, infra, work)
+    trial.in_process_restarts = in_process_restarts
+    target = Target(plan, infra, name)
+    spec: dict[str, Any] = {
+        "sink": plan.sink,
+        "sink_name": name,
+        "pipeline": plan.pipeline,
+        "partitions": plan.partitions,
+        "staging": plan.staging,
+        "source": _write_input(plan, infra, work, name),
+        "target": target.create(),
+        "checkpoint": str(work / "checkpoint"),
+        "events": str(trial.events),
+        "control": str(trial.control),
+        "spark_local_dir": str(work / "spark-local"),
+        "spark_conf": dict(plan.spark_conf),
+        "rules": trial.install_rules(),
+        "pauses": [
+            {**f.point, "id": f"f{n}"}
+            for n, f in enumerate(plan.faults)
+            if f.sync and f.kind != "task_failure"
+        ],
+    }
+    (work / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
+    deadline = started + timeout
+    try:
+        while True:
+            if result.runs >= max_runs:
+                result.notes.append(f"gave up after {max_runs} driver runs")
+                break
+            if time.monotonic() > deadline:
+                result.timed_out = True
+                break
+            with contextlib.suppress(FileNotFoundError):
+                (trial.control / "stop").unlink()
+            spec["run"] = result.runs
+            spec_path = work / f"spec-{result.runs}.json"
+            spec_path.write_text(json.dumps(spec, indent=1))
+            driver = Driver(spec_path, work / f"driver-{result.runs}.log")
+            trial.driver = driver
+            result.runs += 1
+            last_scan = 0.0
+            while driver.alive():
+                trial.poll_events()
+                now = time.monotonic()
+                if now - last_scan > 1.0:
+                    driver.scan()
+                    last_scan = now
+                if now > deadline:
+                    result.timed_out = True
+                    driver.kill()
+                    break
+                time.sleep(0.1)
+            code = driver.popen.poll()
+            trial.wait_faults()
+            driver.kill()  # what is left of its groups (the JVM, Python workers)
+            trial.poll_events()
+            survivors = driver.leftovers()
+            if survivors:
+                result.notes.append(f"run {result.runs}: processes survived: {survivors}")
+            result.log_findings += scan_log(driver.log_path)
+            result.exit_codes.append(code)
+            say(f"  run {result.runs - 1}: exit {code}")
+            if result.timed_out:
+                break
+            if code == EXIT_DONE:
+                break
+            if code == EXIT_NONDETERMINISTIC:
+                result.nondeterministic = True
+                break
+    finally:
+        trial.release_all()
+        trial.wait_faults(timeout=60)
+        if trial.driver is not None:
+            trial.driver.kill()
+    trial.settle_rules()
+    failures = [e for e in trial.seen if e.get("name") == "query_failed"]
+    result.errors = [e.get("error", "?") for e in failures]
+    result.failures = [_failure_summary(str(e.get("message", ""))) for e in failures]
+    result.errors += [
+        f"stop:{e.get('error')}" for e in trial.seen if e.get("name") == "stop_raised"
+    ]
+    try:
+        result.notes += ensure_running(infra)
+        _check(result, target)
+        if not result.ok:
+            target.save_evidence(work / "target-evidence.txt")
+    except Exception as exc:
+        result.outcome = f"CHECK-FAILED({exc!r})"
+    result.duration = time.monotonic() - started
+    return result
+
+
+def _check(result: TrialResult, target: Target) -> None:
+    """Compare the target with the expected output; classify the trial."""
+    plan = result.plan
+    expected = expected_output(plan)
+    counts = target.counts()
+    result.checked = len(expected)
+    present = collections.Counter({k: n for (k, v), n in counts.items() if expected.get(k) == v})
+    result.duplicates = sum(n - 1 for n in present.values() if n > 1)
+    result.wrong = sum(n for (k, v), n in counts.items() if expected.get(k) != v)
+    missing = sum(1 for k in expected if present.get(k, 0) == 0)
+    result.leftovers = target.leftovers()
+    allowed_stop = plan.nondeterministic and not plan.staging
+    if result.nondeterministic and allowed_stop:
+        result.unwritten = missing  # the query stopped before writing them: not lost
+    else:
+        result.losses = missing
+    problems = []
+    if result.duplicates:
+        problems.append(f"DUPLICATES({result.duplicates})")
+    if result.losses:
+        problems.append(f"LOSSES({result.losses})")
+    if result.wrong:
+        problems.append(f"WRONG({result.wrong})")
+    if result.leftovers:
+        problems.append(f"LEFTOVERS({len(result.leftovers)})")
+    if result.nondeterministic and not allowed_stop:
+        problems.append("NONDETERMINISTIC-NOT-ALLOWED")
+    if result.timed_out:
+        problems.append("TIMEOUT")
+    elif not result.exit_codes or result.exit_codes[-1] not in (EXIT_DONE, EXIT_NONDETERMINISTIC):
+        problems.append("UNFINISHED")  # every run failed: gave up after max_runs
+    if problems:
+        result.outcome = "+".join(problems)
+    elif result.nondeterministic:
+        result.outcome = "stopped-as-designed"
+    else:
+        result.outcome = "exact"
+
+
+# ------------------------------------------------------------------------------------ summary
+
+
+def summarize(results: Sequence[TrialResult], seed: str, wall: float) -> tuple[str, bool]:
+    """Return the summary table and whether every trial passed."""
+    scheduled: collections.Counter[str] = collections.Counter()
+    fired: collections.Counter[str] = collections.Counter()
+    for r in results:
+        for f in r.plan.faults:
+            if f.kind in FAULT_KINDS:
+                scheduled[f.kind] += 1
+                fired[f.kind] += f.fired
+    outcomes = collections.Counter(r.outcome for r in results)
+    nondet = collections.Counter(
+        f"{r.plan.pipeline}{' staging' if r.plan.staging else ''}"
+        for r in results
+        if r.nondeterministic
+    )
+    errors: collections.Counter[str] = collections.Counter()
+    findings: collections.Counter[str] = collections.Counter()
+    for r in results:
+        errors.update(r.errors)
+        findings.update(set(r.log_findings))
+    rows = [
+        ("seed", seed),
+        ("trials", str(len(results))),
+        ("wall time", f"{wall / 60:.1f} min"),
+        ("outcomes", ", ".join(f"{k}: {v}" for k, v in sorted(outcomes.items()))),
+        (
+            "sinks",
+            ", ".join(
+                f"{k}: {v}"
+                for k, v in sorted(collections.Counter(r.plan.sink for r in results).items())
+            ),
+        ),
+        (
+            "pipelines",
+            ", ".join(
+                f"{k}: {v}"
+                for k, v in sorted(collections.Counter(r.plan.pipeline for r in results).items())
+            ),
+        ),
+        ("faults fired / scheduled", f"{sum(fired.values())} / {sum(scheduled.values())}"),
+    ]
+    rows += [(f"  {k}", f"{fired[k]} / {scheduled[k]}") for k in FAULT_KINDS if scheduled[k]]
+    rows += [
+        ("driver runs", str(sum(r.runs for r in results))),
+        ("records checked", str(sum(r.checked for r in results))),
+        ("duplicates", str(sum(r.duplicates for r in results))),
+        ("losses", str(sum(r.losses for r in results))),
+        ("wrong values", str(sum(r.wrong for r in results))),
+        ("leftovers", str(sum(len(r.leftovers) for r in results))),
+        ("timeouts", str(sum(r.timed_out for r in results))),
+        (
+            "nondeterminism errors",
+            f"{sum(nondet.values())}"
+            + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(nondet.items()))})" if nondet else ""),
+        ),
+        (
+            "query failures seen (restarted)",
+            ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())) or "none",
+        ),
+        (
+            "trials whose driver logs show",
+            ", ".join(f"{k}: {v}" for k, v in sorted(findings.items())) or "nothing notable",
+        ),
+    ]
+    width = max(len(k) for k, _ in rows)
+    header = f"| {'what'.ljust(width)} | count |\n|{'-' * (width + 2)}|-------|\n"
+    table = header + "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)
+    ok = all(r.ok for r in results)
+    return table, ok
+
+
+def run_trials(
+    seed: str,
+    trials: int,
+    infra: Infra,
+    work: Path,
+    *,
+    sinks: Sequence[str] = SINKS,
+    first: int = 0,
+    timeout: float = 300.0,
+    keep: bool = False,
+    in_process_restarts: bool = True,
+    out: Callable[[str], None] = print,
+    results_path: Path | None = None,
+    max_seconds: float | None = None,
+) -> list[TrialResult]:
+    """Run trials ``first .. first + trials - 1`` of ``seed``; print one line per trial.
+
+    With ``max_seconds``, no trial starts after that many seconds: fewer trials may run.
+    """
+    results = []
+    started = time.monotonic()
+    for index in range(first, first + trials):
+        if max_seconds is not None and time.monotonic() - started > max_seconds:
+            out(
+                f"chaos: time budget of {max_seconds / 60:.0f} min used up "
+                f"after {len(results)} trials"
+            )
+            break
+        plan = draw_plan(seed, index, sinks)
+        trial_dir = work / f"trial-{index:04d}"
+        try:
+            result = run_trial(
+                plan, infra, trial_dir, timeout=timeout, in_process_restarts=in_process_restarts
+            )
+        except Exception as exc:  # the harness itself failed: report it as a failed trial
+            result = TrialResult(plan, outcome=f"HARNESS-ERROR({exc!r})", work_dir=str(trial_dir))
+        results.append(result)
+        out(result.line())
+        if not result.ok:
+            out(f"    kept {trial_dir} ({'; '.join(result.leftovers + result.notes)})")
+        elif not keep:
+            shutil.rmtree(trial_dir, ignore_errors=True)
+        if results_path is not None:
+            with results_path.open("a") as fh:
+                fh.write(json.dumps(result.to_json(), default=str) + "\n")
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m tests.chaos --trials N --seed S [--sinks ...]``."""
+    parser = argparse.ArgumentParser(prog="scripts/chaos.sh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=20, help="number of trials (default 20)")
+    parser.add_argument("--seed", default=None, help="run seed (default: a random one, printed)")
+    parser.add_argument("--first", type=int, default=0, help="index of the first trial (default 0)")
+    parser.add_argument(
+        "--sinks",
+        default=",".join(SINKS),
+        help=f"comma-separated subset of {','.join(SINKS)} (default: all)",
+    )
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per trial")
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="start no trial after this many minutes (fewer trials than asked may run)",
+    )
+    parser.add_argument("--work-dir", type=Path, default=None, help="where trials run")
+    parser.add_argument("--keep", action="store_true", help="keep the directories of passed trials")
+    parser.add_argument(
+        "--no-in-process-restart",
+        action="store_true",
+        help="after query.stop(), always start a new driver process (the draw is unchanged)",
+    )
+    parser.add_argument("--plan-only", action="store_true", help="print the drawn plans and exit")
+    args = parser.parse_args(argv)
+    sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
+    unknown = sorted(set(sinks) - set(SINKS))
+    if unknown or not sinks:
+        parser.error(f"--sinks: unknown {unknown}; choose from {', '.join(SINKS)}")
+    seed = args.seed if args.seed is not None else str(random.SystemRandom().randrange(10**6))
+    print(
+        f"chaos: seed {seed}, trials {args.first}..{args.first + args.trials - 1}, "
+        f"sinks {','.join(sinks)}",
+        flush=True,
+    )
+    if args.plan_only:
+        for index in range(args.first, args.first + args.trials):
+            plan = draw_plan(seed, index, sinks)
+            print(
+                f"trial {index:3d} {plan.describe()} faults=["
+                + " ".join(f.describe()[:-1] for f in plan.faults)
+                + "]"
+            )
+        return 0
+    # SIGTERM ends the run like Ctrl-C: the running trial's driver is killed on the way out.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix=f"twophase-chaos-{seed}-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"chaos: work directory {work} (results.jsonl, failed trials' logs)", flush=True)
+    started = time.monotonic()
+    with own_infra(sinks, work / "server-logs") as infra:
+        results = run_trials(
+            seed,
+            args.trials,
+            infra,
+            work,
+            sinks=sinks,
+            first=args.first,
+            timeout=args.timeout,
+            keep=args.keep,
+            in_process_restarts=not args.no_in_process_restart,
+            out=lambda line: print(line, flush=True),
+            results_path=work / "results.jsonl",
+            max_seconds=None if args.max_minutes is None else args.max_minutes * 60,
+        )
+    table, ok = summarize(results, seed, time.monotonic() - started)
+    if len(results) < args.trials:
+        print(f"\nchaos: {len(results)} of the {args.trials} trials asked for ran", flush=True)
+    print("\n" + table, flush=True)
+    print("\nchaos: " + ("PASSED" if ok else "FAILED"), flush=True)
+    return 0 if ok else 1

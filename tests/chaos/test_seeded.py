@@ -1,0 +1,46 @@
+"""A small seeded chaos run in the default test suite (issue 9, item 4).
+
+Four trials of seed 21 through :func:`tests.chaos.harness.run_trials`, the same code as
+``scripts/chaos.sh --trials 4 --seed 21``: Kafka fed by a Kafka topic (broker restarted, frozen
+past the request timeout, a task failure), Kafka behind an aggregation (driver killed, query
+stopped, a task failure), PostgreSQL protocol A behind an aggregation (driver killed) and protocol
+B (server restarted twice, driver killed). Every trial must end exact, with at least one of its
+faults fired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import SINKS, Infra, draw_plan, run_trials, summarize
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.chaos,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+]
+
+SEED = "21"
+TRIALS = 4
+
+
+def test_seeded_chaos_trials_are_exact(infra_for: Callable[..., Infra], tmp_path: Path) -> None:
+    sinks = {draw_plan(SEED, i).sink for i in range(TRIALS)}
+    infra = infra_for(*[s for s in SINKS if s in sinks])
+    lines: list[str] = []
+    results = run_trials(SEED, TRIALS, infra, tmp_path, timeout=300, keep=True, out=lines.append)
+    table, ok = summarize(results, SEED, sum(r.duration for r in results))
+    report = "\n".join(lines) + "\n" + table
+    print(report)
+    assert len(results) == TRIALS
+    assert sum(r.duplicates for r in results) == 0, report
+    assert sum(r.losses for r in results) == 0, report
+    assert sum(r.wrong for r in results) == 0, report
+    assert sum(len(r.leftovers) for r in results) == 0, report
+    assert ok, report
+    for result in results:  # each trial has a fault bound to a point it always reaches
+        assert any(f.fired for f in result.plan.faults), f"no fault fired:\n{result.line()}"
