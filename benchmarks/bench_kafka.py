@@ -1,49 +1,48 @@
-"""Throughput of twophase's KafkaSink beside Spark's built-in Kafka sink.
+"""Comparison "kafka": twophase's ``KafkaSink`` against Spark's own Kafka sink.
 
-What it measures: records/s of a streaming query that reads N records from
-Parquet (one micro-batch, ``trigger(availableNow=True)``) and writes them to a
-fresh Kafka topic, through
+A streaming query reads N records from Parquet (one micro-batch, ``trigger(availableNow=True)``,
+2 input files = 2 Spark tasks) and writes them to a fresh 4-partition topic through
 
-* ``spark``    -- Spark's own ``writeStream.format("kafka")`` (at-least-once, JVM producer);
-* ``twophase`` -- ``twophase.write_stream(df, KafkaSink(...))`` (exactly-once: one Kafka
-  transaction per partition with a marker, Arrow to Python workers, librdkafka producer).
+* ``spark``            -- ``writeStream.format("kafka")``, Java producer with the same codec and
+  acks as twophase (``kafka.compression.type=lz4``, ``kafka.acks=all``); at-least-once;
+* ``spark idempotent`` -- the same with ``kafka.enable.idempotence=true`` (the Java client's
+  idempotent producer: no duplicates from its own retries, still at-least-once across failures);
+* ``twophase``         -- ``twophase.write_stream(df, KafkaSink(...))`` with its defaults (lz4,
+  ``acks=all`` and idempotence enforced, ``linger.ms=20``): exactly-once, one transaction per
+  partition with a marker.
 
-Same input files, same broker, same Spark session (``local[2]``), same topic layout; each
-measurement is the median of ``--runs`` runs, a fresh topic and checkpoint per run. The wall time
-includes query start-up, the micro-batch, and (twophase) the coordinator's log writes.
-
-Run it (a few minutes on 2 cores; starts its own broker unless $TWOPHASE_KAFKA_BOOTSTRAP is set)::
-
-    .venv/bin/python benchmarks/bench_kafka.py                    # 1M x 100 B and 1M x 1 KB
-    .venv/bin/python benchmarks/bench_kafka.py --records 200000 --sizes 100
-    .venv/bin/python benchmarks/bench_kafka.py --spark-option compression.type=lz4  # same codec
-    .venv/bin/python benchmarks/bench_kafka.py --producer-config compression.type=none
-
-Not part of the test suite.
+Records/s = N / wall time of the query (start-up, the micro-batch and, for twophase, the
+coordinator's log writes). Every record is checked to be there (``read_committed`` end offsets).
+Runs are interleaved (rep 1 of every sink, then rep 2...) so that a change of the machine's load
+hits all sinks alike.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
-import statistics
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import twophase
-from twophase.connectors.kafka import KafkaSink
-from twophase_dev import ENV_KAFKA_BOOTSTRAP, KafkaBroker, attach_kafka, spark_session
+from bench_common import Comparison, Env, await_query, fmt_rate, log
 
-PARTITIONS = 4  # target topic partitions
-INPUT_FILES = 2  # = Spark tasks of the micro-batch (local[2])
+NAME = "kafka"
+TITLE = "Kafka: KafkaSink vs Spark's format('kafka')"
+TOPIC_PARTITIONS = 4
+INPUT_FILES = 2
+SIZES = (100, 1000)
+GOAL = 1.0
+
+SPARK_OPTIONS = {"compression.type": "lz4", "acks": "all"}
+SINKS: dict[str, dict[str, str] | None] = {
+    "spark": SPARK_OPTIONS,
+    "spark idempotent": {**SPARK_OPTIONS, "enable.idempotence": "true"},
+    "twophase": None,
+}
 
 
 def make_input(spark: Any, path: Path, records: int, size: int) -> None:
-    """N records, key = id, value = `size` bytes of hex digits derived from the id."""
+    """N records: key = id, value = ``size`` bytes of hex digits derived from the id."""
     repeats = size // 64 + 1
     (
         spark.range(records, numPartitions=INPUT_FILES)
@@ -56,162 +55,117 @@ def make_input(spark: Any, path: Path, records: int, size: int) -> None:
     )
 
 
-def run_spark_sink(
-    spark: Any,
-    bootstrap: str,
-    source: Path,
-    topic: str,
-    chk: Path,
-    spark_options: dict[str, Any],
-) -> None:
+def _stream(spark: Any, source: Path) -> Any:
     schema = spark.read.parquet(str(source)).schema
-    writer = (
-        spark.readStream.schema(schema)
-        .parquet(str(source))
-        .writeStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", topic)
-        .option("checkpointLocation", str(chk))
-    )
-    for key, value in spark_options.items():
-        writer = writer.option(f"kafka.{key}", value)
-    query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(query.exception())
+    return spark.readStream.schema(schema).parquet(str(source))
 
 
-def run_twophase_sink(
-    spark: Any,
-    bootstrap: str,
-    source: Path,
-    topic: str,
-    chk: Path,
-    producer_config: dict[str, Any],
-) -> None:
-    schema = spark.read.parquet(str(source)).schema
-    events = spark.readStream.schema(schema).parquet(str(source))
-    sink = KafkaSink(
-        f"bench-{uuid.uuid4().hex[:8]}",
-        bootstrap_servers=bootstrap,
-        topic=topic,
-        producer_config=producer_config,
+def write_once(env: Env, sink: str, source: Path, topic: str) -> None:
+    """One query through ``sink`` from ``source`` into ``topic``, to the end."""
+    spark = env.spark
+    events = _stream(spark, source)
+    options = SINKS[sink]
+    if options is not None:
+        writer = (
+            events.writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", env.kafka.bootstrap_servers)
+            .option("topic", topic)
+            .option("checkpointLocation", env.checkpoint())
+        )
+        for key, value in options.items():
+            writer = writer.option(f"kafka.{key}", value)
+        await_query(writer.trigger(availableNow=True).start())
+        return
+    import twophase
+    from twophase.connectors.kafka import KafkaSink
+
+    kafka_sink = KafkaSink(
+        "bench-kafka", bootstrap_servers=env.kafka.bootstrap_servers, topic=topic
     )
     query = twophase.write_stream(
-        events, sink, checkpoint_location=str(chk), trigger={"availableNow": True}
+        events, kafka_sink, checkpoint_location=env.checkpoint(), trigger={"availableNow": True}
     ).start()
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(query.exception())
+    await_query(query)
 
 
-def count_records(bootstrap: str, topic: str) -> int:
+def committed_records(bootstrap: str, topic: str) -> int:
+    """Records visible to ``read_committed`` consumers (transaction markers included: +1 each)."""
     from confluent_kafka import IsolationLevel, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    from twophase.connectors.kafka._compat import latest_offset
+    from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    parts = [TopicPartition(topic, p) for p in range(TOPIC_PARTITIONS)]
     futures = admin.list_offsets(
-        {tp: latest_offset() for tp in parts}, isolation_level=IsolationLevel.READ_COMMITTED
+        {tp: OffsetSpec.latest() for tp in parts}, isolation_level=IsolationLevel.READ_COMMITTED
     )
-    # Transaction markers take one offset per partition per transaction: an upper bound that
-    # is exact for the non-transactional Spark sink and within a few for twophase.
     return sum(f.result().offset for f in futures.values())
 
 
-def parse_config(items: list[str]) -> dict[str, Any]:
-    conf: dict[str, Any] = {}
-    for item in items:
-        key, _, value = item.partition("=")
-        conf[key] = value
-    return conf
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Free the broker's disk between runs."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic], operation_timeout=30).values():
+        future.result()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument(
-        "--producer-config", nargs="*", default=[], help="extra librdkafka settings key=value"
+def run(env: Env, quick: bool) -> Comparison:
+    records = {100: 20_000, 1000: 10_000} if quick else {100: 1_000_000, 1000: 500_000}
+    reps = env.reps if quick else max(env.reps, 3)
+    cmp = Comparison(NAME, TITLE, quick)
+    cmp.params = {
+        "records": {f"{s} B": n for s, n in records.items()},
+        "repetitions": reps,
+        "topic_partitions": TOPIC_PARTITIONS,
+        "spark_tasks": INPUT_FILES,
+        "spark_options": SPARK_OPTIONS,
+        "twophase_defaults": "compression.type=lz4, acks=all, enable.idempotence=true, "
+        "linger.ms=20",
+    }
+    bootstrap = env.kafka.bootstrap_servers
+    spark = env.spark
+    names = list(SINKS)
+    for size in SIZES:
+        source = env.work / f"kafka-input-{size}"
+        make_input(spark, source, records[size], size)
+        warm = env.work / f"kafka-warm-{size}"
+        make_input(spark, warm, 20_000, size)
+        for sink in [] if quick else names:  # JIT, Python workers, producer pools: not measured
+            topic = f"bench-warm-{uuid.uuid4().hex[:8]}"
+            env.kafka.create_topic(topic, partitions=TOPIC_PARTITIONS)
+            write_once(env, sink, warm, topic)
+            delete_topic(bootstrap, topic)
+        rates: dict[str, list[float]] = {n: [] for n in names}
+        for rep in range(reps):
+            order = names[rep % len(names) :] + names[: rep % len(names)]
+            for sink in order:
+                topic = f"bench-{size}-{uuid.uuid4().hex[:8]}"
+                env.kafka.create_topic(topic, partitions=TOPIC_PARTITIONS)
+                started = time.perf_counter()
+                write_once(env, sink, source, topic)
+                seconds = time.perf_counter() - started
+                written = committed_records(bootstrap, topic)
+                delete_topic(bootstrap, topic)
+                if written < records[size]:
+                    raise RuntimeError(f"{sink}: only {written} of {records[size]} records")
+                rates[sink].append(records[size] / seconds)
+                log(
+                    f"  kafka {size:>4} B  {sink:<17} rep {rep + 1}: {seconds:6.2f} s "
+                    f"{fmt_rate(records[size] / seconds)}"
+                )
+        case = f"{size} B"
+        entries = {n: cmp.measure(case, n, "records/s", rates[n]) for n in names}
+        for baseline in ("spark", "spark idempotent"):
+            cmp.ratio(
+                f"{case}: twophase / {baseline}",
+                entries["twophase"],
+                entries[baseline],
+                goal=GOAL,
+            )
+    cmp.notes.append(
+        "kafka-clients 3.x (Spark's Kafka connector ships 3.9) already turns idempotence on by "
+        "default when acks=all and nothing conflicts, so 'spark' and 'spark idempotent' run the "
+        "same producer settings; their difference shows the run-to-run noise."
     )
-    parser.add_argument(
-        "--spark-option",
-        nargs="*",
-        default=[],
-        help="extra Java producer settings for Spark's sink key=value (without 'kafka.')",
-    )
-    parser.add_argument("--only", choices=["spark", "twophase"], default=None)
-    args = parser.parse_args()
-    producer_config = parse_config(args.producer_config)
-    spark_options = parse_config(args.spark_option)
-
-    bootstrap_env = os.environ.get(ENV_KAFKA_BOOTSTRAP)
-    broker = attach_kafka(bootstrap_env) if bootstrap_env else KafkaBroker(heap="1g").start()
-    work = Path(tempfile.mkdtemp(prefix="twophase-bench-"))
-    spark = spark_session(
-        "bench-kafka",
-        extra_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"},
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    results: dict[tuple[int, str], float] = {}
-    try:
-        bootstrap = broker.bootstrap_servers
-        for size in args.sizes:
-            source = work / f"input-{size}"
-            make_input(spark, source, args.records, size)
-            sinks = ["spark", "twophase"] if args.only is None else [args.only]
-            # warm-up: JIT, Python workers, jars (not measured)
-            for name in sinks:
-                topic = f"bench-warm-{name}-{uuid.uuid4().hex[:6]}"
-                broker.create_topic(topic, partitions=PARTITIONS)
-                chk = work / f"chk-{uuid.uuid4().hex}"
-                if name == "spark":
-                    run_spark_sink(spark, bootstrap, source, topic, chk, spark_options)
-                else:
-                    run_twophase_sink(spark, bootstrap, source, topic, chk, producer_config)
-            for name in sinks:
-                rates = []
-                for _ in range(args.runs):
-                    topic = f"bench-{name}-{size}-{uuid.uuid4().hex[:6]}"
-                    broker.create_topic(topic, partitions=PARTITIONS)
-                    chk = work / f"chk-{uuid.uuid4().hex}"
-                    started = time.perf_counter()
-                    if name == "spark":
-                        run_spark_sink(spark, bootstrap, source, topic, chk, spark_options)
-                    else:
-                        run_twophase_sink(spark, bootstrap, source, topic, chk, producer_config)
-                    seconds = time.perf_counter() - started
-                    written = count_records(bootstrap, topic)
-                    if written < args.records:
-                        raise RuntimeError(f"{name}: only {written} of {args.records} records")
-                    rates.append(args.records / seconds)
-                    print(
-                        f"  {name:8s} {size:5d} B  run {len(rates)}: {seconds:6.2f} s  "
-                        f"{args.records / seconds:10,.0f} rec/s",
-                        flush=True,
-                    )
-                results[(size, name)] = statistics.median(rates)
-        print()
-        print(
-            f"records={args.records:,} runs={args.runs} (median) producer_config={producer_config}"
-        )
-        print(f"{'size':>6}  {'spark rec/s':>12}  {'twophase rec/s':>14}  {'twophase/spark':>14}")
-        for size in args.sizes:
-            s = results.get((size, "spark"))
-            t = results.get((size, "twophase"))
-            ratio = f"{t / s:14.2f}" if s and t else f"{'-':>14}"
-            s_text = f"{s:12,.0f}" if s else f"{'-':>12}"
-            t_text = f"{t:14,.0f}" if t else f"{'-':>14}"
-            print(f"{size:5d}B  {s_text}  {t_text}  {ratio}")
-    finally:
-        spark.stop()
-        shutil.rmtree(work, ignore_errors=True)
-        if not bootstrap_env:
-            broker.stop()
-
-
-if __name__ == "__main__":
-    main()
+    return cmp
