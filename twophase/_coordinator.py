@@ -26,6 +26,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -240,14 +241,22 @@ class Coordinator:
             self.log.record_committed(batch_id, {"recovered": True, "handles": len(handles)})
         unfinished = state.unfinished()
         if sink.protocol is CommitProtocol.COORDINATED or unfinished:
-            for handle in sink.list_in_doubt(self._recovery_context()):
+            handles = list(sink.list_in_doubt(self._recovery_context()))
+            for handle in handles:
                 _log.info(
                     "sink %s: aborting in-doubt transaction %s (no commit decision names it)",
                     sink.name,
                     getattr(handle, "transaction_id", handle),
                 )
-                sink.recover_and_abort(handle)
-                self._recovered_aborted += 1
+            workers = max(1, min(int(sink.recovery_concurrency), len(handles)))
+            if workers == 1:
+                for handle in handles:
+                    sink.recover_and_abort(handle)
+            else:
+                with ThreadPoolExecutor(workers, thread_name_prefix="twophase-recovery") as pool:
+                    # list(): wait for every call; the first failure is raised after all ended.
+                    list(pool.map(sink.recover_and_abort, handles))
+            self._recovered_aborted += len(handles)
 
     # -------------------------------------------------------------- batch
     def run_batch(self, sink: AnySink, execution: BatchExecution) -> BatchMetrics:

@@ -10,7 +10,7 @@ depends on the engine: the import graph stays a tree.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias
 
 from ._types import CommitProtocol, Marker, RecoveryContext, SinkContext, TaskContext
 from ._types import TransactionHandle as Handle
@@ -38,6 +38,7 @@ class SinkHooks(Protocol):
     checkpoint_location: str | None
     retry: RetryPolicy
     max_transactions_per_batch: int | None
+    recovery_concurrency: ClassVar[int]
 
     @property
     def protocol(self) -> CommitProtocol: ...

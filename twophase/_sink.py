@@ -69,6 +69,12 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
     #: phase 1. PostgreSQL sets it from ``max_prepared_transactions``.
     max_transactions_per_batch: int | None = None
 
+    #: How many :meth:`recover_and_abort` calls recovery may run at once, in
+    #: threads of the driver (1: one after the other). Raise it when each call
+    #: mostly waits on the target and calls for different handles are
+    #: independent and thread-safe; ``KafkaSink`` fences its slots 16 at a time.
+    recovery_concurrency: ClassVar[int] = 1
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.__module__ == __name__:
@@ -203,7 +209,8 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
             dead attempts); on an executor when a retried task clears what an
             earlier attempt of the same partition left.
         Called
-            once per handle found by :meth:`list_in_doubt`.
+            once per handle found by :meth:`list_in_doubt`; at recovery, up to
+            :attr:`recovery_concurrency` calls at once, from driver threads.
         Idempotent
             required: the transaction may already be gone (treat "unknown
             transaction" as success).

@@ -119,6 +119,10 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         )
     """
 
+    #: Recovery fences the slots this many at a time: each ``init_transactions``
+    #: mostly waits for the broker to abort the slot's open transaction.
+    recovery_concurrency = 16
+
     def __init__(
         self,
         name: str,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -383,3 +385,37 @@ def test_a_target_away_during_the_sweep_after_phase_2_does_not_fail_the_committe
     target.clear_faults()
     runner.run_batch(2, split(2))
     assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1) + rows(2)])
+
+
+class _OverlapSink(FakeSink):
+    """Counts how many recover_and_abort calls run at once."""
+
+    recovery_concurrency = 4
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def recover_and_abort(self, handle: Any) -> None:
+        cls = type(self)
+        with cls.lock:
+            cls.running += 1
+            cls.most = max(cls.most, cls.running)
+        time.sleep(0.05)
+        super().recover_and_abort(handle)
+        with cls.lock:
+            cls.running -= 1
+
+
+def test_recovery_runs_up_to_recovery_concurrency_aborts_at_once() -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(_OverlapSink("c", target))
+    runner.crash_at("phase1_done", 0)
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, split(0, partitions=8, n=8))
+    assert len(target.prepared()) == 8
+    runner.restart()
+    metrics = runner.run_batch(0, split(0, partitions=8, n=8))
+    assert metrics.recovered_aborted == 8
+    assert 1 < _OverlapSink.most <= 4
+    assert target.prepared() == []
+    assert_exactly_once(ids(target), [r["id"] for r in rows(0, n=8)])
