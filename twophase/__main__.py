@@ -4,4 +4,5 @@ import sys
 
 from ._cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a documentation tool imports the module to inspect it
+    sys.exit(main())
