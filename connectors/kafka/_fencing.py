@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from confluent_kafka import KafkaException
 
@@ -42,22 +43,22 @@ def transactional_id(options: KafkaOptions, identity: str, slot: int) -> str:
     return f"{options.transactional_id_prefix}{identity}-{slot}"
 
 
-#: Retry backoff of the slots' producers, unless ``producer_config`` sets its own.
-#: Initialising a slot whose transaction is still open or still ending (fencing it
-#: at recovery, a retry, a slot that moved to another Python worker) makes the
-#: broker answer CONCURRENT_TRANSACTIONS until the abort or commit markers are
-#: written, a few ms; librdkafka's default backoff (100 ms, growing to 1 s) made
-#: each such ``init_transactions`` cost 0.6-1 s.
-_BACKOFF = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100}
+#: The fencing producer's retry backoff. Fencing a slot whose transaction is still open makes the
+#: broker abort it and answer CONCURRENT_TRANSACTIONS until the abort markers are written (a few
+#: ms); librdkafka's default backoff (100 ms, growing to 1 s) made every such slot cost 0.6-1 s.
+_FENCE_BACKOFF = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100}
 
 
-def build_producer(options: KafkaOptions, transactional_id: str) -> _pool.PooledProducer:
+def build_producer(
+    options: KafkaOptions, transactional_id: str, overrides: dict[str, Any] | None = None
+) -> _pool.PooledProducer:
     """Create a slot's producer, without talking to the brokers.
 
-    Raises :class:`~twophase.errors.ConfigurationError` when librdkafka refuses
-    the producer configuration.
+    ``overrides`` are producer properties set over the sink's. Raises
+    :class:`~twophase.errors.ConfigurationError` when librdkafka refuses the
+    producer configuration.
     """
-    conf = {**_BACKOFF, **options.producer_config}
+    conf = {**options.producer_config, **(overrides or {})}
     try:
         return _pool.PooledProducer(transactional_id, conf, options.conf_key)
     except KafkaException as exc:
@@ -69,14 +70,17 @@ def build_producer(options: KafkaOptions, transactional_id: str) -> _pool.Pooled
 
 
 def init_producer(
-    options: KafkaOptions, transactional_id: str, context: TaskContext | None
+    options: KafkaOptions,
+    transactional_id: str,
+    context: TaskContext | None,
+    overrides: dict[str, Any] | None = None,
 ) -> _pool.PooledProducer:
     """Create a slot's producer and run ``init_transactions``, fencing every older instance.
 
-    ``context`` names the task in errors (None at recovery). The caller owns
-    the returned producer.
+    ``context`` names the task in errors (None at recovery); ``overrides`` as
+    for :func:`build_producer`. The caller owns the returned producer.
     """
-    entry = build_producer(options, transactional_id)
+    entry = build_producer(options, transactional_id, overrides)
     ectx = options.error_context(
         "init_transactions", context=context, transactional_id=transactional_id
     )
@@ -111,7 +115,7 @@ def fence_slot(options: KafkaOptions, handle: TransactionHandle) -> None:
     """Fence one slot of :func:`list_in_doubt`: abort its open transaction, disable its zombies."""
     tid = handle.transaction_id
     started = time.monotonic()
-    init_producer(options, tid, None).close()
+    init_producer(options, tid, None, _FENCE_BACKOFF).close()
     _pool.discard_idle(tid)  # older instances in this process are fenced now
     _log.info(
         "sink %s: fenced %s (batch %s) in %.3f s",
