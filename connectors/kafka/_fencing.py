@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from confluent_kafka import KafkaException
 
@@ -43,24 +42,14 @@ def transactional_id(options: KafkaOptions, identity: str, slot: int) -> str:
     return f"{options.transactional_id_prefix}{identity}-{slot}"
 
 
-#: The fencing producer's retry backoff. Fencing a slot whose transaction is still open makes the
-#: broker abort it and answer CONCURRENT_TRANSACTIONS until the abort markers are written (a few
-#: ms); librdkafka's default backoff (100 ms, growing to 1 s) made every such slot cost 0.6-1 s.
-_FENCE_BACKOFF = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100}
-
-
-def build_producer(
-    options: KafkaOptions, transactional_id: str, overrides: dict[str, Any] | None = None
-) -> _pool.PooledProducer:
+def build_producer(options: KafkaOptions, transactional_id: str) -> _pool.PooledProducer:
     """Create a slot's producer, without talking to the brokers.
 
-    ``overrides`` are producer properties set over the sink's. Raises
-    :class:`~twophase.errors.ConfigurationError` when librdkafka refuses the
-    producer configuration.
+    Raises :class:`~twophase.errors.ConfigurationError` when librdkafka refuses
+    the producer configuration.
     """
-    conf = {**options.producer_config, **(overrides or {})}
     try:
-        return _pool.PooledProducer(transactional_id, conf, options.conf_key)
+        return _pool.PooledProducer(transactional_id, options.producer_config, options.conf_key)
     except KafkaException as exc:
         raise ConfigurationError(
             f"librdkafka refused the producer configuration: {exc.args[0].str()}",
@@ -70,17 +59,14 @@ def build_producer(
 
 
 def init_producer(
-    options: KafkaOptions,
-    transactional_id: str,
-    context: TaskContext | None,
-    overrides: dict[str, Any] | None = None,
+    options: KafkaOptions, transactional_id: str, context: TaskContext | None
 ) -> _pool.PooledProducer:
     """Create a slot's producer and run ``init_transactions``, fencing every older instance.
 
-    ``context`` names the task in errors (None at recovery); ``overrides`` as
-    for :func:`build_producer`. The caller owns the returned producer.
+    ``context`` names the task in errors (None at recovery). The caller owns
+    the returned producer.
     """
-    entry = build_producer(options, transactional_id, overrides)
+    entry = build_producer(options, transactional_id)
     ectx = options.error_context(
         "init_transactions", context=context, transactional_id=transactional_id
     )
@@ -115,7 +101,7 @@ def fence_slot(options: KafkaOptions, handle: TransactionHandle) -> None:
     """Fence one slot of :func:`list_in_doubt`: abort its open transaction, disable its zombies."""
     tid = handle.transaction_id
     started = time.monotonic()
-    init_producer(options, tid, None, _FENCE_BACKOFF).close()
+    init_producer(options, tid, None).close()
     _pool.discard_idle(tid)  # older instances in this process are fenced now
     _log.info(
         "sink %s: fenced %s (batch %s) in %.3f s",
