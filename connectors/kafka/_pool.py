@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -98,13 +99,25 @@ class PooledProducer:
         self.error_count = 0
         #: Committed markers per control topic, as (batch, key), oldest first.
         self.markers: dict[str, list[tuple[int, bytes]]] = {}
+        # The callback holds this object weakly: a bound method would make a reference cycle
+        # (self -> producer -> callback -> self), and a closed producer would then live until
+        # the cyclic garbage collector ran, each holding one of the process's 1024 thread-local
+        # storage keys (fencing 1,000 slots failed with "Failed to initialize thread local
+        # storage").
+        me = weakref.ref(self)
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            entry = me()
+            if entry is not None:
+                entry._on_delivery(err, msg)
+
         self.producer = Producer(
             {
                 **conf,
                 "transactional.id": transactional_id,
                 # Only failed deliveries call back into Python: no per-record cost.
                 "delivery.report.only.error": True,
-                "on_delivery": self._on_delivery,
+                "on_delivery": on_delivery,
             }
         )
 
