@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos.events import emit, go, matches, read_events
+from tests.integration.kafka.kafka_support import unstable_partitions
 from twophase.testing import COORDINATED_STEPS, MARKER_STEPS, FakeTarget
 
 __all__ = [
@@ -621,7 +622,7 @@ class Target:
             topics = [self.topic, self.control_topic]
             deadline = time.monotonic() + 15
             while True:  # transaction markers are written just after a commit returns
-                unstable = _kafka_unstable(self.infra.kafka.bootstrap_servers, topics)
+                unstable = unstable_partitions(self.infra.kafka.bootstrap_servers, topics)
                 if not unstable or time.monotonic() > deadline:
                     return unstable
                 time.sleep(1.0)
@@ -680,35 +681,6 @@ def _kafka_counts(bootstrap: str, topic: str) -> collections.Counter[tuple[int, 
     finally:
         consumer.close()
     return counts
-
-
-def _kafka_unstable(bootstrap: str, topics: Sequence[str]) -> list[str]:
-    """Partitions whose last stable offset is below their high watermark."""
-    from confluent_kafka import IsolationLevel, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    metadata = admin.list_topics(timeout=30)
-    request = {
-        TopicPartition(t, p): OffsetSpec.latest()
-        for t in topics
-        if t in metadata.topics
-        for p in metadata.topics[t].partitions
-    }
-    if not request:
-        return []
-
-    def offsets(level: Any) -> dict[tuple[str, int], int]:
-        futures = admin.list_offsets(request, isolation_level=level, request_timeout=30)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-
-    stable = offsets(IsolationLevel.READ_COMMITTED)
-    high = offsets(IsolationLevel.READ_UNCOMMITTED)
-    return [
-        f"{t}[{p}] last stable offset {stable[(t, p)]} < high watermark {high[(t, p)]}"
-        for (t, p) in sorted(high)
-        if stable[(t, p)] < high[(t, p)]
-    ]
 
 
 def _write_input(plan: TrialPlan, infra: Infra, work: Path, name: str) -> dict[str, Any]:

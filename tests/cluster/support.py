@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.probes import Control
-from tests.integration.kafka.kafka_support import read_all
+from tests.integration.kafka.kafka_support import read_all, unstable_partitions
 from twophase.testing import assert_exactly_once
 from twophase_dev import KafkaBroker, PostgresServer, SparkCluster
 
@@ -220,34 +220,6 @@ def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
             return False
         time.sleep(0.1)
     return True
-
-
-def unstable_partitions(bootstrap: str, topics: list[str]) -> list[str]:
-    """Partitions of ``topics`` whose last stable offset is below the high watermark."""
-    from confluent_kafka import IsolationLevel, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    metadata = admin.list_topics(timeout=30)
-    request = {
-        TopicPartition(t, p): OffsetSpec.latest()
-        for t in topics
-        if t in metadata.topics
-        for p in metadata.topics[t].partitions
-    }
-    assert request, f"none of {topics} exists"
-
-    def offsets(level: Any) -> dict[tuple[str, int], int]:
-        futures = admin.list_offsets(request, isolation_level=level, request_timeout=30)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-
-    stable = offsets(IsolationLevel.READ_COMMITTED)
-    high = offsets(IsolationLevel.READ_UNCOMMITTED)
-    return [
-        f"{t}[{p}]: last stable offset {stable[(t, p)]} < high watermark {high[(t, p)]}"
-        for (t, p) in sorted(high)
-        if stable[(t, p)] < high[(t, p)]
-    ]
 
 
 def removed_executors(result: dict[str, Any]) -> dict[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,6 +186,34 @@ class SecuredBroker:
                 pass  # not describable yet
             assert time.monotonic() < deadline, f"{topic}: {wanted} never granted"
             time.sleep(0.1)
+
+
+def unstable_partitions(bootstrap: str, topics: Sequence[str]) -> list[str]:
+    """Partitions of ``topics`` whose last stable offset is below the high watermark."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    metadata = admin.list_topics(timeout=30)
+    request = {
+        TopicPartition(t, p): OffsetSpec.latest()
+        for t in topics
+        if t in metadata.topics
+        for p in metadata.topics[t].partitions
+    }
+    assert request, f"none of {topics} exists"
+
+    def offsets(level: Any) -> dict[tuple[str, int], int]:
+        futures = admin.list_offsets(request, isolation_level=level, request_timeout=30)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+    stable = offsets(IsolationLevel.READ_COMMITTED)
+    high = offsets(IsolationLevel.READ_UNCOMMITTED)
+    return [
+        f"{t}[{p}]: last stable offset {stable[(t, p)]} < high watermark {high[(t, p)]}"
+        for (t, p) in sorted(high)
+        if stable[(t, p)] < high[(t, p)]
+    ]
 
 
 def secured_config(port: int, controller_port: int, sasl_port: int) -> dict[str, str]:
