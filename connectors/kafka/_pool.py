@@ -180,6 +180,28 @@ class PooledProducer:
         slot.append((batch_id, key))
         del slot[:-_MAX_REMEMBERED]
 
+    def committed_batch(self, control_topic: str, identity: str, batch_id: int) -> bool:
+        """Whether this producer committed a marker of ``batch_id`` of ``identity``.
+
+        Parameters
+        ----------
+        control_topic
+            The control topic.
+        identity
+            The sink identity.
+        batch_id
+            The batch.
+
+        Returns
+        -------
+        bool
+            True when one of its remembered markers is of that batch.
+        """
+        prefix = f"{identity}/{batch_id}/".encode()
+        return any(
+            b == batch_id and k.startswith(prefix) for b, k in self.markers.get(control_topic, [])
+        )
+
     def adopt_markers(self, previous: PooledProducer) -> None:
         """Take over the marker memory of the instance of the slot this one replaces.
 

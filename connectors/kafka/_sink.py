@@ -297,14 +297,20 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         txn.commit()
 
     def needs_marker_check(self, txn: KafkaTransaction) -> bool:
-        """Check unless the producer is a pooled one that committed before and is still live.
+        """Check unless the producer is a pooled one, checked and still live, new to the batch.
 
         A producer initialised in this task (first use, a retry, or a pooled
-        one found fenced) may have been preceded by a zombie's commit; a
-        pooled producer that committed since its ``init_transactions`` and
-        was not fenced since (its first record told) cannot have been.
+        one found fenced) may have been preceded by a zombie's commit. A pooled
+        producer that committed since its ``init_transactions`` and was not
+        fenced since (its first record told) cannot have been -- unless it
+        committed this very batch itself, for a task of a stopped query that
+        ran in this Python worker: its own markers tell.
         """
-        return not txn.producer.checked
+        producer = txn.producer
+        ctx = txn.context
+        return not producer.checked or producer.committed_batch(
+            self.control_topic, ctx.identity, ctx.batch_id
+        )
 
     def abort(self, txn: KafkaTransaction) -> None:
         """Abort the transaction; a fenced or failed producer is closed, not pooled."""

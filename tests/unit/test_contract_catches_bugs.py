@@ -47,6 +47,11 @@ class ForgetsMarkers(FakeMarkerSink):
         return []
 
 
+class TrustsItsOwnCommit(FakeMarkerSink):
+    def needs_marker_check(self, txn: FakeTransaction) -> bool:
+        return False  # claims no other attempt can commit, which FakeTarget does not ensure
+
+
 def _contract(cls: type[Any]) -> SinkContract:
     return TwoPhaseSinkContract() if issubclass(cls, FakeSink) else MarkerSinkContract()
 
@@ -68,6 +73,11 @@ def _fixtures(cls: type[Any]) -> tuple[Callable[[str], Any], Callable[[], list[i
         (NeverAborts, "test_contract_failed_batch_then_restart_is_exact", ()),
         (ForgetsMarkers, "test_contract_driver_crash_at_each_step_then_restart", ("phase1_done",)),
         (ForgetsMarkers, "test_contract_replay_with_another_partition_layout", ()),
+        (
+            TrustsItsOwnCommit,
+            "test_contract_a_zombie_committing_after_the_replay_check_is_not_written_twice",
+            (),
+        ),
     ],
 )
 def test_contract_fails_for_broken_sink(

@@ -43,7 +43,7 @@ from ..errors import NondeterministicBatchError
 from ._assertions import assert_exactly_once
 from ._crash import SimulatedCrash
 from ._faults import with_faults
-from ._local import AnySinkLike, LocalRunner
+from ._local import AnySinkLike, LocalRunner, install_step_listener
 from ._target import FakeTarget
 
 __all__ = ["MarkerSinkContract", "SinkContract", "TwoPhaseSinkContract"]
@@ -351,5 +351,42 @@ class MarkerSinkContract(SinkContract):
         assert len(read_ids()) == len(self.batch_ids(0)) + fingerprint.count
         runner.restart()
         metrics = runner.run_batch(1, parts)
+        assert metrics.skipped_partitions == 1
+        assert_exactly_once(read_ids(), self.batch_ids(0) + self.batch_ids(1))
+
+    def test_contract_a_zombie_committing_after_the_replay_check_is_not_written_twice(
+        self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
+    ) -> None:
+        # The driver records its intent for batch 1 and dies. A task of that run lives on and
+        # commits partition 1 only after the restarted driver checked the batch's markers: the
+        # new attempt of partition 1 must find that marker before it commits, and step aside.
+        sink = self._sink(make_sink)
+        runner = self._runner(sink, tmp_path)
+        self._run(runner, 0)
+        old_epoch = runner.log.epoch or 0
+        crash = runner.crash_at("intent_recorded", 1)
+        parts = self.partitions(self.batch_ids(1))
+        with pytest.raises(SimulatedCrash):
+            runner.run_batch(1, parts)
+        assert crash.fired
+        runner.restart()
+        zombie: Any = pickle.loads(pickle.dumps(sink))
+        committed: list[int] = []
+
+        def resume_the_zombie(step: str, batch_id: int, index: int | None) -> None:
+            if step != "intent_recorded" or committed:
+                return
+            ctx = TaskContext(sink.name, runner.identity.token, 1, 1, 1, old_epoch)
+            txn = zombie.begin_transaction(ctx)
+            for batch in parts[1]:
+                zombie.write(txn, batch)
+            fingerprint = fingerprint_batches(parts[1])
+            zombie.commit_with_marker(txn, Marker(ctx.identity, 1, 1, 1, fingerprint))
+            committed.append(fingerprint.count)
+
+        install_step_listener(runner.sink, resume_the_zombie)
+        metrics = runner.run_batch(1, parts)
+        assert committed, "the zombie did not commit partition 1"
+        assert committed[0], "the contract layout left partition 1 empty"
         assert metrics.skipped_partitions == 1
         assert_exactly_once(read_ids(), self.batch_ids(0) + self.batch_ids(1))
