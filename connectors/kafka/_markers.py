@@ -37,11 +37,15 @@ stop at the first open transaction.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,11 +210,76 @@ class _Window:
     keys: set[bytes] = field(default_factory=set)
 
 
+#: Idle (admin client, consumer) pairs per client configuration, kept by the process between
+#: reads: a Python worker reads the markers before a retry and before the commit of a new
+#: producer, and opening both clients (connections, metadata) took about 100 ms of each read.
+_MAX_IDLE_CLIENTS = 4
+#: Client configurations (clusters, credentials) a process keeps clients for, most recent last.
+_MAX_CONFIGS = 4
+_idle_lock = threading.Lock()
+_idle: OrderedDict[tuple[tuple[str, str], ...], list[tuple[AdminClient, Consumer]]] = OrderedDict()
+
+
+@contextlib.contextmanager
+def _clients(conf: Mapping[str, Any]) -> Iterator[tuple[AdminClient, Consumer]]:
+    """Lend an admin client and a ``read_committed`` consumer for one read, then keep them.
+
+    A read that fails closes its consumer instead of keeping it.
+    """
+    key = tuple(sorted((str(k), str(v)) for k, v in conf.items()))
+    with _idle_lock:
+        pool = _idle.setdefault(key, [])
+        pair = pool.pop() if pool else None
+    if pair is None:
+        consumer = Consumer(
+            {
+                **conf,
+                "group.id": _READER_GROUP,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        pair = (AdminClient(dict(conf)), consumer)
+    try:
+        yield pair
+    except BaseException:
+        pair[1].close()
+        raise
+    pair[1].unassign()
+    unused = [pair]
+    with _idle_lock:
+        pool = _idle.setdefault(key, [])
+        _idle.move_to_end(key)
+        if len(pool) < _MAX_IDLE_CLIENTS:
+            pool.append(pair)
+            unused.clear()
+        while len(_idle) > _MAX_CONFIGS:
+            unused.extend(_idle.popitem(last=False)[1])
+    for _admin, consumer in unused:
+        consumer.close()
+
+
+def close_idle_clients() -> None:
+    """Close the clients kept between reads (tests, exit)."""
+    with _idle_lock:
+        pairs = [pair for pool in _idle.values() for pair in pool]
+        _idle.clear()
+    for _admin, consumer in pairs:
+        consumer.close()
+
+
+atexit.register(close_idle_clients)
+
+
 class MarkerReader:
     """Reads the committed markers of one batch from the control topic.
 
-    Runs on the driver (replays) or an executor (task retries). Every call
-    opens its own short-lived admin client and consumer.
+    Runs on the driver (replays) or an executor (task retries, and the
+    check before a new producer's commit). The process keeps the admin
+    client and consumer of a read for the next one.
 
     Parameters
     ----------
@@ -286,27 +355,15 @@ class MarkerReader:
             If a record of this identity is not a valid marker.
         """
         self.records_read = 0
-        admin = AdminClient(self.client_conf)
-        low = self._offsets(admin, earliest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
-        high = self._offsets(admin, latest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
-        if high <= low:
-            return []
-        self._wait_stable(admin, high, batch_id)
-        consumer = Consumer(
-            {
-                **self.client_conf,
-                "group.id": _READER_GROUP,
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "fetch.wait.max.ms": 50,
-            }
-        )
-        prefix = identity_prefix(identity)
-        found: list[Marker] = []
-        deadline = time.monotonic() + self.operation_timeout
-        try:
+        with _clients(self.client_conf) as (admin, consumer):
+            low = self._offsets(admin, earliest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
+            high = self._offsets(admin, latest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
+            if high <= low:
+                return []
+            self._wait_stable(admin, high, batch_id)
+            prefix = identity_prefix(identity)
+            found: list[Marker] = []
+            deadline = time.monotonic() + self.operation_timeout
             end = high
             window = _FIRST_WINDOW
             while True:
@@ -317,8 +374,6 @@ class MarkerReader:
                     break
                 end = start
                 window *= 4
-        finally:
-            consumer.close()
         found.sort(key=lambda m: (m.partition_id, m.attempt))
         _log.debug(
             "sink %s: %d marker(s) of batch %d in %s (%d records read)",
@@ -369,7 +424,7 @@ class MarkerReader:
                     sink=self.sink,
                     batch_id=batch_id,
                 )
-            for msg in consumer.consume(num_messages=1000, timeout=min(remaining, 0.05)):
+            for msg in consumer.consume(num_messages=1000, timeout=min(remaining, 0.005)):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
