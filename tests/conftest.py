@@ -68,6 +68,12 @@ def kafka_broker(
     try:
         yield broker
     finally:
+        # The clients this process keeps (pooled producers, the marker reader's consumer)
+        # would try to reconnect to the stopped broker until exit: close them first.
+        from twophase.connectors.kafka import _markers, _pool
+
+        _pool.clear()
+        _markers.close_idle_clients()
         broker.stop()
 
 
