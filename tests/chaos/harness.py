@@ -921,7 +921,10 @@ def run_trial(
     """
     say = log or (lambda _line: None)
     started = time.monotonic()
-    work.mkdir(parents=True, exist_ok=True)
+    # A trial starts from nothing: a directory left by an earlier run (a kept failed trial of
+    # the same index) would lend it that run's checkpoint and events.
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     result = TrialResult(plan, work_dir=str(work))
     result.notes += ensure_running(infra)
     name = f"s{abs(hash(plan.seed)) % 10**6}_{plan.index}_{uuid.uuid4().hex[:6]}"
@@ -1229,6 +1232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix=f"twophase-chaos-{seed}-"))
     work.mkdir(parents=True, exist_ok=True)
+    (work / "results.jsonl").unlink(missing_ok=True)  # this run's trials only
     print(f"chaos: work directory {work} (results.jsonl, failed trials' logs)", flush=True)
     started = time.monotonic()
     with own_infra(sinks, work / "server-logs") as infra:
