@@ -417,6 +417,13 @@ class Demo:
             )
             return int(cur.fetchone()[0])
 
+    def kill(self, driver: subprocess.Popen[bytes], progress: Progress, how: str) -> None:
+        """SIGKILL the driver's processes, count the kill, and say what it left behind."""
+        kill_driver(driver)
+        self.kills.append(time.monotonic() - self.console.started)
+        self.console.event(f"SIGKILL driver run {self.runs} {how}")
+        self.describe_kill(progress, progress.in_flight())
+
     def naive_caught(self, progress: Progress) -> bool:
         """Whether the naive sink has committed rows of a batch Spark has not recorded yet."""
         batch = progress.in_flight().get("naive")
@@ -497,13 +504,12 @@ class Demo:
                     # next kill also watches for that window, so that every run shows what the
                     # guarantee prevents: it lands at once when the naive sink has committed part
                     # of a batch that Spark has not recorded yet.
-                    kill_driver(driver)
-                    self.kills.append(time.monotonic() - self.console.started)
-                    self.console.event(
-                        f"SIGKILL driver run {self.runs} at {100 * done:.0f}% of the input, right "
-                        "after the naive sink committed rows of a batch Spark had not recorded"
+                    self.kill(
+                        driver,
+                        progress,
+                        f"at {100 * done:.0f}% of the input, right after the naive sink "
+                        "committed rows of a batch Spark had not recorded",
                     )
-                    self.describe_kill(progress, progress.in_flight())
                     return True
                 if (
                     next_kill < len(plan.driver_at)
@@ -522,13 +528,12 @@ class Demo:
                         if not (everyone or waited_enough):
                             kill_at = None  # a query finished its batch meanwhile: wait again
                             continue
-                        kill_driver(driver)
-                        self.kills.append(time.monotonic() - self.console.started)
-                        self.console.event(
-                            f"SIGKILL driver run {self.runs} at {100 * done:.0f}% of the input: "
-                            "Python driver, JVM and Python workers"
+                        self.kill(
+                            driver,
+                            progress,
+                            f"at {100 * done:.0f}% of the input: Python driver, JVM and Python "
+                            "workers",
                         )
-                        self.describe_kill(progress, progress.in_flight())
                         return True
                 if time.monotonic() - self.console.started > self.args.timeout:
                     raise TimeoutError(f"the demo took more than {self.args.timeout:.0f} s")
