@@ -257,9 +257,10 @@ def test_the_sink_pickles_to_executors() -> None:
 
 
 def test_a_dropped_producer_is_freed_at_once_not_by_the_cycle_collector() -> None:
-    # A real librdkafka producer (it connects to nothing until used). Each one holds a
-    # thread-local storage key of the process (1024 at most) until it is freed: a reference
-    # cycle through its delivery callback kept 1,000 fenced producers alive at once.
+    # The producer (the stub here) keeps its configuration, delivery callback included, as
+    # librdkafka's does. A real one holds a thread-local storage key of the process (1024 at
+    # most) until it is freed: a reference cycle through that callback kept 1,000 fenced
+    # producers alive at once.
     import gc
     import weakref
 
@@ -273,3 +274,25 @@ def test_a_dropped_producer_is_freed_at_once_not_by_the_cycle_collector() -> Non
         assert alive() is None, "the producer is kept alive by a reference cycle"
     finally:
         gc.enable()
+
+
+def test_the_marker_check_before_commit_is_spared_only_for_a_checked_live_producer() -> None:
+    ctx6 = TaskContext("orders", CTX.identity, 6, 2, 0)
+    first = SINK.begin_transaction(CTX)
+    assert SINK.needs_marker_check(first), "a new producer: a zombie may have committed first"
+    first.abort()
+    # The aborted producer went back to the pool unchecked: its next transaction checks too.
+    again = SINK.begin_transaction(CTX)
+    SINK.write(again, pa.record_batch({"value": pa.array(["a", "b"])}))
+    assert again.producer is first.producer
+    assert SINK.needs_marker_check(again)
+    SINK.commit_with_marker(again, Marker(CTX.identity, 5, 2, 0, Fingerprint(2, 9)))
+    reused = SINK.begin_transaction(ctx6)
+    SINK.write(reused, pa.record_batch({"value": pa.array(["c"])}))
+    assert not SINK.needs_marker_check(reused), "checked, live, and new to batch 6"
+    reused.abort()
+    # The same producer, asked for batch 5 again (a task of a stopped query committed it in
+    # this worker): it must look.
+    replayed = SINK.begin_transaction(CTX)
+    SINK.write(replayed, pa.record_batch({"value": pa.array(["a"])}))
+    assert SINK.needs_marker_check(replayed), "this producer committed batch 5 itself"
