@@ -27,14 +27,13 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
-import pyarrow as pa
-
+from ._execution import BatchExecution, StepListener
 from ._hooks import AnySink, CoordinatedHooks, MarkerHooks, as_coordinated, as_markers
 from ._log import CoordinatorLog
 from ._metrics import BatchMetrics
-from ._participant import TaskPlan, TaskResult
+from ._participant import TaskPlan
 from ._replay import match_markers
 from ._types import (
     CommitProtocol,
@@ -50,83 +49,9 @@ from .errors import (
     TwoPhaseError,
 )
 
-__all__ = [
-    "COORDINATED_STEPS",
-    "MARKER_STEPS",
-    "BatchExecution",
-    "Coordinator",
-    "StepListener",
-]
+__all__ = ["Coordinator"]
 
 _log = logging.getLogger("twophase.coordinator")
-
-#: Driver-side steps of protocol A, in order, at which a listener is called
-#: (and at which the test kit can simulate a crash).
-COORDINATED_STEPS = (
-    "start",
-    "recovered",
-    "phase1_done",
-    "decided",
-    "committed_handle",
-    "phase2_done",
-    "recorded_committed",
-)
-#: Driver-side steps of protocol B, in order.
-MARKER_STEPS = (
-    "start",
-    "recovered",
-    "staged",
-    "intent_recorded",
-    "phase1_done",
-    "recorded_committed",
-)
-
-StepListener = Callable[[str, int, "int | None"], None]
-
-
-class BatchExecution(Protocol):
-    """What the coordinator needs from the engine that runs a batch.
-
-    Implemented for Spark (``mapInArrow`` over the batch DataFrame) and by the
-    test kit (partitions held in memory).
-    """
-
-    @property
-    def batch_id(self) -> int:
-        """Return the micro-batch id."""
-        ...
-
-    def schema(self) -> pa.Schema:
-        """Return the Arrow schema participants will receive."""
-        ...
-
-    def num_partitions(self) -> int:
-        """Return the number of partitions (participant slots)."""
-        ...
-
-    def limit_partitions(self, limit: int) -> None:
-        """Reduce the number of partitions to at most ``limit`` (coalesce)."""
-        ...
-
-    def stage(self, location: str) -> None:
-        """Materialise the batch at ``location`` (or reuse a complete copy) and read from it."""
-        ...
-
-    def drop_staged(self, location: str) -> None:
-        """Delete a staged copy once its batch is committed."""
-        ...
-
-    def fingerprints(self) -> dict[int, Fingerprint]:
-        """Fingerprint every non-empty partition, pinning the layout for the write."""
-        ...
-
-    def run_participants(self, sink: AnySink, plan: TaskPlan) -> list[TaskResult]:
-        """Run phase 1: one participant per partition; return every result."""
-        ...
-
-    def close(self) -> None:
-        """Release what the execution holds (cached data)."""
-        ...
 
 
 class Coordinator:

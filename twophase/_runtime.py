@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from ._metrics import BatchMetrics
 
 if TYPE_CHECKING:
-    from ._coordinator import BatchExecution, Coordinator, StepListener
+    from ._coordinator import Coordinator
+    from ._execution import BatchExecution, StepListener
     from ._hooks import AnySink
 
 __all__ = ["HISTORY", "SinkRuntime", "batch_metrics", "runtime_of"]

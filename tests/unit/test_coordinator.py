@@ -416,6 +416,7 @@ def test_recovery_runs_up_to_recovery_concurrency_aborts_at_once() -> None:
     runner.restart()
     metrics = runner.run_batch(0, split(0, partitions=8, n=8))
     assert metrics.recovered_aborted == 8
-    assert 1 < _OverlapSink.most <= 4
+    assert _OverlapSink.most > 1, "the aborts ran one after the other"
+    assert _OverlapSink.most <= 4
     assert target.prepared() == []
     assert_exactly_once(ids(target), [r["id"] for r in rows(0, n=8)])

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pytest
 
-from .._coordinator import COORDINATED_STEPS, MARKER_STEPS
+from .._execution import COORDINATED_STEPS, MARKER_STEPS
 from .._fingerprint import fingerprint_batches
 from .._types import CommitProtocol, Marker, RecoveryContext, TaskContext
 from ..errors import NondeterministicBatchError

@@ -21,7 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from .._coordinator import Coordinator, StepListener
+from .._coordinator import Coordinator
+from .._execution import StepListener
 from .._fingerprint import fingerprint_batches
 from .._hooks import AnySink
 from .._identity import SinkIdentity
