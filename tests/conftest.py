@@ -9,6 +9,8 @@ only starts its server when a test asks for it.
   ``$TWOPHASE_PG_DSN``.
 - ``postgres_server_no_prepared``: a second cluster with ``max_prepared_transactions=0`` (the JDBC
   fallback mode); reuses ``$TWOPHASE_PG_NOPREP_DSN``.
+- ``s3_endpoint``: an S3-compatible server (moto's, a process of its own) for the coordinator log on
+  S3; reuses ``$TWOPHASE_S3_ENDPOINT`` (credentials then come from the usual ``AWS_*`` variables).
 - ``spark``: a ``local[2]`` SparkSession with Spark's Kafka connector on the classpath.
 - ``spark_cluster``: a Spark standalone cluster (a master and two 1-core workers, separate JVMs);
   reuses ``$TWOPHASE_SPARK_MASTER`` (``twophase-dev cluster up``). Applications connect with
@@ -19,14 +21,21 @@ only starts its server when a test asks for it.
 Servers started here are stopped at the end of the session; if the session is killed, the kernel
 stops them (parent-death signal) and their throwaway directories are removed by the next session.
 Their logs are kept under pytest's temporary directory (``kafka-logs*``, ``postgres-logs*``,
-``spark-cluster-logs*``).
+``spark-cluster-logs*``, ``s3-logs*``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +53,11 @@ from twophase_dev import (
     attach_postgres,
     attach_spark_cluster,
     clean_stale_work_dirs,
+    free_ports,
     spark_session,
 )
+
+ENV_S3_ENDPOINT = "TWOPHASE_S3_ENDPOINT"
 
 
 @pytest.fixture(scope="session")
@@ -109,6 +121,101 @@ def postgres_server_no_prepared(
 ) -> Iterator[PostgresServer]:
     """A second PostgreSQL cluster with ``max_prepared_transactions = 0``."""
     yield from _postgres(tmp_path_factory, ENV_PG_NOPREP_DSN, 0)
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """An S3-compatible endpoint: its ``url`` and the boto3 client options that reach it."""
+
+    url: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def client(self) -> Any:
+        """Return a new boto3 S3 client of the endpoint (one per simulated process)."""
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.url, **self.options)
+
+    def new_bucket(self) -> str:
+        """Create a bucket with a fresh name and return the name."""
+        name = f"twophase-{uuid.uuid4().hex[:20]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def environment(self) -> dict[str, str]:
+        """The ``AWS_*`` variables under which boto3's own resolution finds the endpoint."""
+        names = {
+            "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+            "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+            "region_name": "AWS_DEFAULT_REGION",
+        }
+        return {"AWS_ENDPOINT_URL": self.url, **{names[k]: v for k, v in self.options.items()}}
+
+
+# moto's S3 checks If-None-Match and then stores the object, which is atomic only while one
+# request runs at a time; `python -m moto.server` serves each request in a thread of its own.
+# Served one at a time, moto arbitrates racing conditional writes the way S3 does (one wins,
+# the others get 412), so the race tests test the store's client side, not moto's threads.
+_MOTO_SERVER = """
+import sys
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication, MotoRequestHandler, create_backend_app,
+)
+app = DomainDispatcherApplication(create_backend_app)
+run_simple("127.0.0.1", int(sys.argv[1]), app, threaded=False, request_handler=MotoRequestHandler)
+"""
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered, if only to refuse an unsigned request
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """An S3-compatible server for the session: moto's S3 on a free port (about 2 s to start)."""
+    url = os.environ.get(ENV_S3_ENDPOINT)
+    if url:
+        yield S3Endpoint(url)
+        return
+    (port,) = free_ports(1)
+    log = tmp_path_factory.mktemp("s3-logs") / "moto.log"
+    setpriv = shutil.which("setpriv")  # the server dies with this process, however it ends
+    prefix = [setpriv, "--pdeathsig=TERM", "--"] if setpriv else []
+    with log.open("ab") as out:
+        server = subprocess.Popen(
+            [*prefix, sys.executable, "-c", _MOTO_SERVER, str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "MOTO_PORT": str(port)},
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(url):
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"moto's S3 server did not start on {url}:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        options = {
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "region_name": "us-east-1",
+        }
+        yield S3Endpoint(url, options)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 @pytest.fixture(scope="session")

@@ -21,11 +21,11 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ._identity import SinkIdentity
 from ._log import CoordinatorLog, LogState
-from ._store import LocalFileStore, LogStore, PyArrowFileStore
+from ._store import LogStore, PyArrowFileStore, open_store
 from ._types import Marker, RecoveryContext
 from .errors import ConfigurationError, TwoPhaseError
 
@@ -51,27 +51,33 @@ class _Sink:
 
 
 # ------------------------------------------------------------------ reading
-def _is_local(uri: str) -> bool:
-    return "://" not in uri or uri.startswith("file://")
+class _Checkpoint(Protocol):
+    """What the command reads of a checkpoint beside the coordinator logs."""
+
+    def read(self, name: str) -> bytes | None: ...
+    def list_directories(self, directory: str) -> list[str]: ...
+    def list(self, directory: str) -> list[str]: ...
 
 
-def _local_path(uri: str) -> str:
-    return uri.removeprefix("file://")
+def _browse(uri: str) -> _Checkpoint:
+    """Return a reader of a checkpoint: the log's own store, else a read-only pyarrow view."""
+    try:
+        return open_store(uri)
+    except ConfigurationError:
+        return PyArrowFileStore(uri)  # hdfs://, gs://...: status reads, changes are refused
 
 
-def _store(uri: str) -> LogStore:
-    return LocalFileStore(_local_path(uri)) if _is_local(uri) else PyArrowFileStore(uri)
+def _store(uri: str, *, writable: bool) -> LogStore:
+    """Return the store of a coordinator log; one that only reads unless ``writable``."""
+    try:
+        return open_store(uri)
+    except ConfigurationError:
+        if writable:
+            raise  # no proven create-if-absent there: the message says why and what to do
+        return PyArrowFileStore(uri)
 
 
-def _browse(uri: str) -> PyArrowFileStore:
-    if _is_local(uri):
-        import os
-
-        return PyArrowFileStore("file://" + os.path.abspath(_local_path(uri)))
-    return PyArrowFileStore(uri)
-
-
-def _query_id(checkpoint: PyArrowFileStore) -> str | None:
+def _query_id(checkpoint: _Checkpoint) -> str | None:
     raw = checkpoint.read("metadata")
     if not raw:
         return None
@@ -82,7 +88,9 @@ def _query_id(checkpoint: PyArrowFileStore) -> str | None:
     return str(found) if found else None
 
 
-def _find_sinks(checkpoint: str, sink: str | None, query_id: str | None) -> list[_Sink]:
+def _find_sinks(
+    checkpoint: str, sink: str | None, query_id: str | None, *, writable: bool = False
+) -> list[_Sink]:
     root = _browse(checkpoint)
     names = root.list_directories("twophase")
     if sink is not None:
@@ -111,7 +119,9 @@ def _find_sinks(checkpoint: str, sink: str | None, query_id: str | None) -> list
             )
         identity = SinkIdentity(name, chosen)
         location = identity.log_location(checkpoint)
-        log = CoordinatorLog(_store(location), sink=name, identity=identity.token)
+        log = CoordinatorLog(
+            _store(location, writable=writable), sink=name, identity=identity.token
+        )
         log.load()
         found.append(_Sink(name, chosen, identity.token, log))
     return found
@@ -305,7 +315,7 @@ def _audit(reason: str | None) -> dict[str, Any]:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    (sink,) = _find_sinks(args.checkpoint, args.sink, args.query_id)
+    (sink,) = _find_sinks(args.checkpoint, args.sink, args.query_id, writable=True)
     state = sink.state
     batch = args.batch
     if state.is_committed(batch) or batch not in state.intents or batch in state.decided:

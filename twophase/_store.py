@@ -1,23 +1,42 @@
-"""Where the coordinator log's files live: a local directory, or Spark's checkpoint file system.
+"""Where the coordinator log's files live: local disk, S3, or Spark's checkpoint file system.
 
-Both stores write every file atomically (a file is either absent or complete) and
-can create a file only if it does not exist yet, which the log's commit decision
-and epoch claims rely on. :class:`LocalFileStore` uses plain files with fsync and
-rename (tests, local checkpoints); :class:`HadoopFileStore` uses Spark's
-``CheckpointFileManager`` through the driver's JVM, so the log is as durable as
-Spark's own offset log on every file system Spark can checkpoint to.
+Every store writes each file atomically (a file is either absent or complete)
+and can create a file only if it does not exist yet, which the log's commit
+decision and epoch claims rely on. :class:`LocalFileStore` uses plain files
+with fsync, rename and link (tests, local checkpoints); :class:`S3FileStore`
+(``_store_s3.py``) uses S3's conditional writes; :class:`HadoopFileStore` uses
+Spark's ``CheckpointFileManager`` through the driver's JVM, so the log is as
+durable as Spark's own offset log on every file system Spark can checkpoint to.
+
+:func:`open_store` picks the store of a URI without the JVM, and refuses the
+file systems where no atomic create-if-absent is proven without it
+(``docs/storage.md``). :class:`PyArrowFileStore` only reads, for the
+``twophase`` command on those.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from typing import Any, Protocol
 
-from .errors import CoordinatorLogError
+from ._store_s3 import S3_SCHEMES, S3FileStore
+from .errors import ConfigurationError, CoordinatorLogError
 
-__all__ = ["HadoopFileStore", "LocalFileStore", "LogStore", "PyArrowFileStore"]
+__all__ = [
+    "HadoopFileStore",
+    "LocalFileStore",
+    "LogStore",
+    "PyArrowFileStore",
+    "S3FileStore",
+    "open_store",
+]
+
+# A URI has a scheme of two or more characters followed by ":/" (hdfs:/a, file:///a, s3a://b/a);
+# anything else is a local path (C:/a too).
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")
 
 
 class LogStore(Protocol):
@@ -106,6 +125,14 @@ class LocalFileStore:
                 return fh.read()
         except FileNotFoundError:
             return None
+
+    def list_directories(self, directory: str) -> list[str]:
+        """List the sub-directory names of ``directory``; [] if it does not exist."""
+        try:
+            with os.scandir(self._path(directory)) as entries:
+                return sorted(e.name for e in entries if e.is_dir() and e.name[0] != ".")
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def list(self, directory: str) -> list[str]:
         """List file names in ``directory`` (see :class:`LogStore`)."""
@@ -222,18 +249,82 @@ class HadoopFileStore:
         self._manager.delete(self._path(name))
 
 
-class PyArrowFileStore:
-    """A :class:`LogStore` through ``pyarrow.fs``, for tools that run without Spark.
+def _refusal(uri: str, scheme: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"the coordinator log cannot live at {uri} without the JVM: twophase has no proven "
+        f"atomic create-if-absent on {scheme}:// of its own, and the log's commit decision and "
+        "epoch fencing rely on one (two runs racing must not both create the same record). "
+        "Without the JVM the log lives on local disk (a path or file:) or on S3 (s3://, s3a://, "
+        f"through conditional writes). The classic foreachBatch path supports {scheme}:// "
+        "wherever Spark itself can checkpoint there: its log goes through Spark's "
+        "CheckpointFileManager in the driver's JVM, like Spark's own offset log. See "
+        "docs/storage.md",
+        setting="checkpoint_location",
+    )
 
-    Any URI ``pyarrow.fs.FileSystem.from_uri`` understands (``s3://``,
-    ``gs://``, ``hdfs://``, ``file://``). A file is written under a temporary
-    name and moved into place: atomic on local and HDFS file systems; on object
-    stores a move is a copy, but an object appears whole or not at all.
+
+def _local_path(uri: str) -> str:
+    """Return the local path of ``file:/a``, ``file:///a`` or ``file://localhost/a``."""
+    rest = uri[len("file:") :]
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            raise ConfigurationError(
+                f"{uri!r} names the host {host!r}: a file: URI of the coordinator log must be "
+                "local (file:/path or file:///path)",
+                setting="checkpoint_location",
+            )
+        rest = slash + path
+    return rest
+
+
+def open_store(uri: str) -> LocalFileStore | S3FileStore:
+    """Return the store of a coordinator log at ``uri``, without the JVM.
+
+    Only stores with a proven atomic create-if-absent are opened: a local
+    directory (hard links) and S3 or an S3-compatible store (conditional
+    writes). Every other file system is refused: it is supported only by the
+    classic foreachBatch path, through Spark's ``CheckpointFileManager``.
 
     Parameters
     ----------
     uri
-        Directory of the log.
+        The log's directory: a local path, ``file:/path``, ``file:///path``,
+        ``s3://bucket/prefix`` or ``s3a://bucket/prefix``.
+
+    Returns
+    -------
+    LogStore
+        A :class:`LocalFileStore` or an :class:`S3FileStore`.
+
+    Raises
+    ------
+    ConfigurationError
+        Any other scheme (``hdfs``, ``gs``, ``abfs``, ``wasb``...), naming it and why.
+    """
+    match = _SCHEME.match(uri)
+    if match is None:
+        return LocalFileStore(uri)
+    scheme = match.group(1).lower()
+    if scheme == "file":
+        return LocalFileStore(_local_path(uri))
+    if scheme in S3_SCHEMES:
+        return S3FileStore(uri)
+    raise _refusal(uri, scheme)
+
+
+class PyArrowFileStore:
+    """A read-only view of a checkpoint through ``pyarrow.fs``, for the ``twophase`` command.
+
+    Reads any URI ``pyarrow.fs.FileSystem.from_uri`` understands (``gs://``,
+    ``hdfs://``, ...), so that ``twophase status`` works on checkpoints that
+    :func:`open_store` refuses. It never writes: pyarrow offers no atomic
+    create-if-absent there, so :meth:`write` and :meth:`delete` refuse.
+
+    Parameters
+    ----------
+    uri
+        Directory to read.
     """
 
     def __init__(self, uri: str) -> None:
@@ -250,22 +341,41 @@ class PyArrowFileStore:
         return self._uri
 
     def _path(self, name: str) -> str:
-        return f"{self._root}/{name}"
+        return f"{self._root}/{name}" if name else self._root
 
-    def _exists(self, path: str) -> bool:
-        return bool(self._fs.get_file_info(path).type != self._pafs.FileType.NotFound)
+    def _read_only(self) -> ConfigurationError:
+        match = _SCHEME.match(self._uri)
+        return _refusal(self._uri, match.group(1).lower() if match else "this file system")
 
     def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
-        """Write ``data`` to ``name`` (see :class:`LogStore`)."""
-        path = self._path(name)
-        if not overwrite and self._exists(path):
-            return False
-        self._fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        tmp = f"{path.rsplit('/', 1)[0]}/.tmp-{os.getpid()}-{path.rsplit('/', 1)[1]}"
-        with self._fs.open_output_stream(tmp) as out:
-            out.write(data)
-        self._fs.move(tmp, path)
-        return True
+        """Refuse: this store only reads (:func:`open_store` says where the log can be written).
+
+        Raises
+        ------
+        ConfigurationError
+            Always.
+        """
+        raise self._read_only()
+
+    def delete(self, name: str) -> None:
+        """Refuse, like :meth:`write`.
+
+        Raises
+        ------
+        ConfigurationError
+            Always.
+        """
+        raise self._read_only()
+
+    def delete_tree(self, directory: str) -> None:
+        """Refuse, like :meth:`write`.
+
+        Raises
+        ------
+        ConfigurationError
+            Always.
+        """
+        raise self._read_only()
 
     def list_directories(self, directory: str) -> list[str]:
         """List the sub-directory names of ``directory``; [] if it does not exist."""
@@ -279,7 +389,7 @@ class PyArrowFileStore:
     def read(self, name: str) -> bytes | None:
         """Read ``name``, or None (see :class:`LogStore`)."""
         path = self._path(name)
-        if not self._exists(path):
+        if self._fs.get_file_info(path).type == self._pafs.FileType.NotFound:
             return None
         with self._fs.open_input_stream(path) as stream:
             return bytes(stream.read())
@@ -289,9 +399,3 @@ class PyArrowFileStore:
         selector = self._pafs.FileSelector(self._path(directory), allow_not_found=True)
         names = [info.base_name for info in self._fs.get_file_info(selector)]
         return [n for n in names if not n.startswith(".") and not n.endswith(".crc")]
-
-    def delete(self, name: str) -> None:
-        """Delete ``name`` if present (see :class:`LogStore`)."""
-        path = self._path(name)
-        if self._exists(path):
-            self._fs.delete_file(path)
