@@ -34,7 +34,7 @@ from ._hooks import AnySink, CoordinatedHooks, MarkerHooks, as_coordinated, as_m
 from ._log import CoordinatorLog
 from ._metrics import BatchMetrics
 from ._participant import TaskPlan
-from ._replay import match_markers
+from ._replay import legacy_versions, match_markers
 from ._types import (
     CommitProtocol,
     Fingerprint,
@@ -413,7 +413,14 @@ class Coordinator:
                 )
             elif markers:
                 replayed = execution.fingerprints()
-                skip, expected = match_markers(markers, replayed, sink=sink.name, batch_id=batch_id)
+                legacy = legacy_versions(markers, sink=sink.name, batch_id=batch_id)
+                skip, expected = match_markers(
+                    markers,
+                    replayed,
+                    sink=sink.name,
+                    batch_id=batch_id,
+                    legacy=[execution.fingerprints(version) for version in legacy],
+                )
                 _log.info(
                     "sink %s: replay of batch %d: %d partition(s) already committed, %d to write",
                     sink.name,

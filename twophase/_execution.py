@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ._hooks import AnySink
 from ._participant import TaskPlan, TaskResult
-from ._types import Fingerprint
+from ._types import FINGERPRINT_VERSION, Fingerprint
 
 __all__ = ["COORDINATED_STEPS", "MARKER_STEPS", "BatchExecution", "StepListener"]
 
@@ -75,8 +75,15 @@ class BatchExecution(Protocol):
         """Delete a staged copy once its batch is committed."""
         ...
 
-    def fingerprints(self) -> dict[int, Fingerprint]:
-        """Fingerprint every non-empty partition, pinning the layout for the write."""
+    def fingerprints(self, version: int = FINGERPRINT_VERSION) -> dict[int, Fingerprint]:
+        """Fingerprint every non-empty partition, pinning the layout for the write.
+
+        Parameters
+        ----------
+        version
+            The fingerprint algorithm: an earlier one only to compare with
+            markers written by an earlier release.
+        """
         ...
 
     def run_participants(self, sink: AnySink, plan: TaskPlan) -> list[TaskResult]:

@@ -28,7 +28,7 @@ from ._types import (
     TaskContext,
     TransactionHandle,
 )
-from .errors import NondeterministicBatchError, TwoPhaseError
+from .errors import AbortRequiredError, NondeterministicBatchError, TwoPhaseError
 
 __all__ = ["TaskPlan", "TaskResult", "run_participant"]
 
@@ -234,7 +234,7 @@ def _run_markers(
         mine = _committed_by_others(sink, plan, ctx)
         if mine:
             buffered = [b for b in batches if b.num_rows]
-            if _already_committed(mine, fingerprint_batches(buffered), plan, ctx):
+            if _already_committed(mine, fingerprint_batches(buffered), plan, ctx, buffered):
                 return TaskResult(ctx.partition_id, ctx.attempt, 0, skipped=True)
     first, rest = _first_non_empty(batches)
     if first is None:
@@ -284,10 +284,23 @@ def _committed_by_others(sink: MarkerHooks, plan: TaskPlan, ctx: TaskContext) ->
 
 
 def _already_committed(
-    mine: list[Marker], fingerprint: Fingerprint, plan: TaskPlan, ctx: TaskContext
+    mine: list[Marker],
+    fingerprint: Fingerprint,
+    plan: TaskPlan,
+    ctx: TaskContext,
+    rows: list[pa.RecordBatch] | None = None,
 ) -> bool:
-    """Say whether another attempt committed these rows; raise when it committed other rows."""
-    if any(m.fingerprint == fingerprint for m in mine):
+    """Say whether another attempt committed these rows; raise when it committed other rows.
+
+    A marker of another release (another fingerprint version) is compared with
+    ``rows`` fingerprinted by its version; without ``rows`` (streamed, not kept)
+    the task fails so that its retry, which keeps them, compares.
+    """
+    ours = {fingerprint.version: fingerprint}
+    if rows is not None:
+        for version in {m.fingerprint.version for m in mine} - set(ours):
+            ours[version] = fingerprint_batches(rows, version)
+    if any(ours.get(m.fingerprint.version) == m.fingerprint for m in mine):
         _log.info(
             "sink %s: batch %d partition %d was committed by attempt %d meanwhile; skipping it",
             plan.sink_name,
@@ -296,6 +309,14 @@ def _already_committed(
             mine[0].attempt,
         )
         return True
+    earlier = [m for m in mine if m.fingerprint.version not in ours]
+    if earlier:
+        raise AbortRequiredError(
+            f"attempt {earlier[0].attempt} of partition {ctx.partition_id}, run by another "
+            f"release of twophase, committed since the batch started (fingerprint "
+            f"{earlier[0].fingerprint}); this attempt did not keep its rows to compare them "
+            "with that fingerprint version, so it aborts and the task's retry compares them"
+        )
     raise NondeterministicBatchError(
         f"attempt {ctx.attempt} of partition {ctx.partition_id} computed rows "
         f"(fingerprint {fingerprint}) that differ from those attempt "

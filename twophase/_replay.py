@@ -2,7 +2,9 @@
 
 The coordinator reads the markers of a batch that was started before and matches
 their fingerprints, as a multiset, with the fingerprints of the replayed
-partitions, before anything is written.
+partitions, before anything is written. Markers written by an earlier release
+carry an earlier fingerprint version: the replayed partitions are then
+fingerprinted by that version too, for those markers only.
 """
 
 from __future__ import annotations
@@ -10,28 +12,72 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from ._types import Fingerprint, Marker
-from .errors import NondeterministicBatchError
+from ._types import FINGERPRINT_VERSION, FINGERPRINT_VERSIONS, Fingerprint, Marker
+from .errors import ConfigurationError, NondeterministicBatchError
 
-__all__ = ["match_markers"]
+__all__ = ["legacy_versions", "match_markers"]
+
+
+def legacy_versions(markers: Sequence[Marker], *, sink: str, batch_id: int) -> list[int]:
+    """Return the earlier fingerprint versions among ``markers`` (written by earlier releases).
+
+    Parameters
+    ----------
+    markers
+        Markers of the batch's committed partitions.
+    sink, batch_id
+        For the error message.
+
+    Returns
+    -------
+    list of int
+        Versions other than the current one, ascending.
+
+    Raises
+    ------
+    ConfigurationError
+        A marker has a version this release cannot compute (a newer release
+        wrote it).
+    """
+    versions = {m.fingerprint.version for m in markers}
+    unknown = sorted(versions - set(FINGERPRINT_VERSIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"the markers of batch {batch_id} were written with fingerprint version(s) "
+            f"{unknown}, which this release of twophase cannot compute to check the replay: "
+            "a newer release ran this query. Run the query with that release again",
+            sink=sink,
+            batch_id=batch_id,
+        )
+    return sorted(versions - {FINGERPRINT_VERSION})
 
 
 def match_markers(
-    markers: Sequence[Marker], replayed: Mapping[int, Fingerprint], *, sink: str, batch_id: int
+    markers: Sequence[Marker],
+    replayed: Mapping[int, Fingerprint],
+    *,
+    sink: str,
+    batch_id: int,
+    legacy: Sequence[Mapping[int, Fingerprint]] = (),
 ) -> tuple[frozenset[int], dict[int, Fingerprint]]:
     """Match committed markers with the fingerprints of a replayed batch.
 
     Fingerprints are compared as multisets: every committed fingerprint must be
-    found among the replayed partitions (as many times as it was committed).
+    found among the replayed partitions (as many times as it was committed),
+    each replayed partition standing for at most one marker.
 
     Parameters
     ----------
     markers
         Markers of the batch's committed partitions.
     replayed
-        Partition id -> fingerprint of the replay's non-empty partitions.
+        Partition id -> fingerprint of the replay's non-empty partitions (the
+        current version).
     sink, batch_id
         For the error message.
+    legacy
+        The same partitions fingerprinted by each of :func:`legacy_versions`,
+        for the markers of earlier releases.
 
     Returns
     -------
@@ -48,12 +94,17 @@ def match_markers(
     by_fingerprint: dict[Fingerprint, list[int]] = {}
     # Prefer skipping the partition that committed those rows under the same
     # id, so that a partition written now never reuses a committed (id, rows).
-    for pid in sorted(replayed, key=lambda p: ((p, replayed[p]) not in committed_at, p)):
-        by_fingerprint.setdefault(replayed[pid], []).append(pid)
+    for fingerprints in (replayed, *legacy):
+        for pid in sorted(
+            fingerprints, key=lambda p: ((p, fingerprints[p]) not in committed_at, p)
+        ):
+            by_fingerprint.setdefault(fingerprints[pid], []).append(pid)
     skip: set[int] = set()
     missing: list[tuple[Fingerprint, int]] = []
     for fingerprint, count in sorted(committed.items()):
-        candidates = by_fingerprint.get(fingerprint, [])
+        # Equal rows have equal fingerprints in every version: a partition
+        # taken for a marker of one version is not there for another.
+        candidates = [p for p in by_fingerprint.get(fingerprint, []) if p not in skip]
         if len(candidates) < count:
             missing.append((fingerprint, count - len(candidates)))
         skip.update(candidates[:count])

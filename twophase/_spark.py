@@ -27,7 +27,7 @@ from ._participant import TaskPlan, TaskResult, run_participant
 from ._runtime import runtime_of
 from ._serde import dumps, loads
 from ._store import HadoopFileStore, LocalFileStore, LogStore
-from ._types import Fingerprint, SinkContext
+from ._types import FINGERPRINT_VERSION, Fingerprint, SinkContext
 from .errors import ConfigurationError, UnsafeConfigurationError
 
 if TYPE_CHECKING:
@@ -280,15 +280,18 @@ def _participant_fn(sink: AnySink, plan: TaskPlan) -> _ArrowFn:
     return run
 
 
-def _fingerprint_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    from pyspark import TaskContext as SparkTaskContext
+def _fingerprint_fn(version: int) -> _ArrowFn:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext as SparkTaskContext
 
-    task = SparkTaskContext.get()
-    assert task is not None
-    fingerprint = fingerprint_batches(batches)
-    yield pa.RecordBatch.from_pylist(
-        [{"result": dumps((task.partitionId(), fingerprint))}], schema=_RESULT_SCHEMA
-    )
+        task = SparkTaskContext.get()
+        assert task is not None
+        fingerprint = fingerprint_batches(batches, version)
+        yield pa.RecordBatch.from_pylist(
+            [{"result": dumps((task.partitionId(), fingerprint))}], schema=_RESULT_SCHEMA
+        )
+
+    return run
 
 
 class SparkBatchExecution:
@@ -353,12 +356,12 @@ class SparkBatchExecution:
         fs, path = self._fs(location)
         fs.delete(path, True)
 
-    def fingerprints(self) -> dict[int, Fingerprint]:
-        """Fingerprint every non-empty partition; persists the batch for the write."""
+    def fingerprints(self, version: int = FINGERPRINT_VERSION) -> dict[int, Fingerprint]:
+        """Fingerprint every non-empty partition by ``version``; persists the batch to write it."""
         if not self._persisted:
             self.df = self.df.persist()
             self._persisted = True
-        rows = self.df.mapInArrow(_fingerprint_fn, "result binary").collect()
+        rows = self.df.mapInArrow(_fingerprint_fn(version), "result binary").collect()
         result: dict[int, Fingerprint] = {}
         for row in rows:
             partition_id, fingerprint = loads(row[0])

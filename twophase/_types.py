@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass, field
 
 __all__ = [
+    "FINGERPRINT_VERSION",
+    "FINGERPRINT_VERSIONS",
     "CommitProtocol",
     "Fingerprint",
     "Marker",
@@ -19,6 +21,11 @@ __all__ = [
     "TransactionHandle",
     "parse_transaction_id",
 ]
+
+#: The fingerprint algorithm new markers are written with (:attr:`Fingerprint.version`).
+FINGERPRINT_VERSION = 2
+#: Every algorithm this release can compute: markers of earlier releases carry version 1.
+FINGERPRINT_VERSIONS = (1, 2)
 
 
 class CommitProtocol(enum.StrEnum):
@@ -123,19 +130,29 @@ class Fingerprint:
     fingerprints, whatever the row order. ``digest`` is the sum modulo 2**64 of
     a 64-bit hash of every row.
 
+    Fingerprints are stored in markers and compared on replay, so the row hash
+    is versioned: ``version`` names the algorithm, and fingerprints of different
+    versions never compare equal. A replay compares a marker with the replayed
+    rows fingerprinted by the marker's own version.
+
     Attributes
     ----------
     count
         Number of rows.
     digest
         Sum of the 64-bit row hashes, modulo 2**64.
+    version
+        The row hash algorithm: 2 since the vectorised hash of long values, 1
+        for markers written before (they are still read and compared).
     """
 
     count: int
     digest: int
+    version: int = FINGERPRINT_VERSION
 
     def __str__(self) -> str:
-        return f"{self.count}:{self.digest:016x}"
+        text = f"{self.count}:{self.digest:016x}"
+        return text if self.version == 1 else f"v{self.version}:{text}"
 
     @classmethod
     def parse(cls, text: str) -> Fingerprint:
@@ -144,15 +161,27 @@ class Fingerprint:
         Parameters
         ----------
         text
-            ``"<count>:<16 hex digits>"``.
+            ``"v<version>:<count>:<16 hex digits>"``, or ``"<count>:<16 hex
+            digits>"`` for version 1 (markers written before versions).
 
         Returns
         -------
         Fingerprint
             The parsed fingerprint.
+
+        Examples
+        --------
+        >>> Fingerprint.parse("v2:3:00000000000000ff")
+        Fingerprint(count=3, digest=255, version=2)
+        >>> Fingerprint.parse("3:00000000000000ff").version
+        1
         """
+        version = 1
+        if text.startswith("v"):
+            tag, _, text = text.partition(":")
+            version = int(tag[1:])
         count, _, digest = text.partition(":")
-        return cls(int(count), int(digest, 16))
+        return cls(int(count), int(digest, 16), version)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from .._serde import dumps, loads
 from .._sink_coordinated import TwoPhaseCommitSink
 from .._sink_markers import MarkerCommitSink
 from .._store import LocalFileStore
-from .._types import Fingerprint, SinkContext
+from .._types import FINGERPRINT_VERSION, Fingerprint, SinkContext
 from ._crash import CrashAt
 
 __all__ = ["AnySinkLike", "LocalRunner", "PartitionsLike", "install_step_listener"]
@@ -116,10 +116,10 @@ class _LocalExecution:
     def drop_staged(self, location: str) -> None:
         shutil.rmtree(location, ignore_errors=True)
 
-    def fingerprints(self) -> dict[int, Fingerprint]:
+    def fingerprints(self, version: int = FINGERPRINT_VERSION) -> dict[int, Fingerprint]:
         result = {}
         for index, part in enumerate(self.partitions):
-            fp = fingerprint_batches(part)
+            fp = fingerprint_batches(part, version)
             if fp.count:
                 result[index] = fp
         return result

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 from jdbc_support import PgTarget, id_batch
 
-from twophase import Fingerprint, Marker, RecoveryContext, SinkContext, TaskContext
+from twophase import (
+    Fingerprint,
+    Marker,
+    RecoveryContext,
+    SinkContext,
+    TaskContext,
+    fingerprint_batches,
+)
 from twophase.connectors.jdbc import (
     PostgresHandle,
     PostgresMarkerSink,
@@ -21,7 +28,7 @@ from twophase.connectors.jdbc import (
 )
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.errors import AbortRequiredError, ConfigurationError, FatalError
-from twophase.testing import LocalRunner, assert_exactly_once
+from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 
 pytestmark = pytest.mark.integration
 
@@ -200,6 +207,31 @@ def test_markers_are_written_read_and_pruned(pg_b: PgTarget, table: str) -> None
     assert_exactly_once(pg_b.ids(table), [b * 10 + p for b in range(7) for p in range(2)])
     assert list(sink.list_in_doubt(RecoveryContext(identity, 2))) == []
     pg_b.sql("DROP TABLE it_markers")
+
+
+def test_markers_of_the_release_before_fingerprint_versions_still_match_a_replay(
+    pg_b: PgTarget, table: str
+) -> None:
+    create_ids_table(pg_b, table)
+    sink = pg_b.sink("markers", table, marker_table="it_markers_v1")
+    runner = LocalRunner(sink)
+    parts = [[id_batch([1, 2], payload=lambda i: f"{i:03d}" * 20)], [id_batch([3])]]
+    runner.crash_at("phase1_done", 0)
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, parts)
+    identity = runner.identity.token
+    for partition, batches in enumerate(parts):  # as that release stored them: "2:<digest>"
+        old = str(fingerprint_batches(batches, version=1))
+        pg_b.sql(
+            "UPDATE it_markers_v1 SET fingerprint = %s WHERE identity = %s AND partition_id = %s",
+            (old, identity, partition),
+        )
+    assert {m.fingerprint.version for m in sink.read_markers(identity, 0)} == {1}
+    runner.restart()
+    metrics = runner.run_batch(0, parts)
+    assert metrics.skipped_partitions == 2
+    assert_exactly_once(pg_b.ids(table), [1, 2, 3])
+    pg_b.sql("DROP TABLE it_markers_v1")
 
 
 def test_marker_commit_is_not_repeated_and_abort_of_committed_keeps_it(

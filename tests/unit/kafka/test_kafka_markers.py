@@ -21,7 +21,9 @@ markers = st.builds(
     batch_id=st.integers(0, 2**62),
     partition_id=st.integers(0, 100_000),
     attempt=st.integers(0, 1000),
-    fingerprint=st.builds(Fingerprint, st.integers(0, 2**40), st.integers(0, 2**64 - 1)),
+    fingerprint=st.builds(
+        Fingerprint, st.integers(0, 2**40), st.integers(0, 2**64 - 1), st.sampled_from((1, 2))
+    ),
 )
 
 
@@ -61,3 +63,11 @@ def test_invalid_marker_values_raise_a_named_error(value: bytes) -> None:
 def test_markers_of_another_format_version_ask_for_an_upgrade() -> None:
     with pytest.raises(CoordinatorLogError, match="Upgrade twophase"):
         decode_marker(b'{"v": 99}')
+
+
+def test_a_marker_of_the_release_before_fingerprint_versions_reads_as_version_1() -> None:
+    value = (
+        b'{"attempt":0,"batch":7,"fingerprint":"3:00000000000000ff","identity":"q.0123456789abcdef",'
+        b'"partition":2,"records":3,"transactional_id":"twophase-q-2","v":1}'
+    )
+    assert decode_marker(value).fingerprint == Fingerprint(3, 255, version=1)
