@@ -11,24 +11,22 @@ checks a replay, and then over a persisted copy).
 from __future__ import annotations
 
 import json
-import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
+from . import _connect
 from ._coordinator import Coordinator
-from ._fingerprint import fingerprint_batches
+from ._dataframe import (
+    DataFrameExecution,
+    check_speculation,
+    current_coordinator,
+    new_coordinator,
+)
 from ._hooks import AnySink
-from ._identity import SinkIdentity
-from ._log import CoordinatorLog
-from ._participant import TaskPlan, TaskResult, run_participant
 from ._runtime import runtime_of
-from ._serde import dumps, loads
 from ._store import HadoopFileStore, LocalFileStore, LogStore
-from ._types import FINGERPRINT_VERSION, Fingerprint, SinkContext
-from .errors import ConfigurationError, UnsafeConfigurationError
+from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -36,47 +34,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SparkBatchExecution", "run_foreach_batch", "write_stream"]
 
-_log = logging.getLogger("twophase.spark")
-
 _QUERY_ID_KEY = "sql.streaming.queryId"
 # One id per Python driver process; combined with the query id it names a run
 # when Spark does not expose its own run id to foreachBatch.
 _PROCESS_RUN = uuid.uuid4().hex
-
-
-def _conf(spark: Any, key: str, default: str) -> str:
-    value = spark.sparkContext.getConf().get(key, None)
-    if value is None:
-        try:
-            value = spark.conf.get(key, default)
-        except Exception:
-            value = default
-    return str(value)
-
-
-def check_speculation(spark: Any, sink_name: str, batch_id: int | None = None) -> None:
-    """Refuse ``spark.speculation=true``.
-
-    Two speculative attempts of one partition would both open a transaction
-    (and, under protocol A, both prepare and hold locks). Neither protocol is
-    proven safe under it, so it is refused.
-
-    Parameters
-    ----------
-    spark
-        The session.
-    sink_name, batch_id
-        For the message.
-    """
-    if _conf(spark, "spark.speculation", "false").strip().lower() == "true":
-        raise UnsafeConfigurationError(
-            "spark.speculation=true is not supported: speculative task attempts would "
-            "write the same partition twice. Set spark.speculation=false for this "
-            "application (or run the sink in an application of its own)",
-            sink=sink_name,
-            batch_id=batch_id,
-            setting="spark.speculation",
-        )
 
 
 def _sessions(spark: Any) -> Iterator[Any]:
@@ -215,24 +176,18 @@ def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator
             batch_id=batch_id,
         )
     run_id = f"{_PROCESS_RUN}:{query_id}"
-    runtime = runtime_of(sink)
-    current = runtime.coordinator
-    if (
-        current is not None
-        and current.context.query_id == query_id
-        and current.context.run_id == run_id
-        and not current.failed
-    ):
+    current = current_coordinator(sink, query_id, run_id)
+    if current is not None:
         return current
     check_speculation(spark, sink.name, batch_id)
     checkpoint = _resolve_checkpoint(sink, spark, query_id, batch_id)
-    identity = SinkIdentity(sink.name, query_id)
-    location = identity.log_location(checkpoint)
-    log = CoordinatorLog(log_store(spark, location), sink=sink.name, identity=identity.token)
-    context = SinkContext(sink.name, identity.token, query_id, run_id, location)
-    coordinator = runtime.coordinator = Coordinator(log, context, on_step=runtime.on_step)
-    _log.info("sink %s: identity %s, coordinator log at %s", sink.name, identity.token, location)
-    return coordinator
+    return new_coordinator(
+        sink,
+        query_id=query_id,
+        run_id=run_id,
+        checkpoint=checkpoint,
+        open_store=lambda location: log_store(spark, location),
+    )
 
 
 def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int) -> None:
@@ -243,59 +198,20 @@ def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int) -> None:
     sink
         The sink.
     df
-        The micro-batch DataFrame.
+        The micro-batch DataFrame: classic, or Spark Connect's (then the sink
+        runs in the Connect server's ``foreachBatch`` worker, without py4j).
     batch_id
         The micro-batch id.
     """
+    if _connect.is_connect(df):
+        _connect.run_foreach_batch(sink, df, batch_id)
+        return
     _coordinator_for(sink, df, batch_id)
     runtime_of(sink).run_batch(sink, SparkBatchExecution(df, batch_id))
 
 
-def _arrow_schema(df: DataFrame) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    spark = df.sparkSession
-    timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
-    large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
-    return to_arrow_schema(
-        df.schema, timezone=timezone, prefers_large_types=str(large).lower() == "true"
-    )
-
-
-_RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
-
-
-_ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
-
-
-def _participant_fn(sink: AnySink, plan: TaskPlan) -> _ArrowFn:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext as SparkTaskContext
-
-        task = SparkTaskContext.get()
-        assert task is not None
-        result = run_participant(sink, plan, task.partitionId(), task.attemptNumber(), batches)
-        yield pa.RecordBatch.from_pylist([{"result": dumps(result)}], schema=_RESULT_SCHEMA)
-
-    return run
-
-
-def _fingerprint_fn(version: int) -> _ArrowFn:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext as SparkTaskContext
-
-        task = SparkTaskContext.get()
-        assert task is not None
-        fingerprint = fingerprint_batches(batches, version)
-        yield pa.RecordBatch.from_pylist(
-            [{"result": dumps((task.partitionId(), fingerprint))}], schema=_RESULT_SCHEMA
-        )
-
-    return run
-
-
-class SparkBatchExecution:
-    """A micro-batch DataFrame seen by the coordinator (:class:`~twophase.BatchExecution`).
+class SparkBatchExecution(DataFrameExecution):
+    """A classic micro-batch DataFrame; staged copies go through Hadoop's file system.
 
     Parameters
     ----------
@@ -306,19 +222,8 @@ class SparkBatchExecution:
     """
 
     def __init__(self, df: DataFrame, batch_id: int) -> None:
-        self.df = df
-        self._batch_id = batch_id
-        self._persisted = False
+        super().__init__(df, batch_id)
         self._partitions: int | None = None  # cached: df.rdd costs a planning round trip
-
-    @property
-    def batch_id(self) -> int:
-        """Return the micro-batch id."""
-        return self._batch_id
-
-    def schema(self) -> pa.Schema:
-        """Return the Arrow schema the participants receive."""
-        return _arrow_schema(self.df)
 
     def num_partitions(self) -> int:
         """Return the number of partitions of the batch."""
@@ -344,42 +249,13 @@ class SparkBatchExecution:
         reused, so a replay sees exactly the rows of the first run.
         """
         fs, path = self._fs(location)
-        success = path.suffix("/_SUCCESS")
-        spark = self.df.sparkSession
-        if not fs.exists(success):
-            self.df.write.mode("overwrite").parquet(location)
-        self.df = spark.read.parquet(location)
+        self._read_staged(location, bool(fs.exists(path.suffix("/_SUCCESS"))))
         self._partitions = None
 
     def drop_staged(self, location: str) -> None:
         """Delete the staged copy of a committed batch."""
         fs, path = self._fs(location)
         fs.delete(path, True)
-
-    def fingerprints(self, version: int = FINGERPRINT_VERSION) -> dict[int, Fingerprint]:
-        """Fingerprint every non-empty partition by ``version``; persists the batch to write it."""
-        if not self._persisted:
-            self.df = self.df.persist()
-            self._persisted = True
-        rows = self.df.mapInArrow(_fingerprint_fn(version), "result binary").collect()
-        result: dict[int, Fingerprint] = {}
-        for row in rows:
-            partition_id, fingerprint = loads(row[0])
-            if fingerprint.count:
-                result[partition_id] = fingerprint
-        return result
-
-    def run_participants(self, sink: AnySink, plan: TaskPlan) -> list[TaskResult]:
-        """Run phase 1: one participant per partition, in one Spark job."""
-        fn = _participant_fn(sink, plan)
-        rows = self.df.mapInArrow(fn, "result binary").collect()
-        return [loads(row[0]) for row in rows]
-
-    def close(self) -> None:
-        """Unpersist the batch if the replay check persisted it."""
-        if self._persisted:
-            self.df.unpersist()
-            self._persisted = False
 
 
 def write_stream(

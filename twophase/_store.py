@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import tempfile
 from typing import Any, Protocol
 
@@ -61,6 +62,10 @@ class LogStore(Protocol):
 
     def delete(self, name: str) -> None:
         """Delete a file if it exists."""
+        ...
+
+    def delete_tree(self, directory: str) -> None:
+        """Delete a directory and everything below it, if it exists."""
         ...
 
 
@@ -146,6 +151,10 @@ class LocalFileStore:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(name))
 
+    def delete_tree(self, directory: str) -> None:
+        """Delete ``directory`` recursively if present (see :class:`LogStore`)."""
+        shutil.rmtree(self._path(directory), ignore_errors=True)
+
 
 # Spark moved CheckpointFileManager between releases; try the newest first.
 _CFM_CLASSES = (
@@ -173,6 +182,7 @@ class HadoopFileStore:
         jvm = spark.sparkContext._jvm
         self._jvm = jvm
         conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._conf = conf
         manager_cls = None
         for name in _CFM_CLASSES:
             try:
@@ -247,6 +257,11 @@ class HadoopFileStore:
     def delete(self, name: str) -> None:
         """Delete ``name`` if present (see :class:`LogStore`)."""
         self._manager.delete(self._path(name))
+
+    def delete_tree(self, directory: str) -> None:
+        """Delete ``directory`` recursively if present (see :class:`LogStore`)."""
+        path = self._path(directory)
+        path.getFileSystem(self._conf).delete(path, True)
 
 
 def _refusal(uri: str, scheme: str) -> ConfigurationError:

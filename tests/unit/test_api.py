@@ -27,7 +27,7 @@ from twophase import (
     UnsafeConfigurationError,
     iter_rows,
 )
-from twophase._spark import check_speculation
+from twophase._dataframe import check_speculation
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, LocalRunner
 
 pytestmark = pytest.mark.unit

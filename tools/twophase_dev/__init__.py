@@ -17,6 +17,8 @@ What it provides:
   one-core workers, separate JVMs on 127.0.0.1) and a client-mode SparkSession on it whose
   executors get the Kafka jars and the project's Python; :meth:`SparkCluster.processes` tells
   executors, Python daemons and Python workers apart for tests that kill or freeze them.
+- :class:`SparkConnectServer`: a local Spark Connect server from the installed PySpark (the
+  sinks' ``foreachBatch`` worker runs there), with ``kill()`` to crash it like a driver.
 - :func:`resolve_classpath`: Maven-resolved, cached runtime classpaths.
 - :class:`DevState`: what ``twophase-dev up`` started, so ``down`` stops exactly that.
 
@@ -40,6 +42,7 @@ from twophase_dev._cluster import (
     pyspark_home,
 )
 from twophase_dev._common import DevInfraError, clean_stale_work_dirs, free_ports
+from twophase_dev._connect import CONNECT_ENV_MARKER, SparkConnectServer
 from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
 from twophase_dev._postgres import PostgresServer, find_postgres_bin_dir
@@ -58,6 +61,7 @@ from twophase_dev._state import (
 
 __all__ = [
     "CLUSTER_ENV_MARKER",
+    "CONNECT_ENV_MARKER",
     "ENV_KAFKA_BOOTSTRAP",
     "ENV_PG_DSN",
     "ENV_PG_NOPREP_DSN",
@@ -71,6 +75,7 @@ __all__ = [
     "MavenError",
     "PostgresServer",
     "SparkCluster",
+    "SparkConnectServer",
     "SparkWorker",
     "attach_kafka",
     "attach_postgres",

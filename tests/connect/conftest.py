@@ -1,0 +1,36 @@
+"""The Spark Connect server of the session: local mode, Kafka jars, this checkout on its path.
+
+One server serves every Connect test; a test that crashes it (``server.kill()``) starts it
+again (``server.restart()``, same port) before it ends, and a test that finds it dead (an
+earlier test failed half-way) restarts it first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from twophase_dev import SparkConnectServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def _connect_server(_stale_dirs_cleaned: None) -> Iterator[SparkConnectServer]:
+    # local[2,2]: a failed task is retried once, as on a cluster.
+    server = SparkConnectServer(master="local[2,2]", python_path=(str(ROOT),))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def connect_server(_connect_server: SparkConnectServer) -> SparkConnectServer:
+    """The session's Connect server, running."""
+    if _connect_server.pid is None:
+        _connect_server.start()
+    return _connect_server

@@ -1,0 +1,170 @@
+"""``foreachBatch(sink)`` under Spark Connect: the sink runs in the server, without py4j.
+
+The Connect server is the driver: the crash tests SIGKILL it (JVM and Python workers) at a
+protocol step, start it again, and run the query again from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.connect.support import KillServerAt, start_query
+from tests.spark.helpers import write_input
+from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, assert_exactly_once
+from twophase_dev import SparkConnectServer
+from twophase_dev._common import wait_until
+
+pytestmark = [pytest.mark.connect, pytest.mark.spark, pytest.mark.slow]
+
+
+def _run(server: SparkConnectServer, tmp_path: Path, sink: Any, **kwargs: Any) -> None:
+    spark = server.session()
+    try:
+        query = start_query(spark, tmp_path / "in", tmp_path / "chk", sink, **kwargs)
+        assert query.awaitTermination(180), "the query did not finish in time"
+        assert query.exception() is None, query.exception()
+    finally:
+        spark.stop()
+
+
+def _crash(server: SparkConnectServer, tmp_path: Path, sink: Any, step: str, **kwargs: Any) -> None:
+    """Run the query until the server SIGKILLs itself at ``step`` of batch 1, then restart it.
+
+    The client is not asked anything once the server is gone (its calls would retry for
+    minutes): the test watches the server's process, then closes the channel.
+    """
+    pid = server.pid
+    spark = server.session()
+    try:
+        start_query(
+            spark, tmp_path / "in", tmp_path / "chk", sink, listener=KillServerAt(step, 1), **kwargs
+        )
+        died = wait_until(lambda: server.pid is None, timeout=180)
+    finally:
+        spark.client.close()
+    assert pid is not None, "the server was not running"
+    assert died, f"the server was not killed at {step}"
+    server.restart()
+
+
+@pytest.mark.parametrize(("protocol", "step"), [("A", "decided"), ("B", "phase1_done")])
+def test_fake_sink_on_connect_is_exactly_once_across_a_server_crash(
+    connect_server: SparkConnectServer, tmp_path: Path, protocol: str, step: str
+) -> None:
+    expected = write_input(tmp_path / "in", 3)
+    target = FakeTarget(tmp_path / "target")
+    make = FakeSink if protocol == "A" else FakeMarkerSink
+
+    def transform(df: Any) -> Any:
+        return df.repartition(2)
+
+    _crash(connect_server, tmp_path, make("connect", target), step, transform=transform)
+    committed = [r["id"] for r in target.committed_rows()]
+    assert 0 < len(committed) < len(expected), "the crash did not land inside the query"
+    if protocol == "A":
+        assert target.prepared(), "a crash after the decision leaves prepared transactions"
+    _run(connect_server, tmp_path, make("connect", target), transform=transform)
+    assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
+    assert target.prepared() == []
+    log = tmp_path / "chk" / "twophase" / "connect"
+    assert log.is_dir(), "the coordinator log is not under the query's checkpoint"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("protocol", "step"), [("A", "decided"), ("B", "phase1_done")])
+def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
+    connect_server: SparkConnectServer,
+    tmp_path: Path,
+    postgres_server: Any,
+    postgres_server_no_prepared: Any,
+    protocol: str,
+    step: str,
+) -> None:
+    from twophase.connectors.jdbc import postgres_sink
+
+    server = postgres_server if protocol == "A" else postgres_server_no_prepared
+    table = f"connect_{uuid.uuid4().hex[:8]}"
+    mode = "coordinated" if protocol == "A" else "markers"
+    expected = write_input(tmp_path / "in", 3)
+
+    def sink() -> Any:
+        return postgres_sink(
+            "connect", table=table, dsn=server.dsn, protocol=mode, create_table=True
+        )
+
+    def visible() -> list[int]:
+        conn = server.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s)", (table,))
+                if cur.fetchone()[0] is None:
+                    return []
+                cur.execute(f'SELECT id FROM "{table}"')
+                return [row[0] for row in cur.fetchall()]
+        finally:
+            conn.close()
+
+    def prepared() -> list[str]:
+        return [g for g, _db in server.prepared_transactions() if ":connect." in g]
+
+    def transform(df: Any) -> Any:
+        return df.repartition(2)
+
+    _crash(connect_server, tmp_path, sink(), step, transform=transform)
+    assert 0 < len(visible()) < len(expected), "the crash did not land inside the query"
+    if protocol == "A":
+        assert prepared(), "a crash after the decision leaves prepared transactions"
+    _run(connect_server, tmp_path, sink(), transform=transform)
+    assert_exactly_once(visible(), expected)
+    assert prepared() == []
+
+
+@pytest.mark.integration
+def test_kafka_sink_on_connect_is_exactly_once_across_a_server_crash(
+    connect_server: SparkConnectServer, tmp_path: Path, kafka_broker: Any, make_topic: Any
+) -> None:
+    from tests.integration.kafka.kafka_support import read_all
+    from twophase.connectors.kafka import KafkaSink
+
+    topic = make_topic(partitions=2)
+    expected = write_input(tmp_path / "in", 3)
+
+    def sink() -> Any:
+        return KafkaSink("connect", bootstrap_servers=kafka_broker.bootstrap_servers, topic=topic)
+
+    def visible() -> list[int]:
+        return [int(r.value) for r in read_all(kafka_broker.bootstrap_servers, topic)]
+
+    def transform(df: Any) -> Any:
+        return df.repartition(2).selectExpr("CAST(id AS STRING) AS value")
+
+    _crash(connect_server, tmp_path, sink(), "phase1_done", transform=transform)
+    assert 0 < len(visible()) < len(expected), "the crash did not land inside the query"
+    _run(connect_server, tmp_path, sink(), transform=transform)
+    assert_exactly_once(visible(), expected)
+
+
+def test_a_sink_without_its_checkpoint_location_is_refused_on_connect(
+    connect_server: SparkConnectServer, tmp_path: Path
+) -> None:
+    write_input(tmp_path / "in", 1)
+    target = FakeTarget(tmp_path / "target")
+    spark = connect_server.session()
+    try:
+        df = spark.readStream.schema("id long, payload string").parquet(str(tmp_path / "in"))
+        query = (
+            df.writeStream.foreachBatch(FakeSink("nochk", target))
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        with pytest.raises(Exception, match="checkpoint_location") as caught:
+            query.awaitTermination(120)
+        assert "sink 'nochk'" in str(caught.value) or "nochk" in str(caught.value)
+    finally:
+        spark.stop()
+    assert target.committed_rows() == []

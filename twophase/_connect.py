@@ -1,0 +1,209 @@
+"""``foreachBatch`` under Spark Connect: the same protocols, without py4j.
+
+Under Spark Connect the sink runs in the server's ``foreachBatch`` worker, a
+Python process started by the Connect server next to the driver JVM, holding a
+Connect session attached to the client's. There is no py4j there: no
+``sparkContext``, no local properties, no Hadoop file system. So:
+
+- the checkpoint location must be given (``twophase.write_stream(df, sink,
+  checkpoint_location=...)`` sets it on the sink before the sink is sent to the
+  server);
+- the query id -- the sink's identity -- is read from the checkpoint's
+  ``metadata`` file, through a store that needs no JVM (local disk, S3;
+  ``docs/storage.md``), and checked against the session's active queries,
+  whose run id names the run;
+- a batch's partition count cannot be asked before the batch runs, so the
+  batch is coalesced to at most a known number of participant slots (the
+  sink's ``max_transactions_per_batch``, else ``spark.sql.shuffle.partitions``)
+  and that number is what protocol B's intent records: recovery fences or
+  checks every slot below it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ._coordinator import Coordinator
+from ._dataframe import (
+    DataFrameExecution,
+    check_speculation,
+    current_coordinator,
+    new_coordinator,
+    session_conf,
+)
+from ._hooks import AnySink
+from ._participant import TaskPlan, TaskResult
+from ._runtime import runtime_of
+from ._store import LogStore, open_store
+from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["ConnectBatchExecution", "is_connect", "run_foreach_batch"]
+
+
+def is_connect(df: Any) -> bool:
+    """Return whether ``df`` is a Spark Connect DataFrame.
+
+    Parameters
+    ----------
+    df
+        A DataFrame.
+
+    Returns
+    -------
+    bool
+        True for ``pyspark.sql.connect.dataframe.DataFrame``.
+    """
+    return type(df).__module__.startswith("pyspark.sql.connect.")
+
+
+def read_query_id(checkpoint: LogStore) -> str | None:
+    """Return the query id Spark wrote in a checkpoint's ``metadata`` file, if any.
+
+    Parameters
+    ----------
+    checkpoint
+        A store rooted at the checkpoint location.
+
+    Returns
+    -------
+    str or None
+        The id, or None when the file is absent or unreadable.
+    """
+    raw = checkpoint.read("metadata")
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw.decode().strip().splitlines()[0])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+    found = value.get("id") if isinstance(value, dict) else None
+    return str(found) if found else None
+
+
+def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator:
+    checkpoint = sink.checkpoint_location
+    if not checkpoint:
+        raise ConfigurationError(
+            "under Spark Connect the sink must know the query's checkpoint location: start "
+            "the query with twophase.write_stream(df, sink, checkpoint_location=...) or pass "
+            "checkpoint_location=... to the sink",
+            sink=sink.name,
+            batch_id=batch_id,
+            setting="checkpoint_location",
+        )
+    spark = df.sparkSession
+    query_id = read_query_id(open_store(checkpoint))
+    active = {str(q.id): str(q.runId) for q in spark.streams.active}
+    if query_id is None or query_id not in active:
+        raise ConfigurationError(
+            f"checkpoint_location={checkpoint!r} is not the checkpoint of a running query of "
+            f"this session (its metadata names query {query_id}; running: "
+            f"{', '.join(sorted(active)) or 'none'}). Pass the same location as the query's "
+            "checkpointLocation",
+            sink=sink.name,
+            batch_id=batch_id,
+            setting="checkpoint_location",
+        )
+    run_id = active[query_id]
+    current = current_coordinator(sink, query_id, run_id)
+    if current is not None:
+        return current
+    check_speculation(spark, sink.name, batch_id)
+    return new_coordinator(
+        sink, query_id=query_id, run_id=run_id, checkpoint=checkpoint, open_store=open_store
+    )
+
+
+def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int) -> None:
+    """Run one micro-batch of ``sink`` under Spark Connect.
+
+    Parameters
+    ----------
+    sink
+        The sink (unpickled in the Connect server's ``foreachBatch`` worker).
+    df
+        The micro-batch DataFrame (a Connect DataFrame).
+    batch_id
+        The micro-batch id.
+    """
+    coordinator = _coordinator_for(sink, df, batch_id)
+    execution = ConnectBatchExecution(
+        df, batch_id, coordinator.log.store, coordinator.context.log_location, sink
+    )
+    runtime_of(sink).run_batch(sink, execution)
+
+
+class ConnectBatchExecution(DataFrameExecution):
+    """A Spark Connect micro-batch; staged copies are checked and removed through the log's store.
+
+    Parameters
+    ----------
+    df
+        The micro-batch DataFrame.
+    batch_id
+        The micro-batch id.
+    store
+        The coordinator log's store (staged copies live below it).
+    log_location
+        The location of that store's root, as Spark must be given it.
+    sink
+        The sink (its ``max_transactions_per_batch`` bounds the slots).
+    """
+
+    def __init__(
+        self, df: DataFrame, batch_id: int, store: LogStore, log_location: str, sink: AnySink
+    ) -> None:
+        super().__init__(df, batch_id)
+        self._store = store
+        self._root = log_location.rstrip("/")
+        self._slots: int | None = None
+        self._ran: int | None = None
+        limit = sink.max_transactions_per_batch
+        self._limit = limit
+
+    def num_partitions(self) -> int:
+        """Return the participant slots: partitions run, or the bound the batch is coalesced to."""
+        if self._ran is not None:
+            return self._ran
+        if self._slots is None:
+            bound = self._limit
+            if bound is None:
+                bound = int(
+                    session_conf(self.df.sparkSession, "spark.sql.shuffle.partitions", "200")
+                )
+            self._slots = max(1, bound)
+            self.df = self.df.coalesce(self._slots)
+        return self._slots
+
+    def limit_partitions(self, limit: int) -> None:
+        """Coalesce the batch to at most ``limit`` partitions."""
+        self._limit = limit if self._limit is None else min(self._limit, limit)
+        self._slots = None
+        self.num_partitions()
+
+    def _relative(self, location: str) -> str:
+        if not location.startswith(self._root + "/"):
+            raise ValueError(f"{location} is not below the log at {self._root}")
+        return location[len(self._root) + 1 :]
+
+    def stage(self, location: str) -> None:
+        """Write the batch once to ``location`` (Parquet) and read it from there."""
+        self.num_partitions()  # the slots are fixed before the copy is read back
+        done = self._store.read(f"{self._relative(location)}/_SUCCESS") is not None
+        self._read_staged(location, done)
+        self.df = self.df.coalesce(self.num_partitions())
+
+    def drop_staged(self, location: str) -> None:
+        """Delete the staged copy of a committed batch."""
+        self._store.delete_tree(self._relative(location))
+
+    def run_participants(self, sink: AnySink, plan: TaskPlan) -> list[TaskResult]:
+        """Run phase 1 over at most the recorded slots."""
+        self.num_partitions()
+        results = super().run_participants(sink, plan)
+        self._ran = len(results)
+        return results
