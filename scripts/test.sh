@@ -38,7 +38,7 @@ pytest_status=0
 printf '\n==> pytest\n'
 # Tests start their own servers unless TWOPHASE_* variables point at running ones
 # (docs/development.md). --timeout: no single test may hang the run.
-"$PY" -m pytest -p no:cacheprovider --timeout=1200 "$@" || pytest_status=$?
+"$PY" -m pytest -p no:cacheprovider --timeout=1200 --durations=20 "$@" || pytest_status=$?
 if [[ $pytest_status -eq 5 ]]; then
     echo "pytest collected no tests: treating that as a failure" >&2
 fi
