@@ -7,6 +7,7 @@ earlier test failed half-way) restarts it first.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,23 @@ def _connect_server(_stale_dirs_cleaned: None) -> Iterator[SparkConnectServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _classic_mode_kept() -> Iterator[None]:
+    """Undo what a Connect session does to the process: PySpark marks it as a Connect client.
+
+    ``SparkSession.builder.remote(...).create()`` sets ``SPARK_CONNECT_MODE_ENABLED=1`` in
+    ``os.environ`` for good; every later classic session of the test process, and every driver
+    process a later test starts, would then be built as a Connect client.
+    """
+    saved = {key: os.environ.get(key) for key in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.connect.support import KillServerAt, start_query
-from tests.spark.helpers import write_input
+from tests.spark.helpers import table_ids, write_input
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, assert_exactly_once
 from twophase_dev import SparkConnectServer
 from twophase_dev._common import wait_until
@@ -97,16 +97,7 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
         )
 
     def visible() -> list[int]:
-        conn = server.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT to_regclass(%s)", (table,))
-                if cur.fetchone()[0] is None:
-                    return []
-                cur.execute(f'SELECT id FROM "{table}"')
-                return [row[0] for row in cur.fetchall()]
-        finally:
-            conn.close()
+        return table_ids(server, table)
 
     def prepared() -> list[str]:
         return [g for g, _db in server.prepared_transactions() if ":connect." in g]

@@ -52,3 +52,17 @@ def run_query(
         if query.isActive:
             query.stop()
     assert finished, "the query did not finish in time"
+
+
+def table_ids(server: Any, table: str) -> list[int]:
+    """Return the ``id`` column of a PostgreSQL table ([] while the table does not exist)."""
+    conn = server.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (table,))
+            if cur.fetchone()[0] is None:
+                return []
+            cur.execute(f'SELECT id FROM "{table}"')
+            return [row[0] for row in cur.fetchall()]
+    finally:
+        conn.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.helpers import write_input
+from tests.spark.helpers import table_ids, write_input
 from twophase.testing import FakeTarget, assert_exactly_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
@@ -100,16 +100,7 @@ def test_sigkilled_driver_with_postgres_restarts_exactly_once(
     expected = write_input(tmp_path / "in", 3)
 
     def visible() -> list[int]:
-        conn = server.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT to_regclass(%s)", (table,))
-                if cur.fetchone()[0] is None:
-                    return []
-                cur.execute(f'SELECT id FROM "{table}"')
-                return [row[0] for row in cur.fetchall()]
-        finally:
-            conn.close()
+        return table_ids(server, table)
 
     def prepared() -> list[str]:
         return [g for g, _db in server.prepared_transactions() if ":killed." in g]
