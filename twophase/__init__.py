@@ -20,6 +20,7 @@ test kit is :mod:`twophase.testing`; the bundled connectors are
 """
 
 from ._fingerprint import fingerprint_batches
+from ._format import register_format
 from ._metrics import BatchMetrics
 from ._retry import RetryPolicy
 from ._runtime import batch_metrics
@@ -83,5 +84,6 @@ __all__ = [
     "fingerprint_batches",
     "iter_rows",
     "parse_transaction_id",
+    "register_format",
     "write_stream",
 ]

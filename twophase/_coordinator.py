@@ -26,14 +26,14 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ._execution import BatchExecution, StepListener
 from ._hooks import AnySink, CoordinatedHooks, MarkerHooks, as_coordinated, as_markers
 from ._log import CoordinatorLog
 from ._metrics import BatchMetrics
-from ._participant import TaskPlan
+from ._participant import TaskPlan, TaskResult
+from ._recovery import recover
 from ._replay import legacy_versions, match_markers
 from ._types import (
     CommitProtocol,
@@ -44,7 +44,6 @@ from ._types import (
 )
 from .errors import (
     CommitFailedError,
-    ConfigurationError,
     RetriableError,
     TwoPhaseError,
 )
@@ -124,64 +123,15 @@ class Coordinator:
         self._recover(sink)
         self._opened = True
 
-    def _check_protocol_unchanged(self, sink: AnySink) -> None:
-        """Refuse to switch protocols while a batch of the other protocol is unfinished."""
-        state = self.log.state
-        pending = state.pending_decisions()
-        marker_started = [b for b in state.unfinished() if b not in state.decided]
-        if sink.protocol is CommitProtocol.COORDINATED:
-            foreign, needed = marker_started, CommitProtocol.MARKERS
-        else:
-            foreign, needed = pending, CommitProtocol.COORDINATED
-        if foreign:
-            raise ConfigurationError(
-                f"batch {foreign[0]} was started with the {needed.value} protocol and is not "
-                f"finished, but this sink uses the {sink.protocol.value} protocol. Switching "
-                "protocols under one checkpoint would lose or duplicate that batch: restart the "
-                f"query once with a {needed.value} sink to finish it (e.g. pin the connector's "
-                "protocol), then switch",
-                sink=sink.name,
-                batch_id=foreign[0],
-                setting="protocol",
-            )
-
     def _recover(self, sink: AnySink) -> None:
-        self._check_protocol_unchanged(sink)
-        state = self.log.state
-        retries = [0]
-        for batch_id in state.pending_decisions():
-            handles = self.log.read_decision(batch_id)
-            _log.info(
-                "sink %s: finishing batch %d from its recorded decision (%d handles)",
-                sink.name,
-                batch_id,
-                len(handles),
-            )
-            coordinated = as_coordinated(sink)
-            for handle in handles:
-                self._retrying(
-                    sink, functools.partial(coordinated.recover_and_commit, handle), retries
-                )
-                self._recovered_committed += 1
-            self.log.record_committed(batch_id, {"recovered": True, "handles": len(handles)})
-        unfinished = state.unfinished()
-        if sink.protocol is CommitProtocol.COORDINATED or unfinished:
-            handles = list(sink.list_in_doubt(self._recovery_context()))
-            for handle in handles:
-                _log.info(
-                    "sink %s: aborting in-doubt transaction %s (no commit decision names it)",
-                    sink.name,
-                    getattr(handle, "transaction_id", handle),
-                )
-            workers = max(1, min(int(sink.recovery_concurrency), len(handles)))
-            if workers == 1:
-                for handle in handles:
-                    sink.recover_and_abort(handle)
-            else:
-                with ThreadPoolExecutor(workers, thread_name_prefix="twophase-recovery") as pool:
-                    # list(): wait for every call; the first failure is raised after all ended.
-                    list(pool.map(sink.recover_and_abort, handles))
-            self._recovered_aborted += len(handles)
+        committed, aborted = recover(
+            self.log,
+            sink,
+            self._recovery_context,
+            lambda fn, retries: self._retrying(sink, fn, retries),
+        )
+        self._recovered_committed += committed
+        self._recovered_aborted += aborted
 
     # -------------------------------------------------------------- batch
     def run_batch(self, sink: AnySink, execution: BatchExecution) -> BatchMetrics:
@@ -200,12 +150,7 @@ class Coordinator:
             What happened; also logged as one line.
         """
         batch_id = execution.batch_id
-        self._step("start", batch_id)
-        try:
-            self.start(sink)
-        except TwoPhaseError as exc:
-            raise exc.with_context(sink=sink.name, batch_id=batch_id) from exc.__cause__
-        self._step("recovered", batch_id)
+        self.plan(sink, batch_id)
         recovered = (self._recovered_committed, self._recovered_aborted)
         self._recovered_committed = self._recovered_aborted = 0
         self.log.check_epoch(batch_id)
@@ -323,6 +268,81 @@ class Coordinator:
                 exc.add_note(f"aborting the batch's prepared transactions failed: {abort_exc!r}")
             raise
         self._step("phase1_done", batch_id)
+        return self._decide_and_commit(
+            sink, batch_id, results, execution.num_partitions(), t0, recovered
+        )
+
+    def plan(self, sink: AnySink, batch_id: int) -> None:
+        """Start a run for one batch whose tasks have not run yet: claim, recover.
+
+        Parameters
+        ----------
+        sink
+            The sink.
+        batch_id
+            The batch about to run (for the steps and messages).
+        """
+        self._step("start", batch_id)
+        try:
+            self.start(sink)
+        except TwoPhaseError as exc:
+            raise exc.with_context(sink=sink.name, batch_id=batch_id) from exc.__cause__
+        self._step("recovered", batch_id)
+
+    def commit_prepared(
+        self, sink: AnySink, batch_id: int, results: list[TaskResult]
+    ) -> BatchMetrics:
+        """Run protocol A from the decision on, for a batch whose participants already prepared.
+
+        For engines whose driver gets control only after the write tasks (a
+        Python data source's ``commit``): recovery ran before the tasks, and
+        the log's epoch was adopted from the run that planned them. A batch the
+        log already holds as committed (a replay after a crash past that
+        record) commits nothing: its new transactions are rolled back.
+
+        Parameters
+        ----------
+        sink
+            The sink (protocol A).
+        batch_id
+            The micro-batch id.
+        results
+            Every participant's result.
+
+        Returns
+        -------
+        BatchMetrics
+            What happened; also logged as one line.
+        """
+        self.log.check_epoch(batch_id)
+        coordinated = as_coordinated(sink)
+        if self.log.state.is_committed(batch_id):
+            for result in results:
+                if result.handle is not None:
+                    sink.recover_and_abort(result.handle)
+            _log.info(
+                "sink %s: batch %d is already committed; rolled back its replay",
+                sink.name,
+                batch_id,
+            )
+            metrics = BatchMetrics(sink.name, batch_id, sink.protocol.value, "already-committed")
+        else:
+            self._step("phase1_done", batch_id)
+            metrics = self._decide_and_commit(
+                coordinated, batch_id, results, len(results), time.perf_counter(), (0, 0)
+            )
+        metrics.emit()
+        return metrics
+
+    def _decide_and_commit(
+        self,
+        sink: CoordinatedHooks,
+        batch_id: int,
+        results: list[TaskResult],
+        partitions: int,
+        t0: float,
+        recovered: tuple[int, int],
+    ) -> BatchMetrics:
         handles: list[TransactionHandle] = [r.handle for r in results if r.handle is not None]
         rows = sum(r.rows for r in results)
         t1 = time.perf_counter()
@@ -349,7 +369,8 @@ class Coordinator:
         self.log.compact(batch_id)
         return self._committed_metrics(
             sink,
-            execution,
+            batch_id,
+            partitions,
             rows=rows,
             transactions=len(handles),
             phase1_seconds=t1 - t0,
@@ -368,15 +389,10 @@ class Coordinator:
         return done
 
     def _committed_metrics(
-        self, sink: AnySink, execution: BatchExecution, **fields: Any
+        self, sink: AnySink, batch_id: int, partitions: int, **fields: Any
     ) -> BatchMetrics:
         return BatchMetrics(
-            sink.name,
-            execution.batch_id,
-            sink.protocol.value,
-            "committed",
-            partitions=execution.num_partitions(),
-            **fields,
+            sink.name, batch_id, sink.protocol.value, "committed", partitions=partitions, **fields
         )
 
     def _staging_location(self, batch_id: int) -> str:
@@ -444,7 +460,8 @@ class Coordinator:
         self.log.compact(batch_id)
         return self._committed_metrics(
             sink,
-            execution,
+            batch_id,
+            execution.num_partitions(),
             rows=rows,
             transactions=sum(1 for r in results if r.marker is not None),
             skipped_partitions=sum(1 for r in results if r.skipped),

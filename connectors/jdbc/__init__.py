@@ -27,6 +27,7 @@ from ._admin import PreparedTransaction, list_prepared_transactions
 from ._base import PostgresHandle
 from ._config import ConnectionConfig, PostgresOptions, QualifiedName, WriteMode
 from ._factory import postgres_sink
+from ._format import postgres_sink_from_options, register_postgres_format
 from ._gid import format_gid, parse_gid
 from ._sink import PostgresMarkerSink, PostgresSink, PostgresTwoPhaseSink
 from ._transaction import PostgresTransaction
@@ -49,5 +50,7 @@ __all__ = [
     "list_prepared_transactions",
     "parse_gid",
     "postgres_sink",
+    "postgres_sink_from_options",
     "postgres_type",
+    "register_postgres_format",
 ]

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import twophase
 from tests.spark.helpers import SCHEMA
 from twophase.testing import install_step_listener
+from twophase_dev import SparkConnectServer
+from twophase_dev._common import wait_until
 
 
 class KillServerAt:
@@ -68,3 +71,32 @@ def start_query(
             "checkpointLocation", str(checkpoint)
         )
     return writer.trigger(availableNow=True).start()
+
+
+def run_to_end(server: SparkConnectServer, start: Callable[[Any], Any]) -> None:
+    """Start a query on a new session of ``server`` and wait until it finished without error."""
+    spark = server.session()
+    try:
+        query = start(spark)
+        assert query.awaitTermination(180), "the query did not finish in time"
+        assert query.exception() is None, query.exception()
+    finally:
+        spark.stop()
+
+
+def crash_server(server: SparkConnectServer, start: Callable[[Any], Any], step: str) -> None:
+    """Start a query that crashes the server, wait until the server died, start it again.
+
+    The client is not asked anything once the server is gone (its calls would retry for
+    minutes): the test watches the server's process, then closes the channel.
+    """
+    pid = server.pid
+    spark = server.session()
+    try:
+        start(spark)
+        died = wait_until(lambda: server.pid is None, timeout=180)
+    finally:
+        spark.client.close()
+    assert pid is not None, "the server was not running"
+    assert died, f"the server was not killed at {step}"
+    server.restart()

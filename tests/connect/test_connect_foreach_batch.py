@@ -12,43 +12,30 @@ from typing import Any
 
 import pytest
 
-from tests.connect.support import KillServerAt, start_query
+from tests.connect.support import KillServerAt, crash_server, run_to_end, start_query
 from tests.spark.helpers import table_ids, write_input
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, assert_exactly_once
 from twophase_dev import SparkConnectServer
-from twophase_dev._common import wait_until
 
 pytestmark = [pytest.mark.connect, pytest.mark.spark, pytest.mark.slow]
 
 
 def _run(server: SparkConnectServer, tmp_path: Path, sink: Any, **kwargs: Any) -> None:
-    spark = server.session()
-    try:
-        query = start_query(spark, tmp_path / "in", tmp_path / "chk", sink, **kwargs)
-        assert query.awaitTermination(180), "the query did not finish in time"
-        assert query.exception() is None, query.exception()
-    finally:
-        spark.stop()
+    run_to_end(
+        server, lambda spark: start_query(spark, tmp_path / "in", tmp_path / "chk", sink, **kwargs)
+    )
 
 
 def _crash(server: SparkConnectServer, tmp_path: Path, sink: Any, step: str, **kwargs: Any) -> None:
-    """Run the query until the server SIGKILLs itself at ``step`` of batch 1, then restart it.
-
-    The client is not asked anything once the server is gone (its calls would retry for
-    minutes): the test watches the server's process, then closes the channel.
-    """
-    pid = server.pid
-    spark = server.session()
-    try:
-        start_query(
-            spark, tmp_path / "in", tmp_path / "chk", sink, listener=KillServerAt(step, 1), **kwargs
-        )
-        died = wait_until(lambda: server.pid is None, timeout=180)
-    finally:
-        spark.client.close()
-    assert pid is not None, "the server was not running"
-    assert died, f"the server was not killed at {step}"
-    server.restart()
+    """Run the query until the server SIGKILLs itself at ``step`` of batch 1, then restart it."""
+    listener = KillServerAt(step, 1)
+    crash_server(
+        server,
+        lambda spark: start_query(
+            spark, tmp_path / "in", tmp_path / "chk", sink, listener=listener, **kwargs
+        ),
+        step,
+    )
 
 
 @pytest.mark.parametrize(("protocol", "step"), [("A", "decided"), ("B", "phase1_done")])

@@ -1,0 +1,61 @@
+"""``writeStream.format(...)`` under Spark Connect: the data source runs in the server.
+
+The Connect server (the driver) is SIGKILLed inside the data source's ``commit`` of batch 1,
+started again, and the query run again from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.connect.support import crash_server, run_to_end
+from tests.spark.format_support import start_format_query
+from tests.spark.helpers import table_ids, write_input
+from twophase.testing import FakeTarget, assert_exactly_once
+from twophase_dev import SparkConnectServer
+
+pytestmark = [pytest.mark.connect, pytest.mark.spark, pytest.mark.slow]
+
+
+def test_format_with_a_fake_sink_on_connect_is_exactly_once_across_a_server_crash(
+    connect_server: SparkConnectServer, tmp_path: Path
+) -> None:
+    expected = write_input(tmp_path / "in", 3)
+    target = FakeTarget(tmp_path / "target")
+    options = {"target": str(tmp_path / "target"), "name": "fmt"}
+
+    def start(extra: dict[str, str]) -> Any:
+        return lambda spark: start_format_query(
+            spark, tmp_path / "in", tmp_path / "chk", "fake", {**options, **extra}
+        )
+
+    crash_server(connect_server, start({"crash": "committed_handle:1"}), "committed_handle")
+    assert 0 < len(target.committed_rows()) < len(expected), "the crash did not land in the query"
+    assert target.prepared(), "a crash between two commits leaves a prepared transaction"
+    run_to_end(connect_server, start({}))
+    assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
+    assert target.prepared() == []
+
+
+@pytest.mark.integration
+def test_format_with_postgres_on_connect_is_exactly_once_across_a_server_crash(
+    connect_server: SparkConnectServer, tmp_path: Path, postgres_server: Any
+) -> None:
+    table = f"fmt_{uuid.uuid4().hex[:8]}"
+    options = {"dsn": postgres_server.dsn, "table": table, "name": "fmt", "createTable": "true"}
+    expected = write_input(tmp_path / "in", 3)
+
+    def start(extra: dict[str, str]) -> Any:
+        return lambda spark: start_format_query(
+            spark, tmp_path / "in", tmp_path / "chk", "postgres", {**options, **extra}
+        )
+
+    crash_server(connect_server, start({"crash": "decided:1"}), "decided")
+    assert len(table_ids(postgres_server, table)) == 20, "batch 0 only should be visible"
+    run_to_end(connect_server, start({}))
+    assert_exactly_once(table_ids(postgres_server, table), expected)
+    assert [g for g, _db in postgres_server.prepared_transactions() if ":fmt." in g] == []

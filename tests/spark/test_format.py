@@ -1,0 +1,115 @@
+"""``writeStream.format(...)``: a protocol-A sink as a Python data source, in a real driver.
+
+The driver is SIGKILLed at a protocol step of batch 1 (inside the data source's ``commit``,
+which Spark runs in a Python process of its own), then run again from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.spark.helpers import table_ids, write_input
+from twophase.testing import FakeTarget, assert_exactly_once
+
+pytestmark = [pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def drive(tmp_path: Path, kind: str, options: dict[str, str]) -> tuple[int, str]:
+    """Run the format() driver process once; return its exit code and the end of its log."""
+    log_path = tmp_path / f"driver-{len(list(tmp_path.glob('driver-*.log')))}.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.spark.format_driver",
+                str(tmp_path),
+                kind,
+                json.dumps(options),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code = process.wait(timeout=300)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return code, log_path.read_text()[-3000:]
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "recovered",  # planning batch 1, before its tasks
+        "decided",  # every partition prepared, the decision durable, nothing visible
+        "committed_handle",  # one partition committed, the other still prepared
+        "recorded_committed",  # the log says committed, Spark's commit log does not
+    ],
+)
+def test_format_with_a_fake_sink_is_exactly_once_across_a_driver_kill(
+    tmp_path: Path, step: str
+) -> None:
+    expected = write_input(tmp_path / "in", 3)
+    target = FakeTarget(tmp_path / "target")
+    options = {"target": str(tmp_path / "target"), "name": "fmt"}
+    code, log = drive(tmp_path, "fake", {**options, "crash": f"{step}:1"})
+    assert code == -signal.SIGKILL, f"the driver was not killed at {step} (rc={code}):\n{log}"
+    assert len(target.committed_rows()) < len(expected), "the kill came too late to test anything"
+    if step in ("decided", "committed_handle"):
+        assert target.prepared(), "a kill after the decision leaves prepared transactions"
+    code, log = drive(tmp_path, "fake", options)
+    assert code == 0, log
+    assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
+    assert target.prepared() == []
+
+
+@pytest.mark.integration
+def test_format_with_postgres_is_exactly_once_across_a_driver_kill(
+    tmp_path: Path, postgres_server: Any
+) -> None:
+    table = f"fmt_{uuid.uuid4().hex[:8]}"
+    options = {"dsn": postgres_server.dsn, "table": table, "name": "fmt", "createTable": "true"}
+    expected = write_input(tmp_path / "in", 3)
+
+    def prepared() -> list[str]:
+        return [g for g, _db in postgres_server.prepared_transactions() if ":fmt." in g]
+
+    code, log = drive(tmp_path, "postgres", {**options, "crash": "decided:1"})
+    assert code == -signal.SIGKILL, f"the driver was not killed (rc={code}):\n{log}"
+    assert len(table_ids(postgres_server, table)) == 20, "batch 0 only should be visible"
+    assert prepared(), "the decision was recorded with every partition prepared"
+    code, log = drive(tmp_path, "postgres", options)
+    assert code == 0, log
+    assert_exactly_once(table_ids(postgres_server, table), expected)
+    assert prepared() == []
+
+
+@pytest.mark.integration
+def test_format_refuses_a_protocol_b_sink_and_says_why(
+    tmp_path: Path, kafka_broker: Any, make_topic: Any
+) -> None:
+    write_input(tmp_path / "in", 1)
+    topic = make_topic(partitions=1)
+    options = {"bootstrap": kafka_broker.bootstrap_servers, "topic": topic}
+    code, log = drive(tmp_path, "kafka", options)
+    assert code == 3, log
+    assert "[sink='fmt', setting='protocol']" in log
+    assert "protocol A sinks only" in log
+    assert "foreachBatch(sink)" in log
+    assert not list((tmp_path / "chk").glob("commits/*")), "the refused query committed a batch"
