@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,3 +70,31 @@ def table_ids(server: Any, table: str) -> list[int]:
             return [row[0] for row in cur.fetchall()]
     finally:
         conn.close()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_driver(tmp_path: Path, module: str, *args: str) -> tuple[int, str]:
+    """Run ``python -m <module> <args>`` as a driver process; return its exit code and log tail.
+
+    In local mode the JVM and the Python workers die with the driver; as they are separate
+    processes here, the whole process group is killed once the driver is gone (output goes to
+    a file so no pipe keeps them waited for).
+    """
+    log_path = tmp_path / f"driver-{len(list(tmp_path.glob('driver-*.log')))}.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code = process.wait(timeout=300)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return code, log_path.read_text()[-3000:]

@@ -2,50 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.spark.helpers import table_ids, write_input
+from tests.spark.helpers import run_driver, table_ids, write_input
 from twophase.testing import FakeTarget, assert_exactly_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def drive(tmp_path: Path, protocol: str, *crash: str, target: str | None = None) -> tuple[int, str]:
-    """Run the driver process; return its exit code and its log.
-
-    In local mode the JVM and the Python workers die with the driver; as they
-    are separate processes here, the whole process group is killed once the
-    driver is gone (output goes to a file so no pipe keeps them waited for).
-    """
+    """Run the driver process once; return its exit code and the end of its log."""
     target = target or str(tmp_path / "target")
     args = [str(tmp_path / "in"), str(tmp_path / "chk"), target, protocol, *crash]
-    log_path = tmp_path / f"driver-{len(list(tmp_path.glob('driver-*.log')))}.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark.driver_process", *args],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            code = process.wait(timeout=300)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-    return code, log_path.read_text()[-3000:]
+    return run_driver(tmp_path, "tests.spark.driver_process", *args)
 
 
 @pytest.mark.parametrize(

@@ -6,51 +6,25 @@ which Spark runs in a Python process of its own), then run again from its checkp
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.spark.helpers import table_ids, write_input
+from tests.spark.helpers import run_driver, table_ids, write_input
 from twophase.testing import FakeTarget, assert_exactly_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def drive(tmp_path: Path, kind: str, options: dict[str, str]) -> tuple[int, str]:
     """Run the format() driver process once; return its exit code and the end of its log."""
-    log_path = tmp_path / f"driver-{len(list(tmp_path.glob('driver-*.log')))}.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.spark.format_driver",
-                str(tmp_path),
-                kind,
-                json.dumps(options),
-            ],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            code = process.wait(timeout=300)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-    return code, log_path.read_text()[-3000:]
+    return run_driver(
+        tmp_path, "tests.spark.format_driver", str(tmp_path), kind, json.dumps(options)
+    )
 
 
 @pytest.mark.parametrize(
