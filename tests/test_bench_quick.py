@@ -4,6 +4,9 @@ The suite starts its own Kafka broker, PostgreSQL cluster and Spark session (it 
 test session's), writes into a temporary directory (never into ``docs/``) and must produce a
 number for every comparison. The numbers themselves are not checked: on a busy test machine with
 tiny sizes they mean nothing.
+
+Not part of the default run (``scripts/test.sh`` must stay under 30 minutes on 2 cores): run it
+with ``.venv/bin/python -m pytest -m bench`` after changing ``benchmarks/``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.bench,
+    pytest.mark.slow,
+    pytest.mark.integration,
+    pytest.mark.timeout(900),
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPARISONS = ("kafka", "postgres", "overhead", "recovery", "scaling")

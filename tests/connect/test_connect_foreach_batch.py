@@ -38,29 +38,6 @@ def _crash(server: SparkConnectServer, tmp_path: Path, sink: Any, step: str, **k
     )
 
 
-@pytest.mark.parametrize(("protocol", "step"), [("A", "decided"), ("B", "phase1_done")])
-def test_fake_sink_on_connect_is_exactly_once_across_a_server_crash(
-    connect_server: SparkConnectServer, tmp_path: Path, protocol: str, step: str
-) -> None:
-    expected = write_input(tmp_path / "in", 3)
-    target = FakeTarget(tmp_path / "target")
-    make = FakeSink if protocol == "A" else FakeMarkerSink
-
-    def transform(df: Any) -> Any:
-        return df.repartition(2)
-
-    _crash(connect_server, tmp_path, make("connect", target), step, transform=transform)
-    committed = [r["id"] for r in target.committed_rows()]
-    assert 0 < len(committed) < len(expected), "the crash did not land inside the query"
-    if protocol == "A":
-        assert target.prepared(), "a crash after the decision leaves prepared transactions"
-    _run(connect_server, tmp_path, make("connect", target), transform=transform)
-    assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
-    assert target.prepared() == []
-    log = tmp_path / "chk" / "twophase" / "connect"
-    assert log.is_dir(), "the coordinator log is not under the query's checkpoint"
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize(("protocol", "step"), [("A", "decided"), ("B", "phase1_done")])
 def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
@@ -146,3 +123,22 @@ def test_a_sink_without_its_checkpoint_location_is_refused_on_connect(
     finally:
         spark.stop()
     assert target.committed_rows() == []
+
+
+def test_a_failed_task_on_connect_is_retried_and_written_once(
+    connect_server: SparkConnectServer, tmp_path: Path
+) -> None:
+    # Protocol B: the retried attempt must find no marker of its failed one and commit once.
+    expected = write_input(tmp_path / "in", 2)
+    target = FakeTarget(tmp_path / "target")
+    fault = target.fail(
+        "commit_with_marker", batch_id=1, partition_id=1, attempt=0, error="AbortRequiredError"
+    )
+
+    def transform(df: Any) -> Any:
+        return df.repartition(2)
+
+    _run(connect_server, tmp_path, FakeMarkerSink("retried", target), transform=transform)
+    assert target.fired(fault) == 1, "the injected task failure did not fire"
+    assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
+    assert target.prepared() == []

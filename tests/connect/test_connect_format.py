@@ -59,3 +59,19 @@ def test_format_with_postgres_on_connect_is_exactly_once_across_a_server_crash(
     run_to_end(connect_server, start({}))
     assert_exactly_once(table_ids(postgres_server, table), expected)
     assert [g for g, _db in postgres_server.prepared_transactions() if ":fmt." in g] == []
+
+
+def test_format_on_connect_retries_a_failed_task_and_writes_it_once(
+    connect_server: SparkConnectServer, tmp_path: Path
+) -> None:
+    expected = write_input(tmp_path / "in", 2)
+    target = FakeTarget(tmp_path / "target")
+    fault = target.fail("pre_commit", batch_id=1, partition_id=0, attempt=0)
+    options = {"target": str(tmp_path / "target"), "name": "fmt"}
+    run_to_end(
+        connect_server,
+        lambda spark: start_format_query(spark, tmp_path / "in", tmp_path / "chk", "fake", options),
+    )
+    assert target.fired(fault) == 1, "the injected task failure did not fire"
+    assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
+    assert target.prepared() == []
