@@ -110,7 +110,15 @@ class _Writer(DataSourceStreamArrowWriter):
         task = SparkTaskContext.get()
         assert task is not None, "write runs in a Spark task"
         assert self.epoch is not None, "the writer was planned without an epoch"
-        batch_id = int(task.getLocalProperty(_BATCH_ID_KEY) or -1)
+        batch = task.getLocalProperty(_BATCH_ID_KEY)
+        if batch is None:
+            raise ConfigurationError(
+                f"the task has no micro-batch id ({_BATCH_ID_KEY}): twophase formats run in "
+                "micro-batch streaming queries only",
+                sink=self.sink.name,
+                setting="trigger",
+            )
+        batch_id = int(batch)
         identity = SinkIdentity(self.sink.name, self.query_id).token
         plan = TaskPlan(
             self.sink.name, identity, batch_id, CommitProtocol.COORDINATED, epoch=self.epoch
@@ -140,7 +148,10 @@ class _Writer(DataSourceStreamArrowWriter):
                 sink=self.sink.name,
                 batch_id=batchId,
             )
-        coordinator = self._coordinator(epochs.pop() if epochs else self.epoch)
+        if not prepared:  # no task ran: nothing prepared, nothing to decide
+            _log.info("sink %s: batch %d ran no write task", self.sink.name, batchId)
+            return
+        coordinator = self._coordinator(epochs.pop())
         coordinator.commit_prepared(self.sink, batchId, [m.result for m in prepared])
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

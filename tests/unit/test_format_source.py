@@ -1,0 +1,71 @@
+"""The format() data source without Spark: what it refuses, and what it pickles."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+from pyspark.sql.types import LongType, StructField, StructType
+
+from twophase import ConfigurationError
+from twophase._format import PreparedMessage, data_source
+from twophase._participant import TaskResult
+from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget
+
+pytestmark = pytest.mark.unit
+
+BUILT: list[str] = []
+
+
+def build_a(options: Mapping[str, str]) -> Any:
+    BUILT.append(options["target"])
+    return FakeSink("fmt", FakeTarget(options["target"]))
+
+
+def build_b(options: Mapping[str, str]) -> Any:
+    return FakeMarkerSink("fmt", FakeTarget(options["target"]))
+
+
+def test_a_protocol_b_sink_is_refused_with_the_reason(tmp_path: Path) -> None:
+    source = data_source("fmt-b", build_b)
+    with pytest.raises(ConfigurationError, match="protocol A sinks only") as caught:
+        source({"target": str(tmp_path), "checkpointLocation": str(tmp_path / "chk")})
+    assert caught.value.sink == "fmt"
+    assert caught.value.setting == "protocol"
+    assert "foreachBatch(sink)" in str(caught.value)
+
+
+def test_the_checkpoint_location_is_required(tmp_path: Path) -> None:
+    source = data_source("fmt-a", build_a)
+    with pytest.raises(ConfigurationError, match="checkpointLocation") as caught:
+        source({"target": str(tmp_path)})
+    assert caught.value.setting == "checkpointLocation"
+
+
+def test_complete_output_mode_is_refused(tmp_path: Path) -> None:
+    source = data_source("fmt-a", build_a)({"target": str(tmp_path), "CHECKPOINTLOCATION": "/c"})
+    schema = StructType([StructField("id", LongType())])
+    with pytest.raises(ConfigurationError, match="complete") as caught:
+        source.streamWriter(schema, True)
+    assert caught.value.setting == "outputMode"
+
+
+def test_each_process_builds_its_own_sink_from_the_options(tmp_path: Path) -> None:
+    BUILT.clear()
+    source = data_source("fmt-a", build_a)({"target": str(tmp_path), "checkpointLocation": "/c"})
+    assert source.name() == "fmt-a"
+    assert source.checkpoint == "/c"
+    assert "checkpointLocation" not in source.sink_options
+    copy = pickle.loads(cloudpickle.dumps(source))  # as Spark sends it to another Python worker
+    assert copy._sink is None
+    assert copy.sink.name == "fmt"
+    assert [str(tmp_path), str(tmp_path)] == BUILT
+
+
+def test_a_commit_message_survives_pickling() -> None:
+    message = PreparedMessage(TaskResult(partition_id=1, attempt=0, rows=3), epoch=7)
+    assert pickle.loads(pickle.dumps(message)) == message
