@@ -47,7 +47,7 @@ from ._identity import SinkIdentity
 from ._log import CoordinatorLog
 from ._participant import TaskPlan, TaskResult, run_participant
 from ._runtime import runtime_of
-from ._store import open_store
+from ._store import LogStore, open_store
 from ._types import CommitProtocol, SinkContext
 from .errors import ConfigurationError
 
@@ -80,9 +80,9 @@ class PreparedMessage(WriterCommitMessage):
     epoch: int
 
 
-def _planned_batch(checkpoint: str) -> int:
+def _planned_batch(checkpoint: LogStore) -> int:
     """Return the batch Spark is planning: the newest entry of the checkpoint's offset log."""
-    names = open_store(checkpoint).list("offsets")
+    names = checkpoint.list("offsets")
     return max((int(n) for n in names if n.isdigit()), default=0)
 
 
@@ -233,7 +233,8 @@ class TwoPhaseDataSource(DataSource):
                 sink=self.sink.name,
                 setting="outputMode",
             )
-        query_id = read_query_id(open_store(self.checkpoint))
+        checkpoint = open_store(self.checkpoint)
+        query_id = read_query_id(checkpoint)
         if query_id is None:
             raise ConfigurationError(
                 f"no query metadata in checkpointLocation={self.checkpoint!r}",
@@ -248,7 +249,7 @@ class TwoPhaseDataSource(DataSource):
         location = identity.log_location(self.checkpoint)
         log = CoordinatorLog(open_store(location), sink=self.sink.name, identity=identity.token)
         context = SinkContext(self.sink.name, identity.token, query_id, uuid.uuid4().hex, location)
-        batch_id = _planned_batch(self.checkpoint)
+        batch_id = _planned_batch(checkpoint)
         coordinator = Coordinator(log, context, on_step=runtime_of(self.sink).on_step)
         coordinator.plan(self.sink, batch_id)
         self.sink.check_schema(to_arrow_schema(schema), batch_id)
