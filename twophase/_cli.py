@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._identity import SinkIdentity
+from ._identity import SinkIdentity, query_id_in_metadata
 from ._log import CoordinatorLog, LogState
 from ._store import LogStore, PyArrowFileStore, open_store
 from ._types import Marker, RecoveryContext
@@ -78,14 +78,7 @@ def _store(uri: str, *, writable: bool) -> LogStore:
 
 
 def _query_id(checkpoint: _Checkpoint) -> str | None:
-    raw = checkpoint.read("metadata")
-    if not raw:
-        return None
-    try:
-        found = json.loads(raw.decode().strip().splitlines()[0]).get("id")
-    except (ValueError, IndexError, AttributeError):
-        return None
-    return str(found) if found else None
+    return query_id_in_metadata(checkpoint.read("metadata"))
 
 
 def _find_sinks(

@@ -21,7 +21,6 @@ Connect session attached to the client's. There is no py4j there: no
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from ._coordinator import Coordinator
@@ -33,6 +32,7 @@ from ._dataframe import (
     session_conf,
 )
 from ._hooks import AnySink
+from ._identity import query_id_in_metadata
 from ._participant import TaskPlan, TaskResult
 from ._runtime import runtime_of
 from ._store import LogStore, open_store
@@ -73,15 +73,7 @@ def read_query_id(checkpoint: LogStore) -> str | None:
     str or None
         The id, or None when the file is absent or unreadable.
     """
-    raw = checkpoint.read("metadata")
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw.decode().strip().splitlines()[0])
-    except (ValueError, IndexError, UnicodeDecodeError):
-        return None
-    found = value.get("id") if isinstance(value, dict) else None
-    return str(found) if found else None
+    return query_id_in_metadata(checkpoint.read("metadata"))
 
 
 def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator:

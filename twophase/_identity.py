@@ -8,12 +8,13 @@ can never make new data look "already committed" (``docs/guarantees.md``).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
 
-__all__ = ["SinkIdentity"]
+__all__ = ["SinkIdentity", "query_id_in_metadata"]
 
 _QUERY_ID_RE = re.compile(r"^[0-9a-fA-F-]{16,64}$")
 
@@ -64,3 +65,26 @@ class SinkIdentity:
             ``<checkpoint>/twophase/<name>/<query id>``.
         """
         return f"{checkpoint.rstrip('/')}/twophase/{self.name}/{self.query_id}"
+
+
+def query_id_in_metadata(raw: bytes | None) -> str | None:
+    """Return the query id Spark wrote in a checkpoint's ``metadata`` file.
+
+    Parameters
+    ----------
+    raw
+        The file's bytes, or None when it does not exist.
+
+    Returns
+    -------
+    str or None
+        The id, or None when the file is absent or unreadable.
+    """
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw.decode().strip().splitlines()[0])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+    found = value.get("id") if isinstance(value, dict) else None
+    return str(found) if found else None

@@ -10,7 +10,6 @@ checks a replay, and then over a persisted copy).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from ._dataframe import (
     new_coordinator,
 )
 from ._hooks import AnySink
+from ._identity import query_id_in_metadata
 from ._runtime import runtime_of
 from ._store import HadoopFileStore, LocalFileStore, LogStore
 from .errors import ConfigurationError
@@ -94,12 +94,7 @@ def _read_metadata_id(spark: Any, checkpoint: str) -> str | None:
         raw = bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
     finally:
         stream.close()
-    try:
-        value = json.loads(raw.decode().strip().splitlines()[0])
-    except (ValueError, IndexError):
-        return None
-    found = value.get("id") if isinstance(value, dict) else None
-    return str(found) if found else None
+    return query_id_in_metadata(raw)
 
 
 def _qualify(spark: Any, location: str) -> str:
