@@ -315,11 +315,16 @@ def test_the_sweep_never_touches_a_batch_whose_decision_is_pending() -> None:
     assert_exactly_once(ids(target), [r["id"] for r in rows(0) + rows(1) + rows(2)])
 
 
-def _zombie_commits_after_the_replay_check(
-    sink: FakeMarkerSink, runner: LocalRunner, rows_of_zombie: list[dict[str, int]]
+def zombie_commits_after_the_replay_check(
+    sink: FakeMarkerSink,
+    runner: LocalRunner,
+    rows_of_zombie: list[dict[str, Any]],
+    zombie_sink: Any = None,
 ) -> list[int]:
     """Crash batch 0 after its intent, then restart it while a task of the crashed run commits
-    partition 0 right after the new run's replay check; return how often the zombie ran."""
+    partition 0 right after the new run's replay check; return the rows of each zombie run.
+
+    The zombie runs ``zombie_sink`` (by default a copy of the runner's sink)."""
     runner.crash_at("intent_recorded", 0)
     with pytest.raises(SimulatedCrash):
         runner.run_batch(0, split(0))
@@ -332,7 +337,7 @@ def _zombie_commits_after_the_replay_check(
             # Attempt 1 of the crashed run (its attempt 0 failed), resumed late.
             old = TaskPlan("m", runner.identity.token, 0, sink.protocol, epoch=old_epoch)
             result = run_participant(
-                pickle.loads(pickle.dumps(runner.sink)),
+                zombie_sink if zombie_sink is not None else pickle.loads(pickle.dumps(runner.sink)),
                 old,
                 0,
                 1,
@@ -351,7 +356,7 @@ def test_a_task_of_an_earlier_run_committing_after_the_replay_check_is_not_writt
     target = FakeTarget.in_memory()
     sink = FakeMarkerSink("m", target)
     runner = LocalRunner(sink)
-    ran = _zombie_commits_after_the_replay_check(sink, runner, split(0)[0])
+    ran = zombie_commits_after_the_replay_check(sink, runner, split(0)[0])
     metrics = runner.run_batch(0, split(0))
     assert ran == [len(split(0)[0])], "the zombie did not commit"
     assert metrics.skipped_partitions == 1
@@ -362,7 +367,7 @@ def test_a_zombie_that_committed_other_rows_fails_the_batch_instead_of_duplicati
     target = FakeTarget.in_memory()
     sink = FakeMarkerSink("m", target)
     runner = LocalRunner(sink)
-    ran = _zombie_commits_after_the_replay_check(sink, runner, [{"id": 999}])
+    ran = zombie_commits_after_the_replay_check(sink, runner, [{"id": 999}])
     with pytest.raises(NondeterministicBatchError, match="already committed"):
         runner.run_batch(0, split(0))
     assert ran == [1]

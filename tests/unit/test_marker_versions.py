@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.unit.test_coordinator import zombie_commits_after_the_replay_check
 from twophase import (
     AbortRequiredError,
     ConfigurationError,
@@ -32,7 +33,6 @@ from twophase.testing import (
     LocalRunner,
     SimulatedCrash,
     assert_exactly_once,
-    install_step_listener,
 )
 
 pytestmark = pytest.mark.unit
@@ -148,21 +148,9 @@ def test_a_zombie_of_the_earlier_release_committing_after_the_replay_check(
     target = FakeTarget.in_memory()
     sink = FakeMarkerSink("m", target)
     runner = LocalRunner(sink, max_task_failures=2)
-    runner.crash_at("intent_recorded", 0)
-    with pytest.raises(SimulatedCrash):
-        runner.run_batch(0, split(0))
-    old_epoch = runner.log.epoch or 0
-    runner.restart()
-    ran: list[int] = []
-
-    def zombie(step: str, batch_id: int, index: int | None) -> None:
-        if step == "intent_recorded" and not ran:
-            # Attempt 1 of the crashed run, a task of the earlier release, resumed late.
-            old = TaskPlan("m", runner.identity.token, 0, sink.protocol, epoch=old_epoch)
-            part = [pa.RecordBatch.from_pylist(split(0)[0])]
-            ran.append(run_participant(EarlierReleaseSink("m", target), old, 0, 1, part).rows)
-
-    install_step_listener(runner.sink, zombie)
+    # Attempt 1 of the crashed run, a task of the earlier release, resumed late.
+    earlier = EarlierReleaseSink("m", target)
+    ran = zombie_commits_after_the_replay_check(sink, runner, split(0)[0], zombie_sink=earlier)
     with caplog.at_level(logging.INFO, logger="twophase.testing"):
         metrics = runner.run_batch(0, split(0))
     assert ran == [3]
