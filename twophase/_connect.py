@@ -177,6 +177,9 @@ class ConnectBatchExecution(DataFrameExecution):
         self._slots = None
         self.num_partitions()
 
+    def _routed(self, partitions: int) -> None:
+        self._slots = partitions
+
     def _relative(self, location: str) -> str:
         if not location.startswith(self._root + "/"):
             raise ValueError(f"{location} is not below the log at {self._root}")

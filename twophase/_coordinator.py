@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+
 from ._execution import BatchExecution, StepListener
 from ._hooks import AnySink, CoordinatedHooks, MarkerHooks, as_coordinated, as_markers
 from ._log import CoordinatorLog
@@ -44,6 +46,7 @@ from ._types import (
 )
 from .errors import (
     CommitFailedError,
+    ConfigurationError,
     RetriableError,
     TwoPhaseError,
 )
@@ -51,6 +54,25 @@ from .errors import (
 __all__ = ["Coordinator"]
 
 _log = logging.getLogger("twophase.coordinator")
+
+#: How often a fence held up by a zombie's prepared transaction is retried after a sweep.
+_FENCE_TRIES = 3
+#: A batch id above every real one: a sweep at recovery covers every batch.
+_ANY_BATCH = 2**62
+
+
+def _key_columns(sink: AnySink, schema: pa.Schema) -> tuple[str, ...]:
+    """Return the sink's ``key_by`` columns, each checked to be a column of the batch."""
+    columns = tuple(sink.key_by)
+    for column in columns:
+        if column not in schema.names:
+            raise ConfigurationError(
+                f"key_by column {column!r} is not a column of the batch (columns: "
+                f"{', '.join(schema.names)}); rows are routed to partitions by it",
+                column=column,
+                setting="key_by",
+            )
+    return columns
 
 
 class Coordinator:
@@ -121,6 +143,8 @@ class Coordinator:
         self.log.load()
         self.log.claim(self.context.run_id, self.context.query_id)
         self._recover(sink)
+        if sink.protocol is CommitProtocol.COORDINATED:
+            self._fence(sink, -1)  # every attempt of an earlier run is stale
         self._opened = True
 
     def _recover(self, sink: AnySink) -> None:
@@ -172,7 +196,9 @@ class Coordinator:
             try:
                 sink.check_schema(execution.schema(), batch_id)
                 limit = sink.max_transactions_per_batch
-                if limit is not None and execution.num_partitions() > limit:
+                if sink.key_by:
+                    execution.key_by(_key_columns(sink, execution.schema()), limit)
+                elif limit is not None and execution.num_partitions() > limit:
                     execution.limit_partitions(limit)
                 if sink.protocol is CommitProtocol.COORDINATED:
                     metrics = self._run_coordinated(as_coordinated(sink), execution, recovered)
@@ -213,6 +239,52 @@ class Coordinator:
                 sink.recover_and_abort(handle)
                 aborted += 1
         return aborted
+
+    def _fence(self, sink: AnySink, batch_id: int, keep: frozenset[str] = frozenset()) -> None:
+        """Make every attempt up to ``batch_id`` (-1: of earlier runs) unable to prepare.
+
+        A zombie that prepared before the fence holds it up: its transaction is
+        an orphan, rolled back by a sweep, and the fence is tried again.
+        """
+        coordinated = as_coordinated(sink)
+        epoch = self.log.epoch or 0
+        fenced = [False]
+
+        def fence() -> None:
+            fenced[0] = coordinated.fence_attempts(self.identity, epoch, batch_id)
+
+        for _ in range(_FENCE_TRIES):
+            self._retrying(sink, fence, [0])
+            if fenced[0]:
+                return
+            swept = self._abort_batch(sink, batch_id if batch_id >= 0 else _ANY_BATCH, keep)
+            _log.warning(
+                "sink %s: a transaction prepared by a stale attempt held up the fence after "
+                "batch %d; rolled back %d orphan(s), fencing again",
+                sink.name,
+                batch_id,
+                swept,
+            )
+        _log.warning(
+            "sink %s: could not fence stale attempts after batch %d (%d tries); the next "
+            "batch's sweep or the next start's recovery rolls back what they prepare",
+            sink.name,
+            batch_id,
+            _FENCE_TRIES,
+        )
+
+    def _fence_after(self, sink: AnySink, batch_id: int, keep: frozenset[str]) -> None:
+        """Fence after a finished batch; a failure only postpones it (logged)."""
+        try:
+            self._fence(sink, batch_id, keep)
+        except Exception as exc:
+            _log.warning(
+                "sink %s: could not fence stale attempts after batch %d (%s); the next "
+                "batch's sweep or the next start's recovery rolls back what they prepare",
+                sink.name,
+                batch_id,
+                exc,
+            )
 
     def _sweep_after_commit(
         self,
@@ -264,6 +336,7 @@ class Coordinator:
                         batch_id,
                         aborted,
                     )
+                self._fence_after(sink, batch_id, frozenset())
             except Exception as abort_exc:
                 exc.add_note(f"aborting the batch's prepared transactions failed: {abort_exc!r}")
             raise
@@ -365,6 +438,7 @@ class Coordinator:
             self._step("committed_handle", batch_id, index)
         self._step("phase2_done", batch_id)
         orphans = self._sweep_after_commit(sink, batch_id, handles)
+        self._fence_after(sink, batch_id, frozenset(h.transaction_id for h in handles))
         t3 = self._record_committed(batch_id, rows)
         self.log.compact(batch_id)
         return self._committed_metrics(

@@ -169,6 +169,9 @@ def _arrow_schema(df: DataFrame) -> pa.Schema:
     )
 
 
+#: The column that carries a row's position in the batch through a key_by shuffle.
+_POSITION = "__twophase_position"
+
 _RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
 
 
@@ -219,6 +222,10 @@ class DataFrameExecution:
         self.df = df
         self._batch_id = batch_id
         self._persisted = False
+        # key_by: the columns and the partition count, and the routed batch with its
+        # rows' positions (kept so that a staged copy keeps the order).
+        self._keys: tuple[tuple[str, ...], int] | None = None
+        self._positioned: DataFrame | None = None
 
     @property
     def batch_id(self) -> int:
@@ -229,11 +236,55 @@ class DataFrameExecution:
         """Return the Arrow schema the participants receive."""
         return _arrow_schema(self.df)
 
+    def num_partitions(self) -> int:
+        """Return the number of participant slots (each mode says how it counts)."""
+        raise NotImplementedError
+
+    def key_by(self, columns: tuple[str, ...], limit: int | None) -> None:
+        """Hash-partition the batch by ``columns``, each partition in the batch's row order.
+
+        Into as many partitions as the batch has (at most ``limit``); one
+        partition already holds every key together, so it is left alone.
+        """
+        from pyspark.sql import functions as sf
+
+        partitions = self.num_partitions()
+        bound = partitions if limit is None else min(partitions, limit)
+        self._keys = (columns, max(1, bound))
+        positioned = self.df.withColumn(_POSITION, sf.monotonically_increasing_id())
+        if partitions <= 1:
+            self._positioned = positioned  # kept for staging only: no shuffle needed
+            return
+        self._route(positioned)
+
+    def _route(self, positioned: DataFrame) -> None:
+        """Route ``positioned`` (the batch and each row's position) by the key columns."""
+        from pyspark.sql import functions as sf
+
+        assert self._keys is not None
+        columns, partitions = self._keys
+        keys = [sf.col("`" + c.replace("`", "``") + "`") for c in columns]
+        self._positioned = positioned.repartition(partitions, *keys).sortWithinPartitions(_POSITION)
+        self.df = self._positioned.drop(_POSITION)
+        self._routed(partitions)
+
+    def _routed(self, partitions: int) -> None:
+        """Note that the batch now has exactly ``partitions`` partitions."""
+
     def _read_staged(self, location: str, complete: bool) -> None:
-        """Write the batch to ``location`` unless ``complete``; then read it from there."""
+        """Write the batch to ``location`` unless ``complete``; then read it from there.
+
+        A batch routed by key is written with its rows' positions and routed
+        again when read back: files are read in an order of Spark's choosing.
+        """
+        written = self._positioned if self._positioned is not None else self.df
         if not complete:
-            self.df.write.mode("overwrite").parquet(location)
-        self.df = self.df.sparkSession.read.parquet(location)
+            written.write.mode("overwrite").parquet(location)
+        staged = self.df.sparkSession.read.parquet(location)
+        if self._keys is not None and _POSITION in staged.columns:
+            self._route(staged)
+        else:
+            self.df = staged
 
     def fingerprints(self, version: int = FINGERPRINT_VERSION) -> dict[int, Fingerprint]:
         """Fingerprint every non-empty partition by ``version``; persists the batch to write it."""

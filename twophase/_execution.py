@@ -67,6 +67,14 @@ class BatchExecution(Protocol):
         """Reduce the number of partitions to at most ``limit`` (coalesce)."""
         ...
 
+    def key_by(self, columns: tuple[str, ...], limit: int | None) -> None:
+        """Route every row of a key to one partition, keeping the batch's row order.
+
+        At most as many partitions as the batch has, and at most ``limit``;
+        a later :meth:`stage` keeps the routing and the order.
+        """
+        ...
+
     def stage(self, location: str) -> None:
         """Materialise the batch at ``location`` (or reuse a complete copy) and read from it."""
         ...

@@ -201,6 +201,16 @@ class TwoPhaseDataSource(DataSource):
                 sink=self.sink.name,
                 setting="protocol",
             )
+        if self.sink.key_by:
+            raise ConfigurationError(
+                f"format({self._format_name!r}) cannot route the rows of a key to one "
+                f"partition (key_by={list(self.sink.key_by)}): a data source writer gets the "
+                "partitions Spark planned, and two transactions merging one key would lose "
+                "changes. Use foreachBatch(sink) (twophase.write_stream), which routes by key; "
+                "see docs/modes.md",
+                sink=self.sink.name,
+                setting="key_by",
+            )
         if not self.checkpoint:
             raise ConfigurationError(
                 "format(...) needs the query's checkpoint location: set "

@@ -38,6 +38,7 @@ class SinkHooks(Protocol):
     checkpoint_location: str | None
     retry: RetryPolicy
     max_transactions_per_batch: int | None
+    key_by: tuple[str, ...]
     recovery_concurrency: ClassVar[int]
 
     @property
@@ -58,6 +59,7 @@ class CoordinatedHooks(SinkHooks, Protocol):
 
     def pre_commit(self, txn: Any) -> Handle: ...
     def commit(self, handle: Any) -> None: ...
+    def fence_attempts(self, identity: str, epoch: int, batch_id: int) -> bool: ...
     def recover_and_commit(self, handle: Any) -> None: ...
 
 

@@ -69,6 +69,18 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
     #: phase 1. PostgreSQL sets it from ``max_prepared_transactions``.
     max_transactions_per_batch: int | None = None
 
+    #: Columns whose equal values must reach one participant (the key of an
+    #: upsert or CDC sink). When set, the framework routes every row of a key to
+    #: one partition before phase 1 (a hash shuffle into at most as many
+    #: partitions as the batch has, and at most
+    #: :attr:`max_transactions_per_batch`), with the rows of each partition in
+    #: the batch's own order: partition by partition, row by row, as Spark
+    #: produced them (for a Kafka source, offset order within each topic
+    #: partition). A sink that merges rows by key then never has two
+    #: transactions of one batch touching one key, whatever the user's
+    #: partitioning. Empty (the default): the batch keeps its partitioning.
+    key_by: tuple[str, ...] = ()
+
     #: How many :meth:`recover_and_abort` calls recovery may run at once, in
     #: threads of the driver (1: one after the other). Raise it when each call
     #: mostly waits on the target and calls for different handles are

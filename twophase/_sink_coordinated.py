@@ -112,6 +112,53 @@ class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
             A handle returned by :meth:`pre_commit`.
         """
 
+    def fence_attempts(self, identity: str, epoch: int, batch_id: int) -> bool:
+        """Stop attempts the coordinator no longer waits for from preparing later. Optional.
+
+        A zombie -- a task attempt Spark gave up on whose process lives on --
+        can reach :meth:`pre_commit` at any moment, even after the query
+        stopped. What it prepares after the driver's last sweep stays prepared,
+        holding locks, until the next run's recovery. A sink whose target can
+        keep a small record does two things: here it records that every
+        attempt ranked at or below ``(epoch, batch_id)`` is stale, and in
+        :meth:`pre_commit`, in the transaction it is about to prepare and under
+        a lock this hook must wait for, it refuses when its own
+        ``(context.epoch, context.batch_id)`` is at or below the record.
+
+        Runs on
+            the driver.
+        Called
+            after recovery (``batch_id`` is -1: every attempt of an earlier
+            run is stale), after a committed batch's phase 2 and sweep, and
+            after a failed batch's abort (every attempt of this run's batches
+            up to ``batch_id`` is stale, and of every earlier run).
+        Idempotent
+            required; the rank only grows.
+        On failure
+            after recovery the run fails before writing; after a batch the
+            error is logged, and the next batch's sweep or the next run's
+            recovery rolls back what a zombie prepared.
+
+        Parameters
+        ----------
+        identity
+            The sink identity.
+        epoch
+            The run's epoch (:attr:`~twophase.TaskContext.epoch` of its tasks).
+        batch_id
+            The last finished batch of the run, or -1.
+
+        Returns
+        -------
+        bool
+            True once recorded. False when a transaction that already
+            prepared holds what the record needs (a zombie that prepared
+            before it): the framework then rolls back the orphans once more
+            (:meth:`recover_and_abort`) and calls again, up to three times.
+            The default records nothing and returns True.
+        """
+        return True
+
     def recover_and_commit(self, handle: HandleT) -> None:
         """Commit a transaction of a decided batch after a restart. Optional.
 

@@ -231,6 +231,9 @@ class SparkBatchExecution(DataFrameExecution):
         self.df = self.df.coalesce(limit)
         self._partitions = None
 
+    def _routed(self, partitions: int) -> None:
+        self._partitions = partitions
+
     def _fs(self, location: str) -> tuple[Any, Any]:
         spark = self.df.sparkSession
         jvm: Any = spark.sparkContext._jvm

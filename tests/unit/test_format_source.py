@@ -39,6 +39,24 @@ def test_a_protocol_b_sink_is_refused_with_the_reason(tmp_path: Path) -> None:
     assert "foreachBatch(sink)" in str(caught.value)
 
 
+def build_keyed(options: Mapping[str, str]) -> Any:
+    sink = FakeSink("fmt", FakeTarget(options["target"]))
+    sink.key_by = ("order_id",)
+    return sink
+
+
+def test_a_sink_that_routes_rows_by_key_is_refused_with_the_reason(tmp_path: Path) -> None:
+    # A data source writer gets the partitions Spark planned: it cannot route a key's rows to one
+    # transaction, which an upsert or CDC sink needs (issue 17).
+    source = data_source("fmt-keyed", build_keyed)
+    with pytest.raises(ConfigurationError, match="cannot route the rows of a key") as caught:
+        source({"target": str(tmp_path), "checkpointLocation": str(tmp_path / "chk")})
+    assert caught.value.sink == "fmt"
+    assert caught.value.setting == "key_by"
+    assert "order_id" in str(caught.value)
+    assert "foreachBatch(sink)" in str(caught.value)
+
+
 def test_the_checkpoint_location_is_required(tmp_path: Path) -> None:
     source = data_source("fmt-a", build_a)
     with pytest.raises(ConfigurationError, match="checkpointLocation") as caught:

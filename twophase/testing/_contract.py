@@ -279,7 +279,7 @@ class TwoPhaseSinkContract(SinkContract):
         self._run(runner, 0)
         # A dead attempt of batch 1 left a prepared transaction behind.
         executor: Any = pickle.loads(pickle.dumps(sink))
-        ctx = TaskContext(sink.name, runner.identity.token, 1, 0, 0)
+        ctx = TaskContext(sink.name, runner.identity.token, 1, 0, 0, runner.log.epoch or 0)
         txn = executor.begin_transaction(ctx)
         executor.write(txn, self.make_batch([999_999]))
         handle = executor.pre_commit(txn)

@@ -10,6 +10,7 @@ production code.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -62,6 +63,11 @@ def _normalise(partitions: PartitionsLike, schema: pa.Schema | None) -> list[lis
     return out
 
 
+def _key_slot(key: tuple[Any, ...], partitions: int) -> int:
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
 class _LocalExecution:
     def __init__(
         self,
@@ -91,6 +97,22 @@ class _LocalExecution:
         groups: list[list[pa.RecordBatch]] = [[] for _ in range(limit)]
         for index, part in enumerate(self.partitions):
             groups[index * limit // n].extend(part)
+        self.partitions = groups
+
+    def key_by(self, columns: tuple[str, ...], limit: int | None) -> None:
+        # Like Spark: a stable hash of the key picks one of at most as many partitions
+        # as there are (and at most `limit`); each keeps the batch's row order.
+        n = len(self.partitions) if limit is None else min(len(self.partitions), limit)
+        if n <= 1 and len(self.partitions) <= 1:
+            return
+        rows = [b for part in self.partitions for b in part if b.num_rows]
+        groups: list[list[pa.RecordBatch]] = [[] for _ in range(max(1, n))]
+        for batch in rows:
+            keys = zip(*(batch.column(c).to_pylist() for c in columns), strict=True)
+            slots = [_key_slot(key, len(groups)) for key in keys]
+            for slot in sorted(set(slots)):
+                mask = pa.array([s == slot for s in slots])
+                groups[slot].append(batch.filter(mask))
         self.partitions = groups
 
     def stage(self, location: str) -> None:
