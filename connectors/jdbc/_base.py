@@ -73,6 +73,10 @@ class PostgresSinkMixin:
         super().__init__(**base)
         self.options = options
         self.connection = connection
+        if options.mode in ("upsert", "cdc"):
+            # Every row of a key in one transaction, in the batch's order: the merge
+            # then applies a key's changes in order, whatever the user's partitioning.
+            self.key_by = tuple(options.key_columns)
         prepare = self.protocol is CommitProtocol.COORDINATED
         self._writer = PostgresWriter(options, connection, prepare=prepare)
         self._committer = PostgresCommitter(options, connection)

@@ -1,4 +1,18 @@
-"""Protocol B's zombie fence: one live attempt per partition slot, the newest one.
+"""The zombie fences of both protocols.
+
+Protocol A (``coordinated``): **a fence row per identity** in the table
+``twophase_fences`` (in the marker table's schema). The driver records in it,
+after recovery and after every finished batch, the rank ``(epoch, batch)`` at or
+below which every attempt is stale (:func:`fence_attempts`); every transaction
+reads it ``FOR SHARE`` right before ``PREPARE TRANSACTION`` and refuses to
+prepare when its own rank is not above it (:func:`refuse_if_fenced`). The share
+lock travels with the prepared transaction, so the driver's update waits for an
+attempt that read the row before it: a live one is terminated, a prepared one
+is an orphan the coordinator rolls back before trying again. After the update,
+no stale attempt can prepare, whenever it wakes up -- even after the query has
+stopped.
+
+Protocol B (``markers``): one live attempt per partition slot, the newest one.
 
 A zombie is an attempt Spark gave up on (its executor was declared lost) whose
 process lives on and may still try to commit after Spark's retry did. Without
@@ -35,7 +49,18 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import AbortRequiredError, FatalError
 
-__all__ = ["application_name", "newer_or_sibling_marker", "slot_key", "take_slot"]
+from ._config import PostgresOptions, QualifiedName
+
+__all__ = [
+    "application_name",
+    "create_fence_table",
+    "fence_attempts",
+    "fence_table",
+    "newer_or_sibling_marker",
+    "refuse_if_fenced",
+    "slot_key",
+    "take_slot",
+]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
 
@@ -155,3 +180,127 @@ def newer_or_sibling_marker(cur: Any, table: Any, context: TaskContext) -> None:
         "(the task's next attempt finds that marker and skips the partition)",
         **where,
     )
+
+
+# ------------------------------------------------------------------ protocol A
+
+#: The fence table's name, in the schema of the marker table.
+FENCE_TABLE = "twophase_fences"
+_CREATE_FENCES = (
+    "CREATE TABLE IF NOT EXISTS {} (identity text PRIMARY KEY, epoch bigint NOT NULL, "
+    "batch_id bigint NOT NULL, fenced_at timestamptz NOT NULL DEFAULT now())"
+)
+#: How long the driver's fence waits for a lock before looking for zombies.
+_FENCE_LOCK_WAIT = "500ms"
+
+
+def fence_table(options: PostgresOptions) -> QualifiedName:
+    """Return the fence table of a sink: ``twophase_fences`` beside the marker table."""
+    return QualifiedName(options.marker_table.schema, FENCE_TABLE)
+
+
+def create_fence_table(cur: Any, table: sql.Composable, identity: str) -> None:
+    """Create the fence table if missing and this identity's row (nothing fenced yet).
+
+    Runs on the driver when the sink opens, before any task of the run: a task
+    always finds its identity's row to lock.
+    """
+    cur.execute("SELECT to_regclass(%s)", (table.as_string(cur),))
+    if cur.fetchone()[0] is None:
+        cur.execute(sql.SQL(_CREATE_FENCES).format(table))
+    cur.execute(
+        sql.SQL(
+            "INSERT INTO {} (identity, epoch, batch_id) VALUES (%s, -1, -1) "
+            "ON CONFLICT (identity) DO NOTHING"
+        ).format(table),
+        (identity,),
+    )
+
+
+def refuse_if_fenced(cur: Any, table: sql.Composable, context: TaskContext) -> None:
+    """Lock the identity's fence row (shared) and refuse to prepare a stale attempt.
+
+    Runs in the partition's transaction right before ``PREPARE TRANSACTION``.
+
+    Raises
+    ------
+    FatalError
+        The coordinator finished this attempt's batch (or its run) without it:
+        this attempt is a zombie and must not prepare.
+    """
+    cur.execute(
+        sql.SQL("SELECT epoch, batch_id FROM {} WHERE identity = %s FOR SHARE").format(table),
+        (context.identity,),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return
+    fenced = (int(row[0]), int(row[1]))
+    if (context.epoch, context.batch_id) > fenced:
+        return
+    what = (
+        f"run {context.epoch} is over (run {fenced[0]} started)"
+        if context.epoch < fenced[0]
+        else f"batch {context.batch_id} is finished"
+    )
+    raise FatalError(
+        f"attempt {context.attempt} of partition {context.partition_id} is fenced: {what}, "
+        "and the coordinator does not wait for this attempt any more. It is a zombie (Spark "
+        "gave up on it) and must not prepare; its transaction is rolled back",
+        sink=context.sink_name,
+        batch_id=context.batch_id,
+        partition_id=context.partition_id,
+    )
+
+
+def _terminate_stale_backends(cur: Any, identity: str, rank: tuple[int, int]) -> int:
+    """Terminate live backends of this identity's attempts ranked at or below ``rank``."""
+    cur.execute(
+        "SELECT pid, application_name FROM pg_stat_activity "
+        "WHERE application_name LIKE 'twophase:%%' AND pid <> pg_backend_pid()"
+    )
+    terminated = 0
+    for pid, name in cur.fetchall():
+        match = _NAME_RE.match(name or "")
+        if match is None or match.group("identity") != identity:
+            continue
+        if (int(match.group("epoch")), int(match.group(2))) <= rank:
+            cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            terminated += 1
+            _log.warning("terminated backend %s of %s, a stale attempt (a zombie)", pid, name)
+    return terminated
+
+
+def fence_attempts(cur: Any, table: sql.Composable, identity: str, rank: tuple[int, int]) -> bool:
+    """Record that every attempt of ``identity`` ranked at or below ``rank`` is stale.
+
+    Runs on the driver on an autocommit connection. A live stale attempt that
+    holds the row (it read it before preparing) is terminated; one that already
+    prepared is left to the coordinator's sweep.
+
+    Returns
+    -------
+    bool
+        False when a prepared transaction holds the row.
+    """
+    upsert = sql.SQL(
+        "INSERT INTO {} AS f (identity, epoch, batch_id) VALUES (%s, %s, %s) "
+        "ON CONFLICT (identity) DO UPDATE SET epoch = EXCLUDED.epoch, "
+        "batch_id = EXCLUDED.batch_id, fenced_at = now() "
+        "WHERE (f.epoch, f.batch_id) < (EXCLUDED.epoch, EXCLUDED.batch_id)"
+    ).format(table)
+    for last in (False, True):
+        cur.execute("BEGIN")
+        try:
+            cur.execute(f"SET LOCAL lock_timeout = '{_FENCE_LOCK_WAIT}'")
+            cur.execute(upsert, (identity, *rank))
+        except Exception as exc:
+            cur.execute("ROLLBACK")
+            if getattr(exc, "pgcode", None) != "55P03":
+                raise
+            if last or not _terminate_stale_backends(cur, identity, rank):
+                return False
+            continue
+        cur.execute("COMMIT")
+        return True
+    return False

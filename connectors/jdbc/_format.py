@@ -87,7 +87,9 @@ def postgres_sink_from_options(options: Mapping[str, str]) -> PostgresSink:
     ``createTable`` (``true``/``false``), ``lockTimeout``,
     ``statementTimeout``, ``idleInTransactionTimeout`` (seconds),
     ``connectTimeout``, ``maxPartitions`` and ``mergeSchema`` mean what the
-    arguments of :func:`postgres_sink` of the same name mean.
+    arguments of :func:`postgres_sink` of the same name mean. The format
+    refuses ``mode`` ``upsert`` and ``cdc`` when the query starts: their rows
+    must be routed by key, which only ``foreachBatch`` does.
 
     Parameters
     ----------

@@ -14,11 +14,14 @@ import uuid
 from typing import Any
 
 import psycopg2
+from psycopg2 import sql
 
 from twophase.errors import ConfigurationError, FatalError, RetriableError
 
+from . import _sql
 from ._client import PostgresClient
 from ._errors import is_connection_error, map_error, sqlstate
+from ._fence import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
 from ._gid import GID_PREFIX, gid_prefix, parse_gid
 from ._transaction import PostgresTransaction
 
@@ -57,17 +60,22 @@ def partition_limit(max_prepared: int, max_partitions: int | None) -> int:
     return automatic if max_partitions is None else min(automatic, max_partitions)
 
 
-def prepare_transaction(txn: PostgresTransaction) -> None:
-    """``PREPARE TRANSACTION gid`` (executor) and give the connection back to the pool.
+def prepare_transaction(txn: PostgresTransaction, fences: sql.Composable) -> None:
+    """Check the zombie fence, ``PREPARE TRANSACTION gid`` and give the connection back.
+
+    Runs on the executor.
 
     Parameters
     ----------
     txn
         The open, finished transaction.
+    fences
+        The fence table (:func:`~._fence.refuse_if_fenced`).
     """
     conn = txn.open_connection("PREPARE TRANSACTION")
     try:
         with conn.cursor() as cur:
+            refuse_if_fenced(cur, fences, txn.context)
             cur.execute("PREPARE TRANSACTION %s", (txn.gid,))
     except psycopg2.Error as exc:
         if is_connection_error(exc):
@@ -121,6 +129,64 @@ class PreparedTransactions(PostgresClient):
             cur.execute("ROLLBACK PREPARED %s", (probe_gid,))
 
         self.run("probing PREPARE TRANSACTION", probe, **context)
+
+    @property
+    def fences(self) -> sql.Composable:
+        """Return the fence table's quoted name."""
+        return _sql.ident(fence_table(self.options))
+
+    def ensure_fences(self, identity: str, **context: Any) -> None:
+        """Create the fence table if missing, with this identity's row.
+
+        Parameters
+        ----------
+        identity
+            The sink identity.
+        **context
+            Error context.
+        """
+        table = self.fences
+        name = fence_table(self.options)
+        try:
+            self.run(
+                f"preparing the fence table {name}",
+                lambda cur: create_fence_table(cur, table, identity),
+                **context,
+            )
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"{exc.message}. Protocol 'coordinated' keeps its zombie fence (one row per "
+                f"query) in {name}, beside the marker table; the sink's user needs SELECT, "
+                f"INSERT, UPDATE on it (GRANT them on an existing table) and CREATE on its schema "
+                "to create it (or create it as docs/jdbc.md shows), or set marker_table to a "
+                "schema where it may",
+                setting="marker_table",
+                **context,
+            ) from exc
+
+    def fence(self, identity: str, epoch: int, batch_id: int, **context: Any) -> bool:
+        """Record that every attempt up to ``(epoch, batch_id)`` is stale (driver).
+
+        Parameters
+        ----------
+        identity
+            The sink identity.
+        epoch, batch_id
+            The rank at or below which attempts are stale.
+        **context
+            Error context.
+
+        Returns
+        -------
+        bool
+            False when a prepared transaction holds the fence row.
+        """
+        table = self.fences
+        return self.run(
+            "fencing stale attempts",
+            lambda cur: fence_attempts(cur, table, identity, (epoch, batch_id)),
+            **context,
+        )
 
     def commit(self, gid: str, xid: int | None, **context: Any) -> str:
         """``COMMIT PREPARED gid``; an unknown gid is resolved through the xid.

@@ -113,6 +113,7 @@ class PostgresTwoPhaseSink(
             server.max_prepared_transactions, max_partitions
         )
         super().open(context)
+        self._prepared.ensure_fences(context.identity, **where)
         stale = self._prepared.stale(context.identity, _STALE_AFTER_SECONDS, **where)
         if stale:
             _log.warning(
@@ -145,6 +146,13 @@ class PostgresTwoPhaseSink(
         if outcome != "committed":
             _log.info("sink %s: %s was %s", self.name, handle.transaction_id, outcome)
 
+    def fence_attempts(self, identity: str, epoch: int, batch_id: int) -> bool:
+        """Update this identity's row of ``twophase_fences``; ``pre_commit`` reads it.
+
+        Live stale attempts holding the row are terminated; one that prepared returns False.
+        """
+        return self._prepared.fence(identity, epoch, batch_id, sink=self.name)
+
     def list_in_doubt(self, context: RecoveryContext) -> Sequence[PostgresHandle]:
         """Read ``pg_prepared_xacts``: gids of exactly this identity, in this database (no xid)."""
         return [
@@ -165,9 +173,12 @@ class PostgresTwoPhaseSink(
 
     # ============================================ participant hooks (executor)
     def pre_commit(self, txn: PostgresTransaction) -> PostgresHandle:
-        """Merge (upsert/CDC), then ``PREPARE TRANSACTION``; the handle carries gid and xid."""
+        """Merge (upsert/CDC), refuse a fenced attempt, ``PREPARE TRANSACTION``.
+
+        The handle carries gid and xid.
+        """
         self._writer.finish(txn)
-        prepare_transaction(txn)
+        prepare_transaction(txn, self._prepared.fences)
         c = txn.context
         return PostgresHandle(txn.gid, c.batch_id, c.partition_id, c.attempt, txn.xid, txn.rows)
 

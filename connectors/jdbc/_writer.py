@@ -28,7 +28,7 @@ from ._config import ConnectionConfig, PostgresOptions, QualifiedName
 from ._copy import CopyStream
 from ._encode import encode_csv
 from ._errors import sqlstate
-from ._fence import take_slot
+from ._fence import application_name, take_slot
 from ._gid import format_gid
 from ._plan import plan_write
 from ._prepared import PreparedTransactions
@@ -95,8 +95,14 @@ class PostgresWriter(PostgresClient):
 
         def start(cur: Any) -> tuple[int | None, Any]:
             if self.prepare:
-                cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED; SELECT txid_current()")
-                xid = int(cur.fetchone()[0])
+                # Named like protocol B's attempts, so that the driver's fence can find a
+                # zombie that holds the fence row (_fence.py).
+                cur.execute(
+                    "BEGIN ISOLATION LEVEL READ COMMITTED; "
+                    "SELECT set_config('application_name', %s, true), txid_current()",
+                    (application_name(context),),
+                )
+                xid = int(cur.fetchone()[1])
             else:
                 cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                 take_slot(cur, context)  # protocol B's zombie fence (_fence.py)

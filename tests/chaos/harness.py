@@ -15,7 +15,9 @@ runs N trials. Trial ``i`` draws everything from ``random.Random(f"{S}:{i}")``:
   fault is done) or after a random delay: the driver's process groups SIGKILLed, PostgreSQL
   restarted (fast or immediate shutdown), the Kafka broker restarted, the broker frozen (SIGSTOP)
   past the producer's request timeout, ``query.stop()`` from a thread of the driver, or a task
-  failure (``twophase.testing.with_faults``).
+  failure (``twophase.testing.with_faults``); for ``pg-A``, a zombie: an attempt of a task that
+  Spark gave up on, which opens its transaction when the task reaches the point and tries to
+  prepare only after the trial's last driver has exited (:mod:`tests.chaos.zombie`).
 
 The driver (:mod:`tests.chaos.driver`) runs in a process group of its own and is started again
 after every exit until its query has processed the input, or until the trial's time runs out. Then
@@ -81,6 +83,7 @@ FAULT_KINDS = (
     "kafka_freeze",
     "query_stop",
     "task_failure",
+    "zombie",
 )
 
 #: Coordinator steps a fault may be bound to ("start" is before anything of the batch).
@@ -218,7 +221,18 @@ def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Faul
         if sink == "kafka"
         else ["pg_restart_fast", "pg_restart_immediate"]
     )
+    if sink == "pg-A":
+        kinds.append("zombie")
     kind = rng.choice(kinds)
+    if kind == "zombie":
+        # An attempt of this task that Spark gave up on, waking after the trial's last run.
+        point = {
+            "src": "task",
+            "name": rng.choice(("write", "pre_commit")),
+            "batch": rng.randrange(batches),
+            "partition": rng.randrange(parts),
+        }
+        return Fault(kind, point)
     if kind == "task_failure":
         point = {
             "src": "task",
@@ -410,6 +424,7 @@ class Driver:
 
     def __init__(self, spec_path: Path, log_path: Path) -> None:
         self.log_path = log_path
+        self.spec_path = spec_path
         with open(log_path, "w") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "tests.chaos.driver", str(spec_path)],
@@ -732,6 +747,8 @@ class _Trial:
         self.rules: FakeTarget | None = None
         self.rule_of: dict[int, Any] = {}
         self.in_process_restarts = True
+        self.at: dict[int, dict[str, Any]] = {}  # the event that triggered each fault
+        self.zombies: dict[int, tuple[Path, subprocess.Popen[bytes]]] = {}
 
     # -------------------------------------------------------------- fault actions
     def note(self, **fields: Any) -> None:
@@ -754,7 +771,10 @@ class _Trial:
         try:
             if not fault.sync and fault.delay:
                 time.sleep(fault.delay)
-            fault.fired, fault.detail = self._act(fault)
+            if fault.kind == "zombie":
+                fault.fired, fault.detail = self._spawn_zombie(number, self.at[number])
+            else:
+                fault.fired, fault.detail = self._act(fault)
         except Exception as exc:
             fault.fired, fault.detail = False, f"action failed: {exc!r}"
         finally:
@@ -828,6 +848,56 @@ class _Trial:
             return True, f"broker {before} stopped for {seconds}s"
         raise ValueError(f"unknown fault kind {kind!r}")
 
+    # -------------------------------------------------------------- zombies
+    def _spawn_zombie(self, number: int, event: dict[str, Any]) -> tuple[bool, str]:
+        """Start a zombie of the task that reached the point (:mod:`tests.chaos.zombie`)."""
+        driver = self.driver
+        if driver is None:
+            return False, "no driver spec"
+        where = self.work / f"zombie-{number}"
+        where.mkdir(exist_ok=True)
+        spec = {
+            "driver": str(driver.spec_path),
+            **{k: event[k] for k in ("identity", "epoch", "batch", "partition")},
+            "attempt": int(event["attempt"]) + 1000,  # its own gid
+        }
+        (where / "spec.json").write_text(json.dumps(spec))
+        with open(where / "zombie.log", "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.chaos.zombie", str(where / "spec.json")],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.zombies[number] = (where, process)
+        return True, f"zombie of b{event['batch']}p{event['partition']} started (pid {process.pid})"
+
+    def wake_zombies(self, timeout: float = 60.0) -> list[str]:
+        """Wake every zombie now that no driver runs; return what each did."""
+        notes = []
+        for number, (where, process) in self.zombies.items():
+            (where / "go").touch()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            fault = self.plan.faults[number]
+            try:
+                outcome = json.loads((where / "outcome.json").read_text())
+            except (FileNotFoundError, ValueError):
+                fault.detail += "; the zombie did not report (see its zombie.log)"
+                notes.append(f"zombie {number} did not report")
+                continue
+            did = outcome.get("outcome")
+            fault.detail += f"; woke after the last run: {did}"
+            if did == "prepared":
+                notes.append(f"zombie {number} prepared {outcome.get('transaction')}")
+            elif "fenced" not in str(outcome.get("error", "")):
+                notes.append(f"zombie {number} refused, but not by the fence: {outcome}")
+        return notes
+
     # -------------------------------------------------------------- task failures
     def install_rules(self) -> str | None:
         """Store the task-failure rules where the executors read them."""
@@ -870,6 +940,7 @@ class _Trial:
                     continue
                 if matches(fault.point, event):
                     self.triggered.add(n)
+                    self.at[n] = event
                     self.note(name="fault_triggered", fault=n, kind=fault.kind, at=event)
                     thread = threading.Thread(
                         target=self.fire, args=(n, fault), name=f"fault-{n}", daemon=True
@@ -1003,6 +1074,7 @@ def run_trial(
         trial.wait_faults(timeout=60)
         if trial.driver is not None:
             trial.driver.kill()
+    result.notes += trial.wake_zombies()
     trial.settle_rules()
     failures = [e for e in trial.seen if e.get("name") == "query_failed"]
     result.errors = [e.get("error", "?") for e in failures]

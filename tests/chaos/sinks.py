@@ -43,6 +43,8 @@ class _Probed:
             batch=context.batch_id,
             partition=context.partition_id,
             attempt=context.attempt,
+            identity=context.identity,
+            epoch=context.epoch,
         )
 
     def _context(self, txn: Any) -> Any:

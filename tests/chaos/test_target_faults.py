@@ -104,6 +104,20 @@ def test_postgres_restarted_during_phase_2(
     assert_exact(result)
 
 
+def test_postgres_zombie_waking_after_the_last_run_leaves_nothing_prepared(
+    infra_for: InfraFor, tmp_path: Path
+) -> None:
+    # Issue 22: an attempt of partition 0 of the last batch that Spark gave up on opens its
+    # transaction while the task runs, and tries to prepare only after the driver has exited,
+    # when no sweep will run again. The fence refuses it; nothing stays prepared.
+    fault = Fault("zombie", task("pre_commit", batch=2), sync=True)
+    result = run(plan("pg-A", fault), infra_for("pg-A"), tmp_path)
+    assert_exact(result)
+    assert "woke after the last run: refused" in fault.detail, fault.detail
+    assert result.leftovers == []
+    assert not [n for n in result.notes if n.startswith("zombie")], result.notes
+
+
 # ---------------------------------------------------------------------------------- Kafka
 
 

@@ -13,8 +13,10 @@ What fences the zombie (docs/guarantees.md, "Zombie attempts"):
   commit fails with "producer fenced", its open transaction aborted.
 * PostgreSQL, protocol B: the retry finds the zombie holding the slot's advisory lock and
   terminates its backend (rolling its transaction back); the zombie's commit fails.
-* PostgreSQL, protocol A: nothing stops the zombie from preparing; its prepared transaction is
-  named by no decision and the sweep after the next batch's phase 2 rolls it back.
+* PostgreSQL, protocol A: once the driver has finished the batch, its fence (``twophase_fences``)
+  refuses the zombie before ``PREPARE TRANSACTION``; a zombie that prepared before that is named by
+  no decision, and the sweep (or the fence, which waits for it) rolls it back. A zombie that wakes
+  after the query ended cannot prepare at all.
 """
 
 from __future__ import annotations
@@ -83,13 +85,55 @@ def test_postgres_markers_fence_a_zombie_that_commits_after_the_retry(
     assert zombie.outcome["outcome"] == "error", f"the zombie committed: {zombie.outcome}"
 
 
-def test_postgres_two_phase_sweeps_a_zombie_that_prepares_after_the_retry(
+def test_postgres_two_phase_fences_or_sweeps_a_zombie_that_prepares_after_the_retry(
     make_scenario: Callable[..., Scenario], spark_cluster: SparkCluster
 ) -> None:
     scenario = make_scenario("pg-A")
     zombie, _result = run_with_zombie(scenario, spark_cluster)
-    assert zombie.outcome["outcome"] == "ok", f"the zombie could not prepare: {zombie.outcome}"
-    swept = scenario.control.events(
-        event="hook", hook="recover_and_abort", batch=BATCH, partition=0, attempt=0, outcome="ok"
-    )
-    assert swept, "nothing rolled the zombie's prepared transaction back"
+    # The zombie resumes right after the retry prepared: the driver may or may not have finished
+    # the batch (and fenced it) by then. Fenced, it never prepares; otherwise it is swept.
+    if zombie.outcome["outcome"] == "error":
+        assert "fenced" in zombie.outcome["error"], zombie.outcome
+    else:
+        swept = scenario.control.events(
+            event="hook", hook="recover_and_abort", batch=BATCH, partition=0, attempt=0
+        )
+        assert swept, "nothing rolled the zombie's prepared transaction back"
+
+
+def test_postgres_two_phase_fences_a_zombie_that_wakes_after_the_query_ended(
+    make_scenario: Callable[..., Scenario], spark_cluster: SparkCluster
+) -> None:
+    # Issue 22: the zombie of the last batch resumes only after the driver process has ended,
+    # when no sweep will ever run again. It must not leave a prepared transaction behind.
+    scenario = make_scenario("pg-A", batches=2)
+    last = scenario.batches - 1
+    rule = scenario.control.add("pre_commit", "pause", batch=last, partition=0, attempt=0)
+    driver = scenario.start_driver()
+
+    def retried_and_driver_ended(event: dict[str, object]) -> bool:
+        retry = (
+            event.get("event") == "hook"
+            and event.get("hook") == "pre_commit"
+            and event.get("batch") == last
+            and event.get("partition") == 0
+            and event.get("outcome") == "ok"
+            and int(str(event.get("attempt", 0))) > 0
+        )
+        return retry and not driver.alive()
+
+    try:
+        zombie = play_zombie(
+            spark_cluster, scenario.control, rule, retried=retried_and_driver_ended, timeout=150
+        )
+    finally:
+        scenario.control.release(rule.rule_id)
+    result = driver.wait()
+    assert result["rc"] == 0, describe(result)
+    assert [m["outcome"] for m in result["metrics"]] == ["committed"] * scenario.batches
+    reasons = removed_executors(result)
+    assert any("heartbeat" in r.lower() for r in reasons.values()), describe(result)
+    assert zombie.outcome["outcome"] == "error", f"the zombie prepared: {zombie.outcome}"
+    assert "fenced" in zombie.outcome["error"], zombie.outcome
+    scenario.assert_exactly_once()
+    assert scenario.leftovers() == [], "a prepared transaction outlived its run"

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import twophase
 from tests.connect.support import KillServerAt, crash_server, run_to_end, start_query
 from tests.spark.helpers import table_ids, write_input
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, assert_exactly_once
@@ -142,3 +143,48 @@ def test_a_failed_task_on_connect_is_retried_and_written_once(
     assert target.fired(fault) == 1, "the injected task failure did not fire"
     assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
     assert target.prepared() == []
+
+
+@pytest.mark.integration
+def test_cdc_on_connect_routes_a_keys_creates_and_deletes_to_one_transaction(
+    connect_server: SparkConnectServer, tmp_path: Path, postgres_server: Any
+) -> None:
+    # Issue 17 under Connect: creates in one file, their deletes in another, one batch of two
+    # partitions, no repartition. The sink routes by key in the Connect server's worker.
+    import json
+
+    from twophase.connectors.jdbc import postgres_sink
+
+    source = tmp_path / "in"
+    source.mkdir()
+    changes = [{"id": k, "op": "c", "seq": 1} for k in range(60)]
+    later = [{"id": k, "op": "d", "seq": 2} for k in range(50)]
+    for name, rows in (("a", changes), ("b", later)):
+        (source / f"{name}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = f"connect_cdc_{uuid.uuid4().hex[:8]}"
+    sink = postgres_sink(
+        "connect_cdc",
+        table=table,
+        dsn=postgres_server.dsn,
+        protocol="coordinated",
+        mode="cdc",
+        key_columns=["id"],
+        cdc_op_column="op",
+        order_column="seq",
+        create_table=True,
+    )
+
+    def start(spark: Any) -> Any:
+        from pyspark.sql import functions as sf
+
+        layout = spark.read.schema("id long, op string, seq long").json(str(source))
+        assert layout.select(sf.spark_partition_id()).distinct().count() == 2, "two partitions"
+        df = spark.readStream.schema("id long, op string, seq long").json(str(source))
+        return (
+            twophase.write_stream(df, sink, checkpoint_location=str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    run_to_end(connect_server, start)
+    assert sorted(table_ids(postgres_server, table)) == list(range(50, 60))

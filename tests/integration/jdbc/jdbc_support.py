@@ -6,7 +6,9 @@ A module of its own, not ``conftest``: several test folders have a ``conftest.py
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -65,3 +67,33 @@ def id_batch(
             "payload": pa.array([payload(i) for i in ids], pa.string()),
         }
     )
+
+
+def part(batch: int, p: int) -> list[Any]:
+    """Partition ``p`` of a LocalRunner batch: three rows, ids ``batch*100 + p*10 + i``."""
+    return [id_batch([batch * 100 + p * 10 + i for i in range(3)])]
+
+
+def batch_rows(batch: int) -> list[list[Any]]:
+    """The three partitions of a LocalRunner batch."""
+    return [part(batch, p) for p in range(3)]
+
+
+def every_id(*batches: int) -> Counter[int]:
+    """Each id of these batches, counted once per time it is in them."""
+    return Counter(i for b in batches for p in batch_rows(b) for i in p[0].column(0).to_pylist())
+
+
+def run_to_end(df: Any, sink: Any, checkpoint: Path) -> None:
+    """Run a streaming query into ``sink`` until its input is processed (``availableNow``)."""
+    import twophase
+
+    query = twophase.write_stream(
+        df, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
+    ).start()
+    try:
+        assert query.awaitTermination(180), "the query did not finish in time"
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None, query.exception()

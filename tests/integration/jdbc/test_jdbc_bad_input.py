@@ -24,6 +24,13 @@ from twophase.testing import LocalRunner, assert_exactly_once
 pytestmark = pytest.mark.integration
 
 
+#: The fence table as docs/jdbc.md gives it (protocol A).
+FENCES_DDL = (
+    "CREATE TABLE IF NOT EXISTS {name} (identity text PRIMARY KEY, epoch bigint NOT NULL, "
+    "batch_id bigint NOT NULL, fenced_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
 def rows(
     ids: list[int], values: list[Any], value_type: pa.DataType | None = None
 ) -> pa.RecordBatch:
@@ -188,6 +195,9 @@ def test_permission_denied_while_writing(pg: PgTarget, table: str) -> None:
 
     pg.sql(f'CREATE TABLE "{table}" (id bigint, v text)')
     pg.sql(f'GRANT SELECT, INSERT ON "{table}" TO twophase_test')
+    if pg.protocol == "coordinated":  # the fence table, as an administrator would set it up
+        pg.sql(FENCES_DDL.format(name="twophase_fences"))
+        pg.sql("GRANT SELECT, INSERT, UPDATE ON twophase_fences TO twophase_test")
     sink = pg.sink("bad", table, dsn=pg.server.password_dsn, marker_table=f"{table}_markers")
     sink.open(SinkContext("bad", "ident-perm", "q", "r", "/tmp/unused"))
     pg.sql(f'REVOKE INSERT ON "{table}" FROM twophase_test')
@@ -207,6 +217,25 @@ def test_permission_denied_while_writing(pg: PgTarget, table: str) -> None:
     sink.abort(txn)
     assert "batch=3" in str(info.value)
     assert pg.ids(table) == []
+
+
+def test_a_fence_table_the_sinks_user_may_not_use_is_refused_at_open(
+    pg_a: PgTarget, table: str
+) -> None:
+    from twophase import SinkContext
+
+    schema = f"s_{table}"
+    pg_a.sql(f'CREATE SCHEMA "{schema}"')
+    pg_a.sql(f'GRANT USAGE ON SCHEMA "{schema}" TO twophase_test')
+    pg_a.sql(FENCES_DDL.format(name=f'"{schema}".twophase_fences'))  # owned by another role
+    pg_a.sql(f'CREATE TABLE "{table}" (id bigint, v text)')
+    pg_a.sql(f'GRANT SELECT, INSERT ON "{table}" TO twophase_test')
+    sink = pg_a.sink("bad", table, dsn=pg_a.server.password_dsn, marker_table=f"{schema}.m")
+    with pytest.raises(ConfigurationError, match="permission denied") as info:
+        sink.open(SinkContext("bad", "ident-fence", "q", "r", "/tmp/unused"))
+    assert info.value.setting == "marker_table"
+    assert "SELECT, INSERT, UPDATE" in str(info.value)
+    assert f"{schema}.twophase_fences" in str(info.value)
 
 
 def test_prepared_transaction_slots_exhausted(pg_a: PgTarget, table: str) -> None:

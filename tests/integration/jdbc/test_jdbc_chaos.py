@@ -159,7 +159,8 @@ def test_orphan_of_a_dead_attempt_never_blocks_the_retry(pg_a: PgTarget, table: 
     # Attempt 0 of batch 1, partition 0 prepared key 5 and died (lost executor):
     # its prepared transaction holds the row lock of key 5.
     dead = pickle.loads(pickle.dumps(sink))
-    txn = dead.begin_transaction(TaskContext("chaos", runner.identity.token, 1, 0, 0))
+    epoch = runner.log.epoch or 0  # an attempt of this run
+    txn = dead.begin_transaction(TaskContext("chaos", runner.identity.token, 1, 0, 0, epoch))
     dead.write(txn, id_batch([5], lambda i: "from the dead attempt"))
     dead.pre_commit(txn)
     rules.fail("begin_transaction", batch_id=1, partition_id=0, attempt=0)

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from jdbc_support import PgTarget
+from jdbc_support import PgTarget, run_to_end
 
 import twophase
 from twophase.testing import assert_exactly_once
@@ -45,15 +45,7 @@ def run(spark: Any, source: Path, checkpoint: Path, sink: Any, transform: Any = 
     )
     if transform is not None:
         df = transform(df)
-    query = twophase.write_stream(
-        df, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
-    ).start()
-    try:
-        assert query.awaitTermination(180), "the query did not finish in time"
-    finally:
-        if query.isActive:
-            query.stop()
-    assert query.exception() is None
+    run_to_end(df, sink, checkpoint)
 
 
 def test_streaming_query_writes_exactly_once_and_resumes_from_its_checkpoint(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from jdbc_support import PgTarget, id_batch
+from jdbc_support import PgTarget, batch_rows, every_id, part
 
 from twophase import Marker, TaskContext, TwoPhaseError, fingerprint_batches
 from twophase.connectors.jdbc import PostgresMarkerSink
@@ -34,18 +34,6 @@ class _Interleaved(PostgresMarkerSink):
         while AFTER_READ_MARKERS:
             AFTER_READ_MARKERS.pop()()
         return markers
-
-
-def part(batch: int, p: int) -> list[Any]:
-    return [id_batch([batch * 100 + p * 10 + i for i in range(3)])]
-
-
-def batch_rows(batch: int) -> list[list[Any]]:
-    return [part(batch, p) for p in range(3)]
-
-
-def every_id(*batches: int) -> Counter[int]:
-    return Counter(i for b in batches for p in batch_rows(b) for i in p[0].column(0).to_pylist())
 
 
 class Zombie:
