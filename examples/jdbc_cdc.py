@@ -13,9 +13,10 @@ events come from files here; ``examples/kafka_debezium_cdc.py`` reads them from 
 writes them. Events carry full row images (Debezium's ``after``), as Debezium emits them.
 
 Guarantees: exactly once per event, across restarts (the checkpoint holds the file offsets, the
-sink's coordinator log holds the commit decisions). All changes of one key go to one partition
-(``repartition("id")``); events with an unknown ``op`` (e.g. ``t``, truncate) fail the batch with
-a ``DataError`` naming the ``op`` column, and nothing of that batch is applied (protocol A).
+sink's coordinator log holds the commit decisions). The sink routes all changes of one key to
+one partition itself, whatever the input's partitioning; events with an unknown ``op`` (e.g.
+``t``, truncate) fail the batch with a ``DataError`` naming the ``op`` column, and nothing of that
+batch is applied (protocol A).
 
 Run: ``.venv/bin/python examples/jdbc_cdc.py``.
 """
@@ -154,7 +155,7 @@ def main() -> int:
                     order_column="lsn",  # changes of one key in one batch: highest lsn wins
                 )
                 query = twophase.write_stream(
-                    flatten(changes).repartition("id"),  # all changes of a key together
+                    flatten(changes),  # no repartition needed: the sink routes rows by key
                     sink,
                     checkpoint_location=str(work / "checkpoint"),
                     trigger={"availableNow": True},

@@ -17,8 +17,8 @@ Guarantees, and their limits:
 * with ``--no-prepared`` the server cannot prepare and the sink uses protocol B: partitions commit
   one by one with a marker row, replays skip committed partitions, nothing is duplicated; a reader
   may see part of a batch for a moment;
-* rows of one order must be in one partition (``repartition("order_id")``), otherwise two
-  transactions would update the same row (protocol A reports it after ``lock_timeout``).
+* the rows of one order may sit in any partition: the sink routes every row of a key to one
+  partition itself (``key_by``), so the highest ``version`` wins whatever the partitioning.
 
 Run: ``.venv/bin/python examples/jdbc_upsert.py`` (about a minute, most of it Spark start-up).
 """
@@ -84,7 +84,7 @@ def run_query(spark: Any, source: Path, checkpoint: Path, dsn: str, table: str) 
         key_columns=["order_id"],  # the table's primary key (ON CONFLICT uses it)
         order_column="version",  # within a batch, the highest version of an order wins
         create_table=True,  # first run: create the table from the stream's schema
-        lock_timeout=10,  # never wait long for a row lock (see the repartition note above)
+        lock_timeout=10,  # never wait long for a row lock
     )
     updates = (
         spark.readStream.schema("order_id long, status string, amount_cents long, version long")
@@ -92,7 +92,7 @@ def run_query(spark: Any, source: Path, checkpoint: Path, dsn: str, table: str) 
         .parquet(str(source))
     )
     query = twophase.write_stream(
-        updates.repartition(4, "order_id"),  # one order -> one partition
+        updates.repartition(4),  # any partitioning: the sink routes each order to one partition
         sink,
         checkpoint_location=str(checkpoint),  # the coordinator log lives with the checkpoint
         trigger={"availableNow": True},  # process what is there, then stop

@@ -26,7 +26,9 @@ Guarantees, and their limits:
 * every change is applied exactly once, in ``lsn`` order per row, across restarts: the table ends
   up equal to the source table. Within a micro-batch the connector keeps the change with the
   highest ``lsn`` of each key (a ``d`` deletes the row), which is the same result as applying them
-  one by one because each event carries the whole row;
+  one by one because each event carries the whole row. The sink routes all changes of a key to
+  one transaction itself (no ``repartition`` needed): a create in one Spark partition and its
+  delete in another can never both survive;
 * with ``max_prepared_transactions > 0`` (protocol A) each micro-batch is applied all at once or
   not at all; on a server without prepared transactions (protocol B) partition by partition;
 * tombstones (a key with a null value) only tell Kafka's log compaction to forget the key: they
@@ -204,7 +206,7 @@ def run_once(spark: Any, bootstrap: str, topic: str, dsn: str, table: str, check
         protocol="auto",
     )
     query = twophase.write_stream(
-        changes(spark, bootstrap, topic).repartition("id"),  # all changes of a row together
+        changes(spark, bootstrap, topic),  # the sink routes all changes of a row together
         sink,
         checkpoint_location=str(checkpoint),
         trigger={"availableNow": True},
