@@ -221,7 +221,10 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A ``local[2,3]`` SparkSession (task retries on) with Spark's Kafka source and sink."""
-    session = spark_session("twophase-tests", master="local[2,3]")
+    # TWOPHASE_SPARK_KAFKA=0: a PySpark whose Kafka connector Maven Central does not serve
+    # (scripts/compat.sh); the tests of Spark's Kafka source are not run there.
+    kafka = os.environ.get("TWOPHASE_SPARK_KAFKA", "1") != "0"
+    session = spark_session("twophase-tests", master="local[2,3]", kafka=kafka)
     try:
         yield session
     finally:

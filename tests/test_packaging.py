@@ -82,6 +82,14 @@ def test_wheel_contains_the_library_and_no_dev_infrastructure(tmp_path: Path) ->
     with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())
         scripts = _console_scripts(wheel)
+        metadata = wheel.read("twophase-0.1.0.dist-info/METADATA").decode()
+
+    # PySpark only through an extra: a platform's own Spark is never replaced by pip.
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    spark = [line for line in requires if "pyspark" in line]
+    assert spark, requires
+    assert all("extra ==" in line for line in spark), spark
+    assert "Requires-Python: >=3.10" in metadata
 
     assert "twophase/__init__.py" in names
     assert "twophase/testing/__init__.py" in names

@@ -19,6 +19,8 @@ test kit is :mod:`twophase.testing`; the bundled connectors are
 :mod:`twophase.connectors.jdbc` and :mod:`twophase.connectors.kafka`.
 """
 
+# First: a PySpark outside the supported range fails the import here, naming it.
+from . import _pyspark  # noqa: F401  # isort: skip
 from ._fingerprint import fingerprint_batches
 from ._format import register_format
 from ._metrics import BatchMetrics

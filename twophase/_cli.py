@@ -155,7 +155,7 @@ def _make_target(spec: str, options: Sequence[str], name: str) -> Any:
 def _when(seconds: Any) -> str:
     if not isinstance(seconds, int | float):
         return "?"
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 

@@ -49,6 +49,7 @@ from .errors import (
     ConfigurationError,
     RetriableError,
     TwoPhaseError,
+    add_note,
 )
 
 __all__ = ["Coordinator"]
@@ -338,7 +339,7 @@ class Coordinator:
                     )
                 self._fence_after(sink, batch_id, frozenset())
             except Exception as abort_exc:
-                exc.add_note(f"aborting the batch's prepared transactions failed: {abort_exc!r}")
+                add_note(exc, f"aborting the batch's prepared transactions failed: {abort_exc!r}")
             raise
         self._step("phase1_done", batch_id)
         return self._decide_and_commit(

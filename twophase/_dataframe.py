@@ -22,6 +22,7 @@ from ._hooks import AnySink
 from ._identity import SinkIdentity
 from ._log import CoordinatorLog
 from ._participant import TaskPlan, TaskResult, run_participant
+from ._pyspark import arrow_schema
 from ._runtime import runtime_of
 from ._serde import dumps, loads
 from ._store import LogStore
@@ -159,13 +160,11 @@ def new_coordinator(
 
 
 def _arrow_schema(df: DataFrame) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     spark = df.sparkSession
     timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
     large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
-    return to_arrow_schema(
-        df.schema, timezone=timezone, prefers_large_types=str(large).lower() == "true"
+    return arrow_schema(
+        df.schema, timezone=str(timezone), prefers_large_types=str(large).lower() == "true"
     )
 
 

@@ -76,7 +76,8 @@ def _weights(length: int) -> np.ndarray[Any, Any]:
     if length > len(_POSITION_WEIGHTS):
         size = max(length, 2 * len(_POSITION_WEIGHTS))
         _POSITION_WEIGHTS = _mix(np.arange(size, dtype=_U64) + _SEED) | _U64(1)
-    return _POSITION_WEIGHTS
+    weights: np.ndarray[Any, Any] = _POSITION_WEIGHTS
+    return weights
 
 
 def _hash_bytes_v1(arr: pa.Array) -> np.ndarray[Any, Any]:

@@ -28,7 +28,7 @@ from ._types import (
     TaskContext,
     TransactionHandle,
 )
-from .errors import AbortRequiredError, NondeterministicBatchError, TwoPhaseError
+from .errors import AbortRequiredError, NondeterministicBatchError, TwoPhaseError, add_note
 
 __all__ = ["TaskPlan", "TaskResult", "run_participant"]
 
@@ -170,7 +170,7 @@ def _abort_quietly(sink: SinkHooks, txn: Any, error: BaseException) -> None:
         sink.abort(txn)
     except Exception as abort_error:
         _log.warning("abort after a failed hook also failed: %r", abort_error)
-        error.add_note(f"abort() of the failed transaction also failed: {abort_error!r}")
+        add_note(error, f"abort() of the failed transaction also failed: {abort_error!r}")
 
 
 def _clear_earlier_attempts(sink: SinkHooks, ctx: TaskContext) -> None:

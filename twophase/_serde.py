@@ -1,11 +1,19 @@
-"""Serialisation of handles, results and sinks (cloudpickle, typed)."""
+"""Serialisation of handles, results and sinks (cloudpickle, typed).
+
+PySpark's own copy of cloudpickle where PySpark is installed (what Spark ships
+functions to executors with), else the ``cloudpickle`` package: the test kit
+runs sinks without Spark.
+"""
 
 from __future__ import annotations
 
 import pickle
 from typing import Any, cast
 
-from pyspark import cloudpickle
+try:
+    from pyspark import cloudpickle
+except ImportError:  # no PySpark: the test kit alone
+    import cloudpickle  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 __all__ = ["dumps", "loads"]
 

@@ -28,7 +28,7 @@ FINGERPRINT_VERSION = 2
 FINGERPRINT_VERSIONS = (1, 2)
 
 
-class CommitProtocol(enum.StrEnum):
+class CommitProtocol(str, enum.Enum):
     """The two commit protocols (``docs/protocol.md``).
 
     Attributes
@@ -44,6 +44,9 @@ class CommitProtocol(enum.StrEnum):
 
     COORDINATED = "coordinated"
     MARKERS = "markers"
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 @dataclass(frozen=True)

@@ -216,3 +216,25 @@ class CommitFailedError(TwoPhaseError):
     The commit decision is durable: restarting the query commits the remaining
     handles before anything else (``recover_and_commit``). No data is lost.
     """
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """Attach ``note`` to ``error``, shown under its traceback.
+
+    ``BaseException.add_note`` from Python 3.11; before it, the same
+    ``__notes__`` list (kept, not printed by the interpreter).
+
+    Parameters
+    ----------
+    error
+        The exception.
+    note
+        The text.
+    """
+    adder = getattr(error, "add_note", None)
+    if adder is not None:
+        adder(note)
+        return
+    notes = list(getattr(error, "__notes__", []))
+    notes.append(note)
+    error.__notes__ = notes  # type: ignore[attr-defined]

@@ -18,7 +18,13 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException
 
 from twophase import Marker, TaskContext
-from twophase.errors import AbortRequiredError, FatalError, RetriableError, TwoPhaseError
+from twophase.errors import (
+    AbortRequiredError,
+    FatalError,
+    RetriableError,
+    TwoPhaseError,
+    add_note,
+)
 
 from . import _pool
 from ._errors import ErrorContext, is_fenced, kafka_error_of, map_kafka_error, retry_locally
@@ -444,7 +450,7 @@ class KafkaTransaction:
                 partition_id=self.context.partition_id,
             )
         if entry.error_count > 1:
-            mapped.add_note(f"{entry.error_count} records of the transaction failed delivery")
+            add_note(mapped, f"{entry.error_count} records of the transaction failed delivery")
         raise mapped from KafkaException(err)
 
     def _probe(self, first: Callable[[Any], object], topic: str | None) -> None:

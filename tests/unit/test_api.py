@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import pickle
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 import twophase
 from twophase import (

@@ -87,7 +87,7 @@ def test_every_spark_type_is_hashed_deterministically() -> None:
             "b": pa.array([True, None], pa.bool_()),
             "date": pa.array([datetime.date(2024, 2, 29), None], pa.date32()),
             "ts": pa.array(
-                [datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC), None],
+                [datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc), None],
                 pa.timestamp("us", "UTC"),
             ),
             "ntz": pa.array([datetime.datetime(2024, 1, 1), None], pa.timestamp("us")),

@@ -8,11 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from twophase import _pyspark
+
+if (_pyspark.installed_version() or (0, 0, 0))[:2] < (4, 1):
+    # Older versions refuse format() by name: tests/unit/test_pyspark_adapter.py.
+    pytest.skip("format() needs PySpark 4.1 or later", allow_module_level=True)
+
 from pyspark import cloudpickle
 from pyspark.sql.types import LongType, StructField, StructType
 
 from twophase import ConfigurationError
-from twophase._format import PreparedMessage, data_source
+from twophase._datasource import PreparedMessage
+from twophase._format import data_source
 from twophase._participant import TaskResult
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget
 

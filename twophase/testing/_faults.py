@@ -79,7 +79,9 @@ def _rebuild(base: type[Any], state: Any) -> Any:
 def _reduce(self: Any) -> tuple[Any, ...]:
     # The class is made at run time: pickle its base and rebuild it on arrival, so
     # that Spark's executor processes (which never ran with_faults) can unpickle it.
-    return (_rebuild, (type(self).__mro__[1], self.__getstate__()))
+    getstate = getattr(self, "__getstate__", None)  # object.__getstate__ is Python 3.11
+    state = getstate() if getstate is not None else self.__dict__.copy()
+    return (_rebuild, (type(self).__mro__[1], state))
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from twophase.testing import LocalRunner
 
 pytestmark = pytest.mark.integration
 
-UTC = dt.UTC
+UTC = dt.timezone.utc
 
 # (column, arrow type, values, created type, values read back by psycopg2)
 CASES = [

@@ -167,7 +167,7 @@ def test_structs_maps_and_nested_lists_become_json() -> None:
         "s": 'q"é',
         "d": decimal.Decimal("1.50"),
         "b": b"\x00",
-        "ts": dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
+        "ts": dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc),
         "m": [("k", [1, None])],
     }
     out = render_column(pa.array([value, None], t), ColumnKind.JSON, "c").to_pylist()

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The support matrix, run for real: every supported PySpark version (the newest patch of each that
+# this machine can install and, for Spark's Kafka source, whose Kafka connector Maven Central
+# serves) on a Python of its own, each in a virtualenv of its own under ~/.cache/twophase/compat.
+#
+#   bash scripts/compat.sh                 # every cell, then docs/compatibility.md
+#   bash scripts/compat.sh --cells 3.5     # the cells whose PySpark starts with 3.5
+#   bash scripts/compat.sh --report-only   # rewrite docs/compatibility.md from build/compat/
+#
+# Per cell: the unit tests, the Spark fake-sink suite, both connectors end to end on the real
+# servers (PostgreSQL upsert/CDC with a driver kill per protocol; Kafka through Spark's Kafka
+# source where its connector is served), a real driver killed and restarted for each connector
+# (the chaos harness's process-group kill), and Spark Connect where the PySpark wheel carries the
+# Connect server. Results go to build/compat/<cell>.json; the report to docs/compatibility.md.
+# Not part of scripts/test.sh (about 5 minutes a cell).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+CACHE="${TWOPHASE_COMPAT_DIR:-$HOME/.cache/twophase/compat}"
+OUT="$ROOT/build/compat"
+
+# cell: PySpark, Python, Kafka source (Maven Central serves spark-sql-kafka-0-10 of that version).
+# Checked 2026-11-24: 3.5.7 is the newest 3.5 patch with a served _2.12 connector (3.5.8 and 3.5.9
+# are not served), 4.0.4 and 4.1.3 the newest served of theirs, none of 4.3.0.
+CELLS=(
+    "3.5.7 3.10 yes"
+    "4.0.4 3.12 yes"
+    "4.1.3 3.11 yes"
+    "4.2.0 3.11 yes"
+    "4.3.0 3.13 no"
+)
+
+only=""
+report_only=0
+while (($#)); do
+    case "$1" in
+        --cells) only="$2"; shift 2 ;;
+        --report-only) report_only=1; shift ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+
+bash scripts/setup.sh >/dev/null  # the servers' binaries, Maven, the project's .venv
+mkdir -p "$OUT" "$CACHE"
+
+python_for() {  # the newest pyenv Python of a minor version
+    local found
+    found="$(ls -d "$HOME"/.pyenv/versions/"$1".* 2>/dev/null | sort -V | tail -n1)"
+    [[ -n "$found" ]] || { echo "no Python $1 under ~/.pyenv/versions" >&2; return 1; }
+    echo "$found/bin/python"
+}
+
+venv_for() {  # venv_for PYSPARK PYTHON -> path of its python, created once
+    local venv="$CACHE/pyspark-$1-py$2" base
+    if [[ ! -x "$venv/bin/python" || ! -f "$venv/.ready" ]]; then
+        base="$(python_for "$2")"
+        rm -rf "$venv"
+        "$base" -m venv "$venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check -U pip "setuptools>=77" wheel
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+            "pyspark[connect]==$1" "pandas>=2.2,<3" pyarrow cloudpickle psycopg2-binary \
+            confluent-kafka pytest pytest-timeout hypothesis "boto3==1.44.5" "moto[server]==5.2.5" \
+            "tomli>=2; python_version < '3.11'"
+        touch "$venv/.ready"
+    fi
+    # The checkout's code, as it is now (no dependencies: the cell's PySpark stays).
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e . -e ./tools
+    echo "$venv/bin/python"
+}
+
+run_cell() {
+    local spark="$1" python="$2" kafka_source="$3" py name
+    name="pyspark-$spark-py$python"
+    py="$(venv_for "$spark" "$python")"
+    local pytest=("$py" -m pytest -q -p no:cacheprovider --timeout=900)
+    local -a steps=(
+        "unit|tests/unit"
+        "spark fake sinks|tests/spark/test_spark_fake_sink.py"
+        "postgres end to end, a driver kill per protocol|tests/integration/jdbc/test_jdbc_spark.py tests/integration/jdbc/test_jdbc_keyed.py"
+        "driver killed and restarted, each connector|tests/chaos/test_target_faults.py -k driver_killed_with_its_process_group"
+    )
+    if [[ "$kafka_source" == yes ]]; then
+        steps+=("kafka through Spark's Kafka source|tests/integration/kafka/test_kafka_spark.py")
+    fi
+    if "$py" -c 'import glob, os, pyspark, sys; sys.exit(not glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "spark-connect_*.jar")))'; then
+        steps+=("spark connect|tests/connect")
+    fi
+    local results=() step label selection status started
+    for step in "${steps[@]}"; do
+        label="${step%%|*}"
+        selection="${step#*|}"
+        printf '\n==> %s: %s\n' "$name" "$label"
+        started=$SECONDS
+        local log="$OUT/$name-${label%% *}.log" summary
+        status=0
+        # shellcheck disable=SC2086
+        TWOPHASE_SPARK_KAFKA="$([[ $kafka_source == yes ]] && echo 1 || echo 0)" \
+            "${pytest[@]}" $selection >"$log" 2>&1 || status=$?
+        tail -n 3 "$log"
+        summary="$(grep -E '[0-9]+ (passed|failed|error)' "$log" | tail -n1 | tr -d '=' | xargs)"
+        results+=("$(printf '{"step": "%s", "status": %d, "seconds": %d, "summary": "%s"}' \
+            "$label" "$status" "$((SECONDS - started))" "${summary//\"/\'}")")
+    done
+    local versions
+    versions="$("$py" -c 'import platform, pyspark; print(pyspark.__version__, platform.python_version())')"
+    {
+        printf '{"cell": "%s", "pyspark": "%s", "python": "%s", "kafka_source": "%s",\n' \
+            "$name" "${versions% *}" "${versions#* }" "$kafka_source"
+        printf ' "date": "%s", "commit": "%s", "steps": [%s]}\n' "$(date -u +%F)" \
+            "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')" \
+            "$(IFS=,; echo "${results[*]}")"
+    } >"$OUT/$name.json"
+}
+
+if ((!report_only)); then
+    for cell in "${CELLS[@]}"; do
+        read -r spark python kafka_source <<<"$cell"
+        if [[ -n "$only" && "$spark" != "$only"* ]]; then continue; fi
+        run_cell "$spark" "$python" "$kafka_source"
+    done
+fi
+.venv/bin/python scripts/compat_report.py "$OUT" docs/compatibility.md

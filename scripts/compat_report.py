@@ -1,0 +1,101 @@
+"""Write docs/compatibility.md from the cells scripts/compat.sh ran (build/compat/*.json).
+
+Usage: python scripts/compat_report.py RESULTS_DIR REPORT
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+INTRO = """# Compatibility
+
+twophase supports **PySpark 3.5 to 4.x** on **Python 3.10 to 3.13**. `foreachBatch(sink)`
+(`twophase.write_stream`) runs on every supported version, classic and Spark Connect;
+`format(...)` needs PySpark 4.1 or later (its Python data source writer,
+`DataSourceStreamArrowWriter`) and is refused by name before. Importing twophase next to a PySpark
+outside the range fails at once, naming it; PySpark is not a dependency of the package
+(`pip install 'twophase[spark]'` installs one, platforms bring their own).
+
+This table is written by `bash scripts/compat.sh`, which runs every cell for real on this
+machine: each PySpark in a virtualenv of its own, on the Python named, against the real
+PostgreSQL and Kafka servers. `scripts/test.sh` runs the whole suite on the default version
+(PySpark 4.2.0, the project's `.venv`). Every cell runs:
+
+* **unit** -- the framework without Spark, the test kit, the connectors' units, the PySpark
+  adapter (`twophase/_pyspark.py`);
+* **spark fake sinks** -- both protocols through real Spark micro-batches;
+* **postgres** -- `postgres_sink` end to end in both protocols, upsert and CDC whatever the
+  partitioning, and a real driver killed between prepare and commit, then restarted;
+* **driver kill** -- the chaos harness kills a real driver (its whole process group) at a
+  protocol step and restarts it, for PostgreSQL A and B and for Kafka (file sources);
+* **kafka source** -- Spark's Kafka source into the Kafka sink, across a restart, where Maven
+  Central serves Spark's Kafka connector of that version;
+* **connect** -- the Spark Connect tests, where the PySpark wheel carries the Connect server.
+
+"""
+
+NOTES = """
+## Why some cells lack a step
+
+* **Kafka source on PySpark 4.3.0**: Maven Central serves no `spark-sql-kafka-0-10_2.13` 4.3.0
+  (nor 4.2.1) on the day of the run; Spark's Kafka connector must match the PySpark version. The
+  Kafka *sink* is still run there, from file sources (the driver-kill step).
+* **Spark Connect on PySpark 3.5**: the 3.5 wheel does not carry the Connect server
+  (`spark-connect_2.12` is a separate Maven artifact there), and the test infrastructure starts
+  the server from the wheel. `foreachBatch` under Connect exists in 3.5; it is not run here.
+* **The newest 3.5 patch**: 3.5.9 is on PyPI, but Maven Central serves the Kafka connector of
+  3.5.0, 3.5.1, 3.5.3 and 3.5.7 only; 3.5.7 is the cell.
+"""
+
+
+def _mark(step: dict[str, object]) -> str:
+    summary = str(step.get("summary", "")).strip()
+    verdict = "pass" if step.get("status") == 0 else "**FAIL**"
+    return f"{verdict} ({summary}, {step.get('seconds')} s)" if summary else verdict
+
+
+def main(results_dir: str, report: str) -> int:
+    """Write the report; return 1 when a cell has a failed step.
+
+    Parameters
+    ----------
+    results_dir
+        Where ``scripts/compat.sh`` wrote one JSON file per cell.
+    report
+        The Markdown file to write.
+
+    Returns
+    -------
+    int
+        The exit status.
+    """
+    cells = [json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("*.json"))]
+    cells.sort(key=lambda c: tuple(int(x) for x in str(c["pyspark"]).split(".")))
+    columns: list[str] = []
+    for cell in cells:
+        for step in cell["steps"]:
+            if step["step"] not in columns:
+                columns.append(step["step"])
+    lines = [INTRO]
+    lines.append("| PySpark | Python | run on | " + " | ".join(columns) + " |")
+    lines.append("|---" * (3 + len(columns)) + "|")
+    for cell in cells:
+        by_step = {s["step"]: s for s in cell["steps"]}
+        row = [
+            str(cell["pyspark"]),
+            str(cell["python"]),
+            f"{cell['date']}, `{cell['commit']}`",
+            *[_mark(by_step[c]) if c in by_step else "not run (below)" for c in columns],
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append(NOTES)
+    Path(report).write_text("\n".join(lines))
+    failed = [c["cell"] for c in cells if any(s["status"] != 0 for s in c["steps"])]
+    print(f"{report}: {len(cells)} cells, failed: {', '.join(failed) or 'none'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

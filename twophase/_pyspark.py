@@ -1,0 +1,217 @@
+"""The PySpark versions twophase runs on, and the one place that knows how they differ.
+
+twophase supports PySpark 3.5 to 4.x (:data:`SUPPORTED`). PySpark is not a
+dependency of the package: platforms bring their own (Databricks, EMR, Dataproc),
+and ``pip install 'twophase[spark]'`` installs one for everyone else. Importing
+twophase works without PySpark (the test kit runs sinks without Spark); what
+needs Spark calls :func:`require`, which names the supported range when PySpark
+is missing, and importing twophase next to a PySpark outside the range fails at
+once, naming it.
+
+Everything that differs between versions lives here, each behind a function
+with a test on every supported version (``scripts/compat.sh``):
+
+* :func:`arrow_schema` -- the Arrow schema ``mapInArrow`` hands the
+  participants. PySpark has no public API for it; its private
+  ``to_arrow_schema`` grew keyword arguments over the versions (3.5 has none,
+  4.0 and 4.1 have ``prefers_large_types`` and ``timestamp_utc``, 4.2 has
+  ``timezone`` instead of the latter), so only the ones the installed version accepts are
+  passed, and timestamps get the session's time zone in every version.
+* :func:`require_feature` -- refuses, by name, what a version lacks: the Python
+  data source writer behind ``format(...)`` needs ``DataSourceStreamArrowWriter``
+  (PySpark 4.1).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "SUPPORTED",
+    "arrow_schema",
+    "installed_version",
+    "require",
+    "require_feature",
+]
+
+#: The PySpark versions twophase supports, as pip writes them.
+SUPPORTED = ">=3.5,<5"
+_LOWEST = (3, 5)
+_BEYOND = (5, 0)
+
+#: What a feature needs: (the version it appeared in, how to tell it is there).
+_FEATURES: dict[str, tuple[tuple[int, int], str]] = {
+    "format": ((4, 1), "pyspark.sql.datasource.DataSourceStreamArrowWriter"),
+}
+
+
+def _parse(text: str) -> tuple[int, int, int]:
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if match is None:
+        raise ValueError(f"not a PySpark version: {text!r}")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+@functools.cache
+def installed_version() -> tuple[int, int, int] | None:
+    """Return the installed PySpark's version, or None when there is none.
+
+    Returns
+    -------
+    tuple of int or None
+        ``(major, minor, patch)``.
+    """
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    return _parse(str(getattr(pyspark, "__version__", "0.0.0")))
+
+
+def _describe(version: tuple[int, int, int]) -> str:
+    return ".".join(str(part) for part in version)
+
+
+def check_installed() -> None:
+    """Refuse a PySpark outside :data:`SUPPORTED` (run when twophase is imported).
+
+    Raises
+    ------
+    ImportError
+        Naming the version found and the supported range.
+    """
+    version = installed_version()
+    if version is not None and not _LOWEST <= version[:2] < _BEYOND:
+        raise ImportError(
+            f"twophase supports PySpark {SUPPORTED}; this environment has PySpark "
+            f"{_describe(version)}. Install a supported version (pip install "
+            f"'pyspark{SUPPORTED}'), or run twophase where the platform's Spark is one"
+        )
+
+
+def require(what: str) -> tuple[int, int, int]:
+    """Return the installed PySpark's version, or refuse when there is none.
+
+    Parameters
+    ----------
+    what
+        What needs Spark, for the message (``"write_stream"``, ...).
+
+    Returns
+    -------
+    tuple of int
+        The version.
+
+    Raises
+    ------
+    ConfigurationError
+        PySpark is not installed; the message names the supported range.
+    """
+    version = installed_version()
+    if version is None:
+        raise ConfigurationError(
+            f"{what} needs PySpark {SUPPORTED}, and none is installed: use the platform's "
+            "Spark, or pip install 'twophase[spark]'",
+            setting="pyspark",
+        )
+    return version
+
+
+def require_feature(feature: str, sink: str | None = None) -> None:
+    """Refuse a feature the installed PySpark lacks, naming both.
+
+    Parameters
+    ----------
+    feature
+        A key of the feature table (``"format"``).
+    sink
+        The sink, for the message.
+
+    Raises
+    ------
+    ConfigurationError
+        The installed version is older than the feature.
+    """
+    version = require(f"{feature}()")
+    since, _probe = _FEATURES[feature]
+    if version[:2] < since:
+        raise ConfigurationError(
+            f"{feature}(...) needs PySpark {since[0]}.{since[1]} or later (its Python data "
+            f"source writer, DataSourceStreamArrowWriter); this is PySpark {_describe(version)}. "
+            "Use foreachBatch(sink) (twophase.write_stream), which every supported version "
+            "runs",
+            sink=sink,
+            setting="pyspark",
+        )
+
+
+def _with_time_zone(kind: pa.DataType, zone: str) -> pa.DataType:
+    """``kind`` with every zoned timestamp in ``zone`` (before 4.2 they always say UTC)."""
+    if pa.types.is_timestamp(kind) and kind.tz is not None:
+        return pa.timestamp(kind.unit, tz=zone)
+    if pa.types.is_struct(kind):
+        return pa.struct(
+            [_field_with_time_zone(kind.field(i), zone) for i in range(kind.num_fields)]
+        )
+    if pa.types.is_large_list(kind):
+        return pa.large_list(_field_with_time_zone(kind.value_field, zone))
+    if pa.types.is_list(kind):
+        return pa.list_(_field_with_time_zone(kind.value_field, zone))
+    if pa.types.is_map(kind):
+        return pa.map_(
+            _field_with_time_zone(kind.key_field, zone),
+            _field_with_time_zone(kind.item_field, zone),
+        )
+    return kind
+
+
+def _field_with_time_zone(field: pa.Field, zone: str) -> pa.Field:
+    return field.with_type(_with_time_zone(field.type, zone))
+
+
+def arrow_schema(
+    schema: Any, *, timezone: str | None = None, prefers_large_types: bool = False
+) -> pa.Schema:
+    """Return the Arrow schema of ``schema`` as ``mapInArrow`` hands it to a participant.
+
+    Parameters
+    ----------
+    schema
+        A ``pyspark.sql.types.StructType``.
+    timezone
+        The session time zone (``spark.sql.session.timeZone``); None keeps
+        what the installed version makes of timestamps.
+    prefers_large_types
+        ``spark.sql.execution.arrow.useLargeVarTypes`` (4.0 and later).
+
+    Returns
+    -------
+    pyarrow.Schema
+        The schema.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    accepted = inspect.signature(to_arrow_schema).parameters
+    options: dict[str, Any] = {}
+    if "timezone" in accepted and timezone is not None:
+        options["timezone"] = timezone
+    if "prefers_large_types" in accepted:
+        options["prefers_large_types"] = prefers_large_types
+    converted = to_arrow_schema(schema, **options)
+    if timezone is None:
+        return converted
+    return pa.schema(
+        [_field_with_time_zone(field, timezone) for field in converted],
+        metadata=converted.metadata,
+    )
+
+
+check_installed()
