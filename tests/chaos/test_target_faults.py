@@ -170,7 +170,10 @@ def test_driver_killed_with_its_process_group(
         # The issue: a stop while the batch is read back from its staged copy.
         pytest.param("kafka", step("staged"), True, id="kafka-staged"),
         pytest.param("pg-B", step("staged"), True, id="pg-B-staged"),
-        pytest.param("kafka", task("write"), True, id="kafka-staging-write"),
+        # Overlaps kafka-staged (a stop in a staged batch): out of the default run.
+        pytest.param(
+            "kafka", task("write"), True, id="kafka-staging-write", marks=pytest.mark.extended
+        ),
         pytest.param("pg-A", task("write"), False, id="pg-A-write"),
     ],
 )
