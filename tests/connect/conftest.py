@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def _connect_server(_stale_dirs_cleaned: None) -> Iterator[SparkConnectServer]:
     # local[2,2]: a failed task is retried once, as on a cluster.
-    server = SparkConnectServer(master="local[2,2]", python_path=(str(ROOT),))
+    # TWOPHASE_SPARK_KAFKA=0: no Kafka connector (a PySpark whose connector is not served).
+    kafka = os.environ.get("TWOPHASE_SPARK_KAFKA", "1") != "0"
+    server = SparkConnectServer(master="local[2,2]", python_path=(str(ROOT),), kafka=kafka)
     server.start()
     try:
         yield server

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from tests.connect.support import crash_server, run_to_end
-from tests.spark.format_support import start_format_query
+from tests.spark.format_support import skip_unless_format_runs, start_format_query
 from tests.spark.helpers import table_ids, write_input
 from twophase.testing import FakeTarget, assert_exactly_once
 from twophase_dev import SparkConnectServer
 
 pytestmark = [pytest.mark.connect, pytest.mark.spark, pytest.mark.slow]
+skip_unless_format_runs()
 
 
 def test_format_with_a_fake_sink_on_connect_is_exactly_once_across_a_server_crash(

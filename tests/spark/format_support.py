@@ -14,9 +14,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from twophase import _pyspark
 from twophase.testing import FakeSink, FakeTarget, install_step_listener
 
 DRIVER_PID = "TWOPHASE_TEST_DRIVER_PID"
+
+
+def skip_unless_format_runs() -> None:
+    """Skip the calling test module on a PySpark without format() (before 4.1).
+
+    There format() is refused by name: ``tests/unit/test_pyspark_adapter.py``.
+    """
+    if (_pyspark.installed_version() or (0, 0, 0))[:2] < (4, 1):
+        pytest.skip("format() needs PySpark 4.1 or later", allow_module_level=True)
 
 
 def _ancestors() -> list[tuple[int, str]]:

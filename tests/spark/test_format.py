@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from tests.spark.format_support import skip_unless_format_runs
 from tests.spark.helpers import run_driver, table_ids, write_input
 from twophase.testing import FakeTarget, assert_exactly_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
+skip_unless_format_runs()
 
 
 def drive(tmp_path: Path, kind: str, options: dict[str, str]) -> tuple[int, str]:

@@ -9,20 +9,18 @@ from typing import Any
 
 import pytest
 
-from twophase import _pyspark
+from tests.spark.format_support import skip_unless_format_runs
 
-if (_pyspark.installed_version() or (0, 0, 0))[:2] < (4, 1):
-    # Older versions refuse format() by name: tests/unit/test_pyspark_adapter.py.
-    pytest.skip("format() needs PySpark 4.1 or later", allow_module_level=True)
+skip_unless_format_runs()
 
-from pyspark import cloudpickle
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark import cloudpickle  # noqa: E402
+from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
 
-from twophase import ConfigurationError
-from twophase._datasource import PreparedMessage
-from twophase._format import data_source
-from twophase._participant import TaskResult
-from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget
+from twophase import ConfigurationError  # noqa: E402
+from twophase._datasource import PreparedMessage  # noqa: E402
+from twophase._format import data_source  # noqa: E402
+from twophase._participant import TaskResult  # noqa: E402
+from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
