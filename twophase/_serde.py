@@ -13,7 +13,7 @@ from typing import Any, cast
 try:
     from pyspark import cloudpickle
 except ImportError:  # no PySpark: the test kit alone
-    import cloudpickle  # type: ignore[no-redef,import-not-found,unused-ignore]
+    import cloudpickle  # type: ignore[no-redef,unused-ignore]
 
 __all__ = ["dumps", "loads"]
 
