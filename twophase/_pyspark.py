@@ -17,6 +17,8 @@ with a test on every supported version (``scripts/compat.sh``):
   4.0 and 4.1 have ``prefers_large_types`` and ``timestamp_utc``, 4.2 has
   ``timezone`` instead of the latter), so only the ones the installed version accepts are
   passed, and timestamps get the session's time zone in every version.
+* :func:`cloudpickle` -- the pickler Spark ships functions with (PySpark's own
+  copy), or the ``cloudpickle`` package where PySpark is absent (the test kit).
 * :func:`require_feature` -- refuses, by name, what a version lacks: the Python
   data source writer behind ``format(...)`` needs ``DataSourceStreamArrowWriter``
   (PySpark 4.1).
@@ -36,6 +38,7 @@ from .errors import ConfigurationError
 __all__ = [
     "SUPPORTED",
     "arrow_schema",
+    "cloudpickle",
     "installed_version",
     "require",
     "require_feature",
@@ -74,6 +77,24 @@ def installed_version() -> tuple[int, int, int] | None:
     except ImportError:
         return None
     return _parse(str(getattr(pyspark, "__version__", "0.0.0")))
+
+
+@functools.cache
+def cloudpickle() -> Any:
+    """Return PySpark's copy of cloudpickle, or the ``cloudpickle`` package without PySpark.
+
+    Returns
+    -------
+    module
+        A module with ``dumps``.
+    """
+    try:
+        from pyspark import cloudpickle as bundled
+    except ImportError:  # no PySpark: the test kit alone
+        import cloudpickle as package
+
+        return package
+    return bundled
 
 
 def _describe(version: tuple[int, int, int]) -> str:

@@ -1,8 +1,6 @@
 """Serialisation of handles, results and sinks (cloudpickle, typed).
 
-PySpark's own copy of cloudpickle where PySpark is installed (what Spark ships
-functions to executors with), else the ``cloudpickle`` package: the test kit
-runs sinks without Spark.
+The pickler is the version adapter's (:func:`twophase._pyspark.cloudpickle`).
 """
 
 from __future__ import annotations
@@ -10,10 +8,7 @@ from __future__ import annotations
 import pickle
 from typing import Any, cast
 
-try:
-    from pyspark import cloudpickle
-except ImportError:  # no PySpark: the test kit alone
-    import cloudpickle  # type: ignore[no-redef,unused-ignore]
+from ._pyspark import cloudpickle
 
 __all__ = ["dumps", "loads"]
 
@@ -31,7 +26,7 @@ def dumps(obj: object) -> bytes:
     bytes
         The pickle.
     """
-    return cast(bytes, cloudpickle.dumps(obj))  # type: ignore[no-untyped-call]
+    return cast(bytes, cloudpickle().dumps(obj))
 
 
 def loads(data: bytes) -> Any:

@@ -30,7 +30,7 @@ from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
+    from pyspark.sql.streaming.readwriter import DataStreamWriter  # types only, never imported
 
 __all__ = ["SparkBatchExecution", "run_foreach_batch", "write_stream"]
 
