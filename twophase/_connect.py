@@ -10,8 +10,9 @@ Connect session attached to the client's. There is no py4j there: no
   server);
 - the query id -- the sink's identity -- is read from the checkpoint's
   ``metadata`` file, through a store that needs no JVM (local disk, S3;
-  ``docs/storage.md``), and checked against the session's active queries,
-  whose run id names the run;
+  ``docs/storage.md``), and checked against the active queries of the session
+  that started the query (``write_stream`` records its id on the sink; the
+  version adapter finds them), whose run id names the run;
 - a batch's partition count cannot be asked before the batch runs, so the
   batch is coalesced to at most a known number of participant slots (the
   sink's ``max_transactions_per_batch``, else ``spark.sql.shuffle.partitions``)
@@ -34,6 +35,7 @@ from ._dataframe import (
 from ._hooks import AnySink
 from ._identity import query_id_in_metadata
 from ._participant import TaskPlan, TaskResult
+from ._pyspark import connect_active_queries
 from ._runtime import runtime_of
 from ._store import LogStore, open_store
 from .errors import ConfigurationError
@@ -41,7 +43,11 @@ from .errors import ConfigurationError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["ConnectBatchExecution", "is_connect", "run_foreach_batch"]
+__all__ = ["ConnectBatchExecution", "is_connect", "record_session", "run_foreach_batch"]
+
+#: The attribute that carries, inside a pickled sink, the id of the Connect session that
+#: started its query.
+_SESSION_ATTRIBUTE = "_twophase_connect_session"
 
 
 def is_connect(df: Any) -> bool:
@@ -58,6 +64,19 @@ def is_connect(df: Any) -> bool:
         True for ``pyspark.sql.connect.dataframe.DataFrame``.
     """
     return type(df).__module__.startswith("pyspark.sql.connect.")
+
+
+def record_session(sink: AnySink, session_id: str | None) -> None:
+    """Record on ``sink`` the Connect session that starts its query (before it is pickled).
+
+    Parameters
+    ----------
+    sink
+        The sink.
+    session_id
+        The client session's id (None for a classic session).
+    """
+    setattr(sink, _SESSION_ATTRIBUTE, session_id)
 
 
 def read_query_id(checkpoint: LogStore) -> str | None:
@@ -89,13 +108,20 @@ def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator
         )
     spark = df.sparkSession
     query_id = read_query_id(open_store(checkpoint))
-    active = {str(q.id): str(q.runId) for q in spark.streams.active}
+    session_id = getattr(sink, _SESSION_ATTRIBUTE, None)
+    active = connect_active_queries(spark, session_id)
     if query_id is None or query_id not in active:
+        hint = (
+            ""
+            if session_id is not None
+            else " (from PySpark 4.3 a batch runs in a clone of the query's session, which "
+            "lists no running query: start the query with twophase.write_stream)"
+        )
         raise ConfigurationError(
             f"checkpoint_location={checkpoint!r} is not the checkpoint of a running query of "
             f"this session (its metadata names query {query_id}; running: "
-            f"{', '.join(sorted(active)) or 'none'}). Pass the same location as the query's "
-            "checkpointLocation",
+            f"{', '.join(sorted(active)) or 'none'}{hint}). Pass the same location as the "
+            "query's checkpointLocation",
             sink=sink.name,
             batch_id=batch_id,
             setting="checkpoint_location",

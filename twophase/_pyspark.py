@@ -19,6 +19,11 @@ with a test on every supported version (``scripts/compat.sh``):
   passed, and timestamps get the session's time zone in every version.
 * :func:`cloudpickle` -- the pickler Spark ships functions with (PySpark's own
   copy), or the ``cloudpickle`` package where PySpark is absent (the test kit).
+* :func:`connect_active_queries` -- the running queries a Spark Connect
+  ``foreachBatch`` worker can see. Up to 4.2 the batch's session is the session
+  that started the query; from 4.3 it is a clone of it with its own (empty)
+  query manager, so the worker also asks the query's root session, reached
+  through the server-local URL the worker was started with.
 * :func:`require_feature` -- refuses, by name, what a version lacks: the Python
   data source writer behind ``format(...)`` needs ``DataSourceStreamArrowWriter``
   (PySpark 4.1).
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
 from typing import Any
 
@@ -39,6 +45,8 @@ __all__ = [
     "SUPPORTED",
     "arrow_schema",
     "cloudpickle",
+    "connect_active_queries",
+    "connect_session_id",
     "installed_version",
     "require",
     "require_feature",
@@ -95,6 +103,62 @@ def cloudpickle() -> Any:
 
         return package
     return bundled
+
+
+def connect_session_id(session: Any) -> str | None:
+    """Return the id of a Spark Connect client session (None for a classic session).
+
+    Parameters
+    ----------
+    session
+        A SparkSession.
+
+    Returns
+    -------
+    str or None
+        The session id the Connect server knows the session by.
+    """
+    value = getattr(session, "session_id", None)
+    return value if isinstance(value, str) else None
+
+
+#: Connect sessions this foreachBatch worker opened on query root sessions, by session id.
+_ROOT_SESSIONS: dict[str, Any] = {}
+
+
+def connect_active_queries(session: Any, root_session_id: str | None) -> dict[str, str]:
+    """Return the running queries a Connect ``foreachBatch`` worker sees: query id -> run id.
+
+    Parameters
+    ----------
+    session
+        The micro-batch DataFrame's session.
+    root_session_id
+        The id of the client session that started the query, when known
+        (:func:`connect_session_id` on the client).
+
+    Returns
+    -------
+    dict of str to str
+        The active queries of the batch's session and, when that session is a clone
+        (PySpark 4.3 and later), of the root session as well.
+    """
+    active = {str(q.id): str(q.runId) for q in session.streams.active}
+    own = connect_session_id(session)
+    if root_session_id is None or root_session_id == own:
+        return active
+    url = os.environ.get("SPARK_CONNECT_LOCAL_URL")  # set for the server's Python workers
+    if not url:
+        return active
+    root = _ROOT_SESSIONS.get(root_session_id)
+    if root is None:
+        from pyspark.sql.connect.session import SparkSession
+
+        # create(), not getOrCreate(): the latter would hand back the batch's own session.
+        root = SparkSession.builder.remote(f"{url};session_id={root_session_id}").create()
+        _ROOT_SESSIONS[root_session_id] = root
+    active.update({str(q.id): str(q.runId) for q in root.streams.active})
+    return active
 
 
 def _describe(version: tuple[int, int, int]) -> str:

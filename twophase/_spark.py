@@ -24,6 +24,7 @@ from ._dataframe import (
 )
 from ._hooks import AnySink
 from ._identity import query_id_in_metadata
+from ._pyspark import connect_session_id
 from ._runtime import runtime_of
 from ._store import HadoopFileStore, LocalFileStore, LogStore
 from .errors import ConfigurationError
@@ -305,6 +306,9 @@ def write_stream(
         )
     check_speculation(df.sparkSession, sink.name)
     sink.checkpoint_location = checkpoint_location
+    # Under Spark Connect, the session that starts the query (from PySpark 4.3 the batches run
+    # in a clone of it, which lists no running query): recorded before the sink is pickled.
+    _connect.record_session(sink, connect_session_id(df.sparkSession))
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
     if query_name:
         writer = writer.queryName(query_name)

@@ -63,13 +63,9 @@ def start_query(
     df = transform(
         spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
     )
-    if listener is None:
-        writer = twophase.write_stream(df, sink, checkpoint_location=str(checkpoint))
-    else:
-        sink.checkpoint_location = str(checkpoint)
-        writer = df.writeStream.foreachBatch(WithListener(sink, listener)).option(
-            "checkpointLocation", str(checkpoint)
-        )
+    writer = twophase.write_stream(df, sink, checkpoint_location=str(checkpoint))
+    if listener is not None:  # the same sink, called through the listener's wrapper
+        writer = writer.foreachBatch(WithListener(sink, listener))
     return writer.trigger(availableNow=True).start()
 
 
