@@ -10,8 +10,6 @@ working tree gets no ``build/`` or ``*.egg-info``) and need no server, no networ
 from __future__ import annotations
 
 import configparser
-import shutil
-import subprocess
 import sys
 import sysconfig
 import zipfile
@@ -19,48 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.wheel_support import build_wheel, copy_sources, run
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[1]
-# The rest of the repository is copied too, so that the build proves it leaves it out.
-_SOURCES = (
-    "pyproject.toml",
-    "README.md",
-    "LICENSE",
-    "twophase",
-    "connectors",
-    "tools",
-    "tests",
-    "examples",
-    "benchmarks",
-)
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
-
-
-def _copy_sources(dest: Path) -> Path:
-    dest.mkdir()
-    for name in _SOURCES:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=_IGNORE)
-        elif src.exists():
-            shutil.copy2(src, dest / name)
-    return dest
-
-
-def _run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode == 0, f"{args} failed:\n{result.stdout}\n{result.stderr}"
-    return result
-
-
-def _build_wheel(src: Path, dist: Path, pattern: str) -> Path:
-    # --no-isolation: build with the setuptools of this environment, no download.
-    _run(sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", dist, src, cwd=src)
-    (wheel,) = dist.glob(pattern)
-    return wheel
 
 
 def _console_scripts(wheel: zipfile.ZipFile) -> dict[str, str]:
@@ -77,8 +38,8 @@ def _console_scripts(wheel: zipfile.ZipFile) -> dict[str, str]:
 
 
 def test_wheel_contains_the_library_and_no_dev_infrastructure(tmp_path: Path) -> None:
-    src = _copy_sources(tmp_path / "src")
-    wheel_path = _build_wheel(src, tmp_path / "dist", "twophase-*.whl")
+    src = copy_sources(tmp_path / "src")
+    wheel_path = build_wheel(src, tmp_path / "dist", "twophase-*.whl")
     with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())
         scripts = _console_scripts(wheel)
@@ -120,8 +81,8 @@ def test_wheel_contains_the_library_and_no_dev_infrastructure(tmp_path: Path) ->
 
 
 def test_tools_wheel_contains_twophase_dev_and_its_command(tmp_path: Path) -> None:
-    src = _copy_sources(tmp_path / "src")
-    wheel_path = _build_wheel(src / "tools", tmp_path / "dist", "twophase_dev-*.whl")
+    src = copy_sources(tmp_path / "src")
+    wheel_path = build_wheel(src / "tools", tmp_path / "dist", "twophase_dev-*.whl")
     with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())
         scripts = _console_scripts(wheel)
@@ -137,21 +98,21 @@ def test_tools_wheel_contains_twophase_dev_and_its_command(tmp_path: Path) -> No
 
 
 def test_editable_install_maps_connectors_to_twophase_connectors(tmp_path: Path) -> None:
-    src = _copy_sources(tmp_path / "src")
+    src = copy_sources(tmp_path / "src")
     venv = tmp_path / "venv"
-    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
     # Let the fresh environment import this one's packages (pyspark, setuptools, ...) without
     # activating this environment's own editable install of twophase: a path in a .pth file is
     # added to sys.path, but .pth files inside that path are not processed.
     target_site = Path(
-        _run(
+        run(
             python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=tmp_path
         ).stdout.strip()
     )
     (target_site / "parent_env.pth").write_text(sysconfig.get_path("purelib") + "\n")
 
-    _run(
+    run(
         sys.executable,
         "-m",
         "pip",
@@ -165,7 +126,7 @@ def test_editable_install_maps_connectors_to_twophase_connectors(tmp_path: Path)
         src,
         cwd=tmp_path,
     )
-    probe = _run(
+    probe = run(
         python,
         "-c",
         "import importlib.util\n"

@@ -1,0 +1,1 @@
+"""Deployment tests: the wheel shipped to a standalone cluster and submitted with spark-submit."""
