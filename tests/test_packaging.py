@@ -10,6 +10,7 @@ working tree gets no ``build/`` or ``*.egg-info``) and need no server, no networ
 from __future__ import annotations
 
 import configparser
+import re
 import sys
 import sysconfig
 import zipfile
@@ -17,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
+import twophase
 from tests.wheel_support import build_wheel, copy_sources, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[1]
+DIST_INFO = f"twophase-{twophase.__version__}.dist-info"
 
 
 def _console_scripts(wheel: zipfile.ZipFile) -> dict[str, str]:
@@ -43,7 +46,7 @@ def test_wheel_contains_the_library_and_no_dev_infrastructure(tmp_path: Path) ->
     with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())
         scripts = _console_scripts(wheel)
-        metadata = wheel.read("twophase-0.1.0.dist-info/METADATA").decode()
+        metadata = wheel.read(f"{DIST_INFO}/METADATA").decode()
 
     # PySpark only through an extra: a platform's own Spark is never replaced by pip.
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
@@ -51,6 +54,24 @@ def test_wheel_contains_the_library_and_no_dev_infrastructure(tmp_path: Path) ->
     assert spark, requires
     assert all("extra ==" in line for line in spark), spark
     assert "Requires-Python: >=3.10" in metadata
+    # One version: the package's is twophase.__version__.
+    assert f"Version: {twophase.__version__}\n" in metadata
+    # The description is the README, whose links work on a package index: absolute, and each
+    # names a file of this repository at the home [project.urls] gives.
+    urls = dict(
+        line.removeprefix("Project-URL: ").split(", ", 1)
+        for line in metadata.splitlines()
+        if line.startswith("Project-URL: ")
+    )
+    assert {"Homepage", "Documentation", "Source", "Changelog", "Issues"} <= set(urls), urls
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)]+)\)", readme)
+    assert targets
+    blob = urls["Source"] + "/blob/main/"
+    for target in targets:
+        assert target.startswith(("https://", "http://")), f"relative link in README: {target}"
+        if target.startswith(blob):
+            assert (ROOT / target.removeprefix(blob)).exists(), target
 
     assert "twophase/__init__.py" in names
     assert "twophase/testing/__init__.py" in names
@@ -71,7 +92,7 @@ def test_wheel_contains_the_library_and_no_dev_infrastructure(tmp_path: Path) ->
 
     # Nothing else: no development infrastructure, no repository folders at the top level.
     top_level = {n.split("/", 1)[0] for n in names}
-    assert top_level == {"twophase", "twophase-0.1.0.dist-info"}, top_level
+    assert top_level == {"twophase", DIST_INFO}, top_level
     for forbidden in ("twophase/dev/", "twophase_dev/", "tools/", "tests/", "examples/"):
         assert not [n for n in names if n.startswith(forbidden)], f"{forbidden} is in the wheel"
     assert not [n for n in names if n.startswith(("benchmarks/", "connectors/"))]

@@ -55,7 +55,7 @@ from .errors import (
     UnsafeConfigurationError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AbortRequiredError",
