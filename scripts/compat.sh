@@ -11,7 +11,9 @@
 # servers (PostgreSQL upsert/CDC with a driver kill per protocol; Kafka through Spark's Kafka
 # source where its connector is served), a real driver killed and restarted for each connector
 # (the chaos harness's process-group kill), and Spark Connect where the PySpark wheel carries the
-# Connect server. Results go to build/compat/<cell>.json; the report to docs/compatibility.md.
+# Connect server; where the Kafka source is served, the deployment test (the wheel in a packed
+# virtualenv, spark-submit to a standalone cluster of that version, a driver kill). Results go to
+# build/compat/<cell>.json; the report to docs/compatibility.md.
 # Not part of scripts/test.sh (about 5 minutes a cell).
 set -euo pipefail
 
@@ -62,6 +64,7 @@ venv_for() {  # venv_for PYSPARK PYTHON -> path of its python, created once
         "$venv/bin/python" -m pip install -q --disable-pip-version-check \
             "pyspark[connect]==$1" "pandas>=2.2,<3" pyarrow cloudpickle psycopg2-binary \
             confluent-kafka pytest pytest-timeout hypothesis "boto3==1.44.5" "moto[server]==5.2.5" \
+            build venv-pack \
             "tomli>=2; python_version < '3.11'"
         touch "$venv/.ready"
     fi
@@ -84,6 +87,7 @@ run_cell() {
     )
     if [[ "$kafka_source" == yes ]]; then
         steps+=("kafka through Spark's Kafka source|tests/integration/kafka/test_kafka_spark.py")
+        steps+=("deployment: the wheel shipped with spark-submit, a driver kill|tests/deploy")
     fi
     if "$py" -c 'import glob, os, pyspark, sys; sys.exit(not glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "spark-connect_*.jar")))'; then
         steps+=("spark connect|tests/connect")

@@ -32,6 +32,10 @@ PostgreSQL and Kafka servers. `scripts/test.sh` runs the whole suite on the defa
   protocol step and restarts it, for PostgreSQL A and B and for Kafka (file sources);
 * **kafka source** -- Spark's Kafka source into the Kafka sink, across a restart, where Maven
   Central serves Spark's Kafka connector of that version;
+* **deployment** -- the built wheel installed without PySpark into a fresh virtualenv on the
+  cell's Python, packed with `venv-pack`, shipped with `spark-submit --archives` to a standalone
+  cluster of that Spark, Kafka into Kafka and into PostgreSQL, the driver killed mid-run and
+  submitted again ([Deploying a job](deployment.md)), where Spark's Kafka source is served;
 * **connect** -- the Spark Connect tests, where the PySpark wheel carries the Connect server.
 
 """
@@ -45,12 +49,13 @@ NOTES = """
 * **Spark Connect on PySpark 3.5**: the 3.5 wheel does not carry the Connect server
   (`spark-connect_2.12` is a separate Maven artifact there), and the test infrastructure starts
   the server from the wheel. `foreachBatch` under Connect exists in 3.5; it is not run here.
-* **Spark Connect on PySpark 4.3.0 fails** (found by this matrix, not fixed yet): in the Connect
-  server's `foreachBatch` worker of 4.3.0, the batch's session lists no running query
-  (`streams.active` is empty), so twophase's check that the checkpoint is a running query's
-  refuses every batch (`ConfigurationError ... running: none`), before anything is written.
-  Classic `foreachBatch` on 4.3.0 passes; Connect on 4.0-4.2 passes. The fix
-  belongs in the version adapter: another way to find the query in 4.3's worker.
+* **Spark Connect on PySpark 4.3.0** runs each `foreachBatch` batch in a clone of the query's
+  session, whose query manager lists no running query (earlier versions use the query's own
+  session). The version adapter (`connect_active_queries` in `twophase/_pyspark.py`) then asks the
+  session that started the query, which `twophase.write_stream` records on the sink; a sink passed
+  to `foreachBatch` directly is refused there with that reason.
+* **Deployment without a Kafka source**: the deployment job reads Kafka, so it runs where the
+  Kafka connector is served (not on 4.3.0).
 * **The newest 3.5 patch**: 3.5.9 is on PyPI, but Maven Central serves the Kafka connector of
   3.5.0, 3.5.1, 3.5.3 and 3.5.7 only; 3.5.7 is the cell.
 """
