@@ -205,9 +205,7 @@ class Deployment:
             if gid.startswith(f"tp:{self.name}-pg.")
         ]
         control = f"{self.name}-kafka-twophase-markers"
-        return prepared + unstable_partitions(
-            self.kafka.bootstrap_servers, [self.target, control]
-        )
+        return prepared + unstable_partitions(self.kafka.bootstrap_servers, [self.target, control])
 
 
 @pytest.fixture
