@@ -29,7 +29,7 @@ from ._runtime import batch_metrics
 from ._sink import iter_rows
 from ._sink_coordinated import TwoPhaseCommitSink
 from ._sink_markers import MarkerCommitSink
-from ._spark import write_stream
+from ._spark import await_termination, write_stream
 from ._types import (
     CommitProtocol,
     Fingerprint,
@@ -82,6 +82,7 @@ __all__ = [
     "TwoPhaseError",
     "UnsafeConfigurationError",
     "__version__",
+    "await_termination",
     "batch_metrics",
     "fingerprint_batches",
     "iter_rows",

@@ -27,7 +27,7 @@ from ._identity import query_id_in_metadata
 from ._pyspark import connect_session_id
 from ._runtime import runtime_of
 from ._store import HadoopFileStore, LocalFileStore, LogStore
-from .errors import ConfigurationError
+from .errors import ConfigurationError, find_error
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -315,3 +315,53 @@ def write_stream(
     if trigger:
         writer = writer.trigger(**trigger)
     return writer
+
+
+def await_termination(query: Any, timeout: float | None = None) -> bool | None:
+    """Wait for ``query`` to stop, raising the twophase error that failed it, by class.
+
+    ``query.awaitTermination()`` raises PySpark's ``StreamingQueryException``,
+    which carries the error of ``foreachBatch`` or of a task as text only.
+    This raises the twophase error instead -- ``ConfigurationError``,
+    ``DataError``, ... with its ``sink``, ``batch_id``, ``partition_id``,
+    ``column`` and ``setting`` -- chained to PySpark's exception, on classic
+    Spark and under Spark Connect. A failure without a twophase error behind
+    it is raised unchanged. See :func:`twophase.errors.find_error`.
+
+    Parameters
+    ----------
+    query
+        A ``StreamingQuery``.
+    timeout
+        Seconds to wait at most; None waits until the query stops.
+
+    Returns
+    -------
+    bool or None
+        As ``awaitTermination``: None without a timeout, else whether the
+        query stopped within it.
+
+    Raises
+    ------
+    twophase.errors.TwoPhaseError
+        The error that failed the query; ``restartable`` says whether a
+        restart can cure it.
+
+    Examples
+    --------
+    >>> query = twophase.write_stream(df, sink, checkpoint_location="/c").start()  # doctest: +SKIP
+    >>> try:  # doctest: +SKIP
+    ...     twophase.await_termination(query)
+    ... except twophase.DataError as exc:
+    ...     print(exc.sink, exc.batch_id, exc.column, exc.message)
+    """
+    try:
+        stopped: bool | None = (
+            query.awaitTermination() if timeout is None else query.awaitTermination(timeout)
+        )
+    except Exception as exc:
+        found = find_error(exc)
+        if found is None or found is exc:
+            raise
+        raise found from exc
+    return stopped

@@ -22,13 +22,21 @@ pickles: executor-side errors travel back to the driver inside Spark's task
 failure.
 
 The context keywords (``sink``, ``batch_id``, ``column``, ``setting``) are kept
-as attributes and appended to the message, so that every error names the sink,
-the batch and the column or setting at fault.
+as attributes and written at the head of the message, so that every error names
+the sink, the batch and the column or setting at fault.
+
+A streaming query that fails raises PySpark's ``StreamingQueryException``,
+which carries the error raised in ``foreachBatch`` or in a task as text only.
+:func:`find_error` takes the twophase error back out of it, with its class and
+context; ``twophase.await_termination(query)`` raises it. Each class says
+whether restarting the query can cure it (:attr:`TwoPhaseError.restartable`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import ast
+import re
+from typing import Any, ClassVar
 
 __all__ = [
     "AbortRequiredError",
@@ -43,6 +51,7 @@ __all__ = [
     "TransactionError",
     "TwoPhaseError",
     "UnsafeConfigurationError",
+    "find_error",
 ]
 
 
@@ -63,7 +72,17 @@ class TwoPhaseError(Exception):
         Column at fault, for data and schema errors.
     setting
         Configuration key at fault, for configuration errors.
+
+    Attributes
+    ----------
+    restartable : bool
+        Whether restarting the query from its checkpoint can cure the error
+        by itself (a transient failure, a commit left to finish). False: a
+        person must act first (fix a setting, the data, the pipeline, or stop
+        the other run); restarting unchanged fails the same way.
     """
+
+    restartable: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -155,7 +174,13 @@ class UnsafeConfigurationError(ConfigurationError):
 
 
 class TransactionError(TwoPhaseError):
-    """A hook failed while talking to the transactional target."""
+    """A hook failed while talking to the transactional target.
+
+    Restartable: the batch's transactions are aborted or recovered, and a
+    restart runs the batch again.
+    """
+
+    restartable: ClassVar[bool] = True
 
 
 class RetriableError(TransactionError):
@@ -178,7 +203,11 @@ class FatalError(TransactionError):
     """A failure that retrying cannot fix (fenced producer, not authorised, ...).
 
     The batch fails and the query stops; the message names the likely cause.
+    Not restartable: fix the cause (credentials, ACLs, another producer with
+    the same ``transactional.id``) first.
     """
+
+    restartable: ClassVar[bool] = False
 
 
 class DataError(TwoPhaseError, ValueError):
@@ -215,7 +244,10 @@ class CommitFailedError(TwoPhaseError):
 
     The commit decision is durable: restarting the query commits the remaining
     handles before anything else (``recover_and_commit``). No data is lost.
+    Restartable, once the target is reachable again.
     """
+
+    restartable: ClassVar[bool] = True
 
 
 def add_note(error: BaseException, note: str) -> None:
@@ -238,3 +270,80 @@ def add_note(error: BaseException, note: str) -> None:
     notes = list(getattr(error, "__notes__", []))
     notes.append(note)
     error.__notes__ = notes  # type: ignore[attr-defined]
+
+
+#: A twophase error as a Python traceback prints it: the class, then the message.
+_RAISED = re.compile(r"twophase\.errors\.([A-Za-z]+Error): ([^\n]*)")
+#: One context item at the head of a message (``[sink='s', batch=3] ...``).
+_ITEM = re.compile(
+    r"(sink|batch|partition|column|setting)="
+    r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+)(, |\] )"
+)
+_KEYS = {"batch": "batch_id", "partition": "partition_id"}
+
+
+def _parse(text: str) -> tuple[str, dict[str, Any]]:
+    """Split a rendered message into its text and its context (see ``_render``)."""
+    if not text.startswith("["):
+        return text, {}
+    context: dict[str, Any] = {}
+    position = 1
+    while True:
+        item = _ITEM.match(text, position)
+        if item is None:
+            return text, {}
+        key, raw, end = item.groups()
+        context[_KEYS.get(key, key)] = int(raw) if raw[0] not in "'\"" else ast.literal_eval(raw)
+        position = item.end()
+        if end == "] ":
+            return text[position:], context
+
+
+def find_error(error: BaseException | None) -> TwoPhaseError | None:
+    """Return the twophase error behind ``error``, with its class and context, if there is one.
+
+    ``error`` may be the twophase error itself, an exception that chains it
+    (``raise ... from``), or PySpark's ``StreamingQueryException`` (classic or
+    Spark Connect), which carries the error raised in ``foreachBatch`` or in
+    a task as text: the error is then rebuilt from that text, as an instance
+    of its class with its ``sink``, ``batch_id``, ``partition_id``, ``column``
+    and ``setting``. Where the text holds several (a chain), the outermost --
+    the one that failed the query -- is returned.
+
+    Parameters
+    ----------
+    error
+        An exception, e.g. ``query.exception()``; None gives None.
+
+    Returns
+    -------
+    TwoPhaseError or None
+        The error; None when no twophase error is behind ``error``.
+
+    Examples
+    --------
+    >>> try:  # doctest: +SKIP
+    ...     query.awaitTermination()
+    ... except Exception as exc:
+    ...     found = twophase.errors.find_error(exc)
+    ...     if found is not None and not found.restartable:
+    ...         alert(found.sink, found.batch_id, found.setting, found.message)
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, TwoPhaseError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    if error is None:
+        return None
+    raised = _RAISED.findall(str(error))
+    if not raised:
+        return None
+    name, text = raised[-1]
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, TwoPhaseError)):
+        return None
+    message, context = _parse(text)
+    return cls(message, **context)

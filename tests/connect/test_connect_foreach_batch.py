@@ -15,6 +15,7 @@ import pytest
 import twophase
 from tests.connect.support import KillServerAt, crash_server, run_to_end, start_query
 from tests.spark.helpers import table_ids, write_input
+from twophase.errors import ConfigurationError
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, assert_exactly_once
 from twophase_dev import SparkConnectServer
 
@@ -118,9 +119,11 @@ def test_a_sink_without_its_checkpoint_location_is_refused_on_connect(
             .trigger(availableNow=True)
             .start()
         )
-        with pytest.raises(Exception, match="checkpoint_location") as caught:
-            query.awaitTermination(120)
-        assert "sink 'nochk'" in str(caught.value) or "nochk" in str(caught.value)
+        # The error comes back by class, with its context, from the Connect server's worker.
+        with pytest.raises(ConfigurationError) as caught:
+            twophase.await_termination(query, 120)
+        assert (caught.value.sink, caught.value.setting) == ("nochk", "checkpoint_location")
+        assert caught.value.batch_id == 0
     finally:
         spark.stop()
     assert target.committed_rows() == []

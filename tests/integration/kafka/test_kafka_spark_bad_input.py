@@ -22,6 +22,7 @@ from pyspark.errors import StreamingQueryException
 
 import twophase
 from twophase.connectors.kafka import KafkaSink
+from twophase.errors import ConfigurationError
 from twophase.testing import assert_exactly_once
 from twophase_dev import KafkaBroker
 
@@ -53,13 +54,15 @@ def start(
     ).start()
 
 
-def run_to_failure(query: Any) -> str:
+def run_to_failure(query: Any) -> ConfigurationError:
+    """Run the query until it fails; return the twophase error, taken back out by class."""
     try:
-        with pytest.raises(StreamingQueryException) as info:
-            query.awaitTermination(120)
+        with pytest.raises(ConfigurationError) as info:
+            twophase.await_termination(query, 120)
     finally:
         query.stop()
-    return str(info.value)
+    assert isinstance(info.value.__cause__, StreamingQueryException)
+    return info.value
 
 
 def run_to_end(query: Any) -> None:
@@ -104,10 +107,10 @@ def test_a_wrong_column_type_stops_the_query_before_writing_then_the_fix_resumes
         key,
         "CAST(CAST(value AS STRING) AS INT) AS value",
     )
-    text = run_to_failure(query)
-    assert "ConfigurationError" in text
-    assert "[sink='spark-bad-type', batch=0, column='value']" in text
-    assert "column 'value' has type int32" in text
+    error = run_to_failure(query)
+    assert (error.sink, error.batch_id, error.column) == ("spark-bad-type", 0, "value")
+    assert "column 'value' has type int32" in error.message
+    assert not error.restartable
     assert read_topic(target) == []
 
     fixed = KafkaSink(
@@ -141,13 +144,13 @@ def test_an_unknown_topic_stops_the_query_within_seconds_then_creating_it_resume
         f"IF(CAST(CAST(key AS STRING) AS INT) % 5 = 0, '{missing}', '{target}') AS topic",
     )
     started = time.monotonic()
-    text = run_to_failure(start(spark, bootstrap, source, sink, checkpoint, *exprs))
+    error = run_to_failure(start(spark, bootstrap, source, sink, checkpoint, *exprs))
     elapsed = time.monotonic() - started
-    assert "ConfigurationError" in text
-    assert "sink='spark-bad-topic', batch=0, partition=" in text
-    assert "column='topic'" in text
-    assert f"names topic '{missing}'" in text
-    assert "does not exist" in text
+    # Raised in a task: the partition is named too.
+    assert (error.sink, error.batch_id, error.column) == ("spark-bad-topic", 0, "topic")
+    assert error.partition_id is not None
+    assert f"names topic '{missing}'" in error.message
+    assert "does not exist" in error.message
     # Every attempt of every task failed at once: nowhere near librdkafka's 30 s wait. Both
     # source partitions hold rows for the missing topic: no partition committed.
     assert elapsed < 40, f"the query took {elapsed:.0f} s to fail"
