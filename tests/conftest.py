@@ -82,10 +82,9 @@ def kafka_broker(
     finally:
         # The clients this process keeps (pooled producers, the marker reader's consumer)
         # would try to reconnect to the stopped broker until exit: close them first.
-        from twophase.connectors.kafka import _markers, _pool
+        from twophase.connectors.kafka import close_clients
 
-        _pool.clear()
-        _markers.close_idle_clients()
+        close_clients()
         broker.stop()
 
 

@@ -293,7 +293,7 @@ def write_stream(
     Examples
     --------
     >>> query = twophase.write_stream(  # doctest: +SKIP
-    ...     events, PostgresSink(...), checkpoint_location="/chk/events",
+    ...     events, postgres_sink(...), checkpoint_location="/chk/events",
     ...     trigger={"processingTime": "5 seconds"}).start()
     """
     if not getattr(df, "isStreaming", False):

@@ -24,33 +24,17 @@ Examples
 """
 
 from ._admin import PreparedTransaction, list_prepared_transactions
-from ._base import PostgresHandle
-from ._config import ConnectionConfig, PostgresOptions, QualifiedName, WriteMode
 from ._factory import postgres_sink
-from ._format import postgres_sink_from_options, register_postgres_format
-from ._gid import format_gid, parse_gid
-from ._sink import PostgresMarkerSink, PostgresSink, PostgresTwoPhaseSink
-from ._transaction import PostgresTransaction
-from ._typemap import TableColumn, compatibility_problem, postgres_type
+from ._format import register_postgres_format
+from ._pool import close_connections
+from ._sink import PostgresMarkerSink, PostgresTwoPhaseSink
 
 __all__ = [
-    "ConnectionConfig",
-    "PostgresHandle",
     "PostgresMarkerSink",
-    "PostgresOptions",
-    "PostgresSink",
-    "PostgresTransaction",
     "PostgresTwoPhaseSink",
     "PreparedTransaction",
-    "QualifiedName",
-    "TableColumn",
-    "WriteMode",
-    "compatibility_problem",
-    "format_gid",
+    "close_connections",
     "list_prepared_transactions",
-    "parse_gid",
     "postgres_sink",
-    "postgres_sink_from_options",
-    "postgres_type",
     "register_postgres_format",
 ]

@@ -18,7 +18,7 @@ from typing import Any
 
 from ._config import ConnectionConfig
 
-__all__ = ["ConnectionPool", "close_all_pools", "pool_for"]
+__all__ = ["ConnectionPool", "close_connections", "pool_for"]
 
 _MAX_IDLE = 8
 
@@ -223,8 +223,16 @@ def pool_for(
         return pool
 
 
-def close_all_pools() -> None:
-    """Close the idle connections of every pool of this process (registered atexit)."""
+def close_connections() -> None:
+    """Close the idle connections every PostgreSQL sink of this process keeps between batches.
+
+    Sinks keep one pool per server and settings in each Python process (driver,
+    Python workers), reused across batches and sinks. Call this in tests (after
+    a test's server is stopped, or between tests that must not share
+    connections) and where a long-lived process is done with PostgreSQL; it runs
+    at exit anyway. The next batch opens new connections. Connections in use
+    are not touched.
+    """
     with _POOLS_LOCK:
         pools = list(_POOLS.values()) if os.getpid() == _POOLS_PID else []
         _POOLS.clear()
@@ -232,4 +240,4 @@ def close_all_pools() -> None:
         pool.close()
 
 
-atexit.register(close_all_pools)
+atexit.register(close_connections)

@@ -21,27 +21,9 @@ column names in ``_topics.py``; markers and their fast reader in
 onto :mod:`twophase.errors` in ``_errors.py``. See ``docs/kafka.md``.
 """
 
-from ._admin import CONTROL_TOPIC_CONFIG
-from ._config import DEFAULT_TRANSACTION_TIMEOUT_MS, PRODUCER_DEFAULTS
-from ._errors import map_kafka_error
-from ._markers import MarkerReader, decode_marker, encode_marker
+from ._clients import close_clients
 from ._options import KafkaOptions
-from ._records import COLUMNS, RecordPlan, plan_records
 from ._sink import KafkaSink
 from ._transaction import KafkaTransaction
 
-__all__ = [
-    "COLUMNS",
-    "CONTROL_TOPIC_CONFIG",
-    "DEFAULT_TRANSACTION_TIMEOUT_MS",
-    "PRODUCER_DEFAULTS",
-    "KafkaOptions",
-    "KafkaSink",
-    "KafkaTransaction",
-    "MarkerReader",
-    "RecordPlan",
-    "decode_marker",
-    "encode_marker",
-    "map_kafka_error",
-    "plan_records",
-]
+__all__ = ["KafkaOptions", "KafkaSink", "KafkaTransaction", "close_clients"]

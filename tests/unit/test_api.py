@@ -317,3 +317,31 @@ def test_the_public_api_contract_names_every_private_module() -> None:
         if not path.name.startswith("__")
     }
     assert private == set(contract["forbidden_modules"])
+
+
+def test_the_connectors_public_names_are_pinned() -> None:
+    # What a user of each connector needs: the sinks (and the Kafka sink's transaction and
+    # settings, for subclasses), the PostgreSQL format and the prepared-transaction listing,
+    # and closing the clients each process pools, for users' tests. Nothing else.
+    from twophase.connectors import jdbc, kafka
+
+    assert sorted(jdbc.__all__) == [
+        "PostgresMarkerSink",
+        "PostgresTwoPhaseSink",
+        "PreparedTransaction",
+        "close_connections",
+        "list_prepared_transactions",
+        "postgres_sink",
+        "register_postgres_format",
+    ]
+    assert sorted(kafka.__all__) == [
+        "KafkaOptions",
+        "KafkaSink",
+        "KafkaTransaction",
+        "close_clients",
+    ]
+    for module in (jdbc, kafka):
+        public = {n for n in vars(module) if not n.startswith("_")}
+        assert public - set(module.__all__) <= {"annotations"}, public - set(module.__all__)
+        for name in module.__all__:
+            assert getattr(module, name).__doc__, f"{module.__name__}.{name} has no docstring"

@@ -18,15 +18,13 @@ from twophase import (
     fingerprint_batches,
 )
 from twophase.connectors.jdbc import (
-    PostgresHandle,
     PostgresMarkerSink,
-    PostgresOptions,
     PostgresTwoPhaseSink,
-    QualifiedName,
     list_prepared_transactions,
     postgres_sink,
 )
-from twophase.connectors.jdbc._config import ConnectionConfig
+from twophase.connectors.jdbc._base import PostgresHandle
+from twophase.connectors.jdbc._config import ConnectionConfig, PostgresOptions, QualifiedName
 from twophase.errors import AbortRequiredError, ConfigurationError, FatalError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 

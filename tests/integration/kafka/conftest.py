@@ -22,7 +22,7 @@ import pytest
 from kafka_support import Record, SecuredBroker, read_all, secured_config
 
 from twophase import SinkContext
-from twophase.connectors.kafka import KafkaSink, _pool, _topics
+from twophase.connectors.kafka import KafkaSink, close_clients
 from twophase_dev import DevInfraError, KafkaBroker, free_ports
 
 
@@ -60,8 +60,7 @@ def kafka_sink(
         return sink
 
     yield make
-    _pool.clear()
-    _topics.clear()
+    close_clients()
 
 
 @pytest.fixture(scope="session")

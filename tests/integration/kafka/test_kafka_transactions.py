@@ -22,7 +22,8 @@ from confluent_kafka import Producer, murmur2
 from confluent_kafka.admin import AdminClient
 
 from twophase import Fingerprint, Marker, TaskContext
-from twophase.connectors.kafka import CONTROL_TOPIC_CONFIG, KafkaSink, KafkaTransaction
+from twophase.connectors.kafka import KafkaSink, KafkaTransaction
+from twophase.connectors.kafka._admin import CONTROL_TOPIC_CONFIG
 from twophase.connectors.kafka._compat import ConfigResource, ResourceType
 from twophase.errors import ConfigurationError, FatalError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
@@ -268,7 +269,7 @@ def test_marker_scan_reads_only_the_tail_of_a_long_control_topic(
     filler.flush(30)
     write_partition(executor_copy(sink), TaskContext(sink.name, me, 3, 1, 0), [4])
 
-    from twophase.connectors.kafka import MarkerReader
+    from twophase.connectors.kafka._markers import MarkerReader
 
     reader = MarkerReader(
         sink.options.client_config,

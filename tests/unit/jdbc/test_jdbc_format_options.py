@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twophase.connectors.jdbc import postgres_sink_from_options
+from twophase.connectors.jdbc._format import postgres_sink_from_options
 from twophase.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit

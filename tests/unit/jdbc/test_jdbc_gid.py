@@ -6,8 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twophase.connectors.jdbc import format_gid, parse_gid
-from twophase.connectors.jdbc._gid import MAX_GID_BYTES, check_identity, gid_prefix
+from twophase.connectors.jdbc._gid import (
+    MAX_GID_BYTES,
+    check_identity,
+    format_gid,
+    gid_prefix,
+    parse_gid,
+)
 from twophase.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from twophase.connectors.jdbc import TableColumn, compatibility_problem, postgres_type
-from twophase.connectors.jdbc._typemap import ColumnKind, column_kind
+from twophase.connectors.jdbc._typemap import (
+    ColumnKind,
+    TableColumn,
+    column_kind,
+    compatibility_problem,
+    postgres_type,
+)
 
 pytestmark = pytest.mark.unit
 

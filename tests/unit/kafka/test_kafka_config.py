@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from twophase.connectors.kafka import DEFAULT_TRANSACTION_TIMEOUT_MS, PRODUCER_DEFAULTS, KafkaSink
+from twophase.connectors.kafka import KafkaSink
 from twophase.connectors.kafka._config import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    PRODUCER_DEFAULTS,
     client_config,
     config_key,
     normalise_producer_config,

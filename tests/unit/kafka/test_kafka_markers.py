@@ -9,8 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from twophase import Fingerprint, Marker
-from twophase.connectors.kafka import decode_marker, encode_marker
-from twophase.connectors.kafka._markers import identity_prefix, marker_key, new_nonce
+from twophase.connectors.kafka._markers import (
+    decode_marker,
+    encode_marker,
+    identity_prefix,
+    marker_key,
+    new_nonce,
+)
 from twophase.errors import CoordinatorLogError
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from twophase import Fingerprint, Marker, RecoveryContext, TaskContext
-from twophase.connectors.kafka import KafkaSink, KafkaTransaction, _pool, decode_marker
+from twophase.connectors.kafka import KafkaSink, KafkaTransaction, _pool
+from twophase.connectors.kafka._markers import decode_marker
 from twophase.errors import AbortRequiredError, FatalError
 
 pytestmark = pytest.mark.unit
