@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _spark
 import orders_pipeline as pipeline
 
 from twophase.connectors.jdbc import list_prepared_transactions
@@ -338,7 +339,7 @@ def servers(
         env = state.env()
         yield bootstrap or env[ENV_KAFKA_BOOTSTRAP], dsn or env[ENV_PG_DSN]
         return
-    with pipeline.local_servers(bootstrap, dsn, log_dir) as found:
+    with _spark.servers(bootstrap, dsn, log_dir) as found:
         if not (bootstrap and dsn):
             say(
                 f"started Kafka {found[0]} and PostgreSQL {found[1]} on free ports in "

@@ -7,8 +7,9 @@ query that flattens them to ``(id, name, email, lsn, op)`` and applies them to `
 (delete) removes the key. Within a micro-batch the changes of one key are applied in ``lsn``
 order, so the table ends up as if every event had been applied one by one.
 
-Assumptions: a machine prepared by ``scripts/setup.sh``; a throwaway PostgreSQL cluster is started
-(or pass ``--dsn``; the table, ``customers`` or ``--table``, is created there if missing). The
+Assumptions: a PostgreSQL server at ``--dsn`` (the table, ``customers`` or ``--table``, is created
+there if missing); without ``--dsn``, a throwaway one started by the checkout's development tools
+(``twophase_dev``, set up by ``scripts/setup.sh``). The
 events come from files here; ``examples/kafka_debezium_cdc.py`` reads them from Kafka, as Debezium
 writes them. Events carry full row images (Debezium's ``after``), as Debezium emits them.
 
@@ -18,7 +19,9 @@ one partition itself, whatever the input's partitioning; events with an unknown 
 ``t``, truncate) fail the batch with a ``DataError`` naming the ``op`` column, and nothing of that
 batch is applied (protocol A).
 
-Run: ``.venv/bin/python examples/jdbc_cdc.py``.
+Run: ``.venv/bin/python examples/jdbc_cdc.py`` in the checkout. Elsewhere, ``pip install
+'twophase[all]'`` (or the wheel), put ``_spark.py`` beside this file, and run ``python jdbc_cdc.py
+--dsn DSN`` or ``spark-submit jdbc_cdc.py --dsn DSN``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -36,8 +38,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _spark import require_dev_tools, spark_session
+
 import twophase
-import twophase.errors
 from twophase.connectors.jdbc import postgres_sink
 from twophase.errors import ConfigurationError, DataError, RetriableError, TwoPhaseError
 
@@ -84,28 +87,12 @@ def flatten(events: Any) -> Any:
     )
 
 
-def await_query(query: Any) -> None:
-    """Wait until the query stops; raise the twophase error that failed it, if any.
-
-    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
-    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
-    that ``main`` can handle ``ConfigurationError``, ``DataError``... by class.
-    """
-    try:
-        query.awaitTermination()
-    except Exception as exc:
-        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
-        error = getattr(twophase.errors, found[-1][0], None) if found else None
-        if isinstance(error, type) and issubclass(error, TwoPhaseError):
-            raise error(found[-1][1]) from exc
-        raise
-
-
 @contextlib.contextmanager
 def database(dsn: str | None) -> Iterator[str]:
     if dsn:
         yield dsn
         return
+    require_dev_tools("a throwaway PostgreSQL server", instead="--dsn")
     from twophase_dev import PostgresServer
 
     with PostgresServer() as pg:
@@ -121,8 +108,6 @@ def main() -> int:
 
     import psycopg2
 
-    from twophase_dev import spark_session
-
     work = Path(tempfile.mkdtemp(prefix="twophase-cdc-example-"))
     try:
         with database(args.dsn) as dsn:
@@ -134,7 +119,7 @@ def main() -> int:
                     "(id bigint PRIMARY KEY, name text NOT NULL, email text, lsn bigint)"
                 )
             write_events(work / "in")
-            spark = spark_session("jdbc-cdc-example")
+            spark = spark_session("jdbc-cdc-example", kafka=False)
             try:
                 schema = (
                     "op string, lsn long, before struct<id: long>, "
@@ -160,7 +145,7 @@ def main() -> int:
                     checkpoint_location=str(work / "checkpoint"),
                     trigger={"availableNow": True},
                 ).start()
-                await_query(query)
+                twophase.await_termination(query)
             finally:
                 spark.stop()
             with contextlib.closing(psycopg2.connect(dsn)) as conn, conn.cursor() as cur:

@@ -1,14 +1,14 @@
 """Exactly-once upserts from a Spark stream into PostgreSQL, surviving a restart.
 
-What it does: starts a throwaway PostgreSQL cluster (``twophase_dev``), writes order updates as
+What it does: connects to PostgreSQL (``--dsn``, else a throwaway cluster), writes order updates as
 Parquet files (one file per micro-batch), and runs a Structured Streaming query that upserts them
 into ``orders`` with :func:`twophase.connectors.jdbc.postgres_sink`. It stops the query, adds
 files, restarts it from the same checkpoint, and checks that every order holds its latest version
 exactly once.
 
-Assumptions: a machine prepared by ``scripts/setup.sh`` (Java 17+, the PostgreSQL server binaries,
-the project's virtualenv). Pass ``--dsn`` to use your own server instead (the table, ``orders``
-or ``--table``, is created there if missing, and left behind).
+Assumptions: a PostgreSQL server at ``--dsn`` (the table, ``orders`` or ``--table``, is created
+there if missing, and left behind); without ``--dsn``, the throwaway cluster is started by the
+checkout's development tools (``twophase_dev``: a machine prepared by ``scripts/setup.sh``).
 
 Guarantees, and their limits:
 
@@ -20,7 +20,9 @@ Guarantees, and their limits:
 * the rows of one order may sit in any partition: the sink routes every row of a key to one
   partition itself (``key_by``), so the highest ``version`` wins whatever the partitioning.
 
-Run: ``.venv/bin/python examples/jdbc_upsert.py`` (about a minute, most of it Spark start-up).
+Run: ``.venv/bin/python examples/jdbc_upsert.py`` in the checkout (about a minute, most of it Spark
+start-up). Elsewhere, after ``pip install 'twophase[all]'`` (or the wheel), with ``_spark.py``
+beside this file: ``python jdbc_upsert.py --dsn DSN``, or ``spark-submit jdbc_upsert.py --dsn DSN``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import argparse
 import contextlib
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -39,9 +40,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _spark import require_dev_tools, spark_session
 
 import twophase
-import twophase.errors
 from twophase.connectors.jdbc import postgres_sink
 from twophase.errors import (
     CommitFailedError,
@@ -98,29 +99,12 @@ def run_query(spark: Any, source: Path, checkpoint: Path, dsn: str, table: str) 
         trigger={"availableNow": True},  # process what is there, then stop
     ).start()
     try:
-        await_query(query)
+        twophase.await_termination(query)
     finally:
         if query.isActive:
             query.stop()
     for metrics in twophase.batch_metrics(sink):
         print(f"  batch {metrics.batch_id}: {metrics.outcome}, {metrics.rows} rows")
-
-
-def await_query(query: Any) -> None:
-    """Wait until the query stops; raise the twophase error that failed it, if any.
-
-    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
-    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
-    that ``main`` can handle ``ConfigurationError``, ``DataError``... by class.
-    """
-    try:
-        query.awaitTermination()
-    except Exception as exc:
-        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
-        error = getattr(twophase.errors, found[-1][0], None) if found else None
-        if isinstance(error, type) and issubclass(error, TwoPhaseError):
-            raise error(found[-1][1]) from exc
-        raise
 
 
 def check(dsn: str, table: str, expected_version: int) -> None:
@@ -142,6 +126,7 @@ def database(args: argparse.Namespace) -> Iterator[str]:
     if args.dsn:
         yield args.dsn
         return
+    require_dev_tools("a throwaway PostgreSQL server", instead="--dsn")
     from twophase_dev import PostgresServer
 
     with PostgresServer(max_prepared_transactions=64 if args.prepared else 0) as pg:
@@ -164,12 +149,10 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("twophase.connectors.jdbc").setLevel(logging.INFO)  # the protocol choice
 
-    from twophase_dev import spark_session
-
     work = Path(tempfile.mkdtemp(prefix="twophase-jdbc-example-"))  # input and checkpoint
     try:
         with database(args) as dsn:
-            spark = spark_session("jdbc-upsert-example")
+            spark = spark_session("jdbc-upsert-example", kafka=False)
             try:
                 write_updates(work / "in", 0, 3)
                 print("first run (3 batches):")

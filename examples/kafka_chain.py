@@ -17,8 +17,9 @@ their checkpoints. The example then counts every order in ``checked`` as a ``rea
 consumer (each must be there exactly once) and reads ``priced`` as a ``read_uncommitted``
 consumer, to show the aborted copy that a reader without ``read_committed`` would have taken.
 
-Assumptions: a Kafka broker -- ``--bootstrap-servers``, else ``$TWOPHASE_KAFKA_BOOTSTRAP``, else a
-throwaway local one through :mod:`twophase_dev` (a machine prepared by ``scripts/setup.sh``).
+Assumptions: a Kafka broker -- ``--bootstrap-servers``; else, in the checkout (its development
+tools, ``twophase_dev``, set up by ``scripts/setup.sh``), ``$TWOPHASE_KAFKA_BOOTSTRAP`` or a
+throwaway local one. Spark's Kafka connector: see ``_spark.py``.
 Both stages are deterministic per micro-batch (a replay reads the same offsets and computes the
 same rows), which the Kafka sink's marker protocol needs.
 
@@ -29,7 +30,12 @@ committed), and the next stage reads committed records only. Drop ``read_committ
 and the chain is at-least-once again: it would forward the aborted copies. Records of one Spark
 partition keep their order; a micro-batch becomes visible partition by partition.
 
-Run: ``.venv/bin/python examples/kafka_chain.py``.
+Run: ``.venv/bin/python examples/kafka_chain.py`` in the checkout. Elsewhere, ``pip install
+'twophase[all]'`` (or the wheel), put ``_spark.py`` beside this file, and run ``python
+kafka_chain.py --bootstrap-servers HOST:PORT``; with spark-submit, ``spark-submit --master
+'local[2,4]' --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark version>
+kafka_chain.py --bootstrap-servers HOST:PORT`` (the master retries the lost task; ``_2.12`` for
+PySpark 3.5).
 """
 
 from __future__ import annotations
@@ -38,7 +44,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -47,8 +52,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _spark import require_dev_tools, spark_session
+
 import twophase
-import twophase.errors
 from twophase import Marker
 from twophase.connectors.kafka import KafkaSink, KafkaTransaction
 from twophase.errors import ConfigurationError, NondeterministicBatchError, TwoPhaseError
@@ -74,23 +80,6 @@ class KafkaSinkLosingAWorker(KafkaSink):
                 txn.flush()  # the records are on the broker, in the open transaction
                 os.kill(os.getpid(), signal.SIGKILL)  # the worker dies: Spark retries the task
         super().commit_with_marker(txn, marker)
-
-
-def await_query(query: Any) -> None:
-    """Wait until the query stops; raise the twophase error that failed it, if any.
-
-    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
-    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
-    that callers can handle ``ConfigurationError``, ``DataError``... by class.
-    """
-    try:
-        query.awaitTermination()
-    except Exception as exc:
-        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
-        error = getattr(twophase.errors, found[-1][0], None) if found else None
-        if isinstance(error, type) and issubclass(error, TwoPhaseError):
-            raise error(found[-1][1]) from exc
-        raise
 
 
 def produce_orders(bootstrap: str, topic: str, first: int, count: int) -> None:
@@ -219,11 +208,14 @@ def stage2(spark: Any, bootstrap: str, topics: dict[str, str], work: Path) -> An
 @contextlib.contextmanager
 def broker(bootstrap: str | None) -> Iterator[str]:
     """Yield a broker address: the given one, the environment's, or a throwaway local broker."""
-    from twophase_dev import ENV_KAFKA_BOOTSTRAP, KafkaBroker
-
-    bootstrap = bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP)
     if bootstrap:
         yield bootstrap
+        return
+    require_dev_tools("a throwaway Kafka broker", instead="--bootstrap-servers")
+    from twophase_dev import ENV_KAFKA_BOOTSTRAP, KafkaBroker
+
+    if os.environ.get(ENV_KAFKA_BOOTSTRAP):  # servers of 'twophase-dev up'
+        yield os.environ[ENV_KAFKA_BOOTSTRAP]
         return
     with KafkaBroker() as local:
         yield local.bootstrap_servers
@@ -240,8 +232,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from twophase_dev import spark_session
-
     run = uuid.uuid4().hex[:8]
     topics = {name: f"chain-{name}-{run}" for name in ("orders", "priced", "checked")}
     work = Path(tempfile.mkdtemp(prefix="twophase-chain-"))
@@ -253,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             for future in created.values():
                 future.result(timeout=60)
             # local[2,4]: task retries on (the worker crash is a task failure Spark retries).
-            spark = spark_session("kafka-chain-example", master="local[2,4]")
+            spark = spark_session("kafka-chain-example", kafka=True, master="local[2,4]")
             total = 0
             for wave, count in ((1, args.orders), (2, args.orders // 2)):
                 produce_orders(bootstrap, topics["orders"], total, count)
@@ -264,10 +254,10 @@ def main(argv: list[str] | None = None) -> int:
                         "  stage 1 loses a Python worker mid-commit on purpose: Spark logs the lost"
                         " task (ERROR ... Python worker exited unexpectedly) and retries it"
                     )
-                await_query(stage1(spark, bootstrap, topics, work))
+                twophase.await_termination(stage1(spark, bootstrap, topics, work))
                 if wave == 1 and not (work / "worker-crashed").exists():
                     print("  (the worker crash did not happen: too few batches)")
-                await_query(stage2(spark, bootstrap, topics, work))
+                twophase.await_termination(stage2(spark, bootstrap, topics, work))
             checked = read_all(bootstrap, topics["checked"], "read_committed")
             priced_all = read_all(bootstrap, topics["priced"], "read_uncommitted")
     except NondeterministicBatchError as exc:  # a replay differs: cannot happen here

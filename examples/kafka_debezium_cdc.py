@@ -17,9 +17,10 @@ Assumptions:
 * every ``c``/``r``/``u`` event carries the full row in ``after`` (Debezium does), a ``d`` event
   the key in ``before``; the topic is keyed by the primary key, as Debezium keys it, so the changes
   of one row are in one Kafka partition, in log order;
-* a Kafka broker and a PostgreSQL server: ``--bootstrap-servers`` / ``--dsn``, else the ones
-  ``$TWOPHASE_KAFKA_BOOTSTRAP`` / ``$TWOPHASE_PG_DSN`` name, else throwaway local ones started
-  through :mod:`twophase_dev` (a machine prepared by ``scripts/setup.sh``).
+* a Kafka broker and a PostgreSQL server: ``--bootstrap-servers`` / ``--dsn``; else, in the
+  checkout (its development tools, ``twophase_dev``, set up by ``scripts/setup.sh``), the ones
+  ``$TWOPHASE_KAFKA_BOOTSTRAP`` / ``$TWOPHASE_PG_DSN`` name, or throwaway local ones;
+* Spark's Kafka connector: see ``_spark.py``.
 
 Guarantees, and their limits:
 
@@ -36,7 +37,11 @@ Guarantees, and their limits:
   fails the batch with a ``DataError`` naming the ``op`` column before anything of the batch is
   written; schema changes are not handled (the table is created once, up front).
 
-Run: ``.venv/bin/python examples/kafka_debezium_cdc.py`` (``--help`` for the sizes).
+Run: ``.venv/bin/python examples/kafka_debezium_cdc.py`` in the checkout (``--help`` for the
+sizes). Elsewhere, after ``pip install 'twophase[all]'`` (or the wheel), with ``_spark.py`` beside
+this file: ``python kafka_debezium_cdc.py --bootstrap-servers HOST:PORT --dsn DSN``, or with
+``spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark version>`` (``_2.12``
+for PySpark 3.5) in place of ``python``.
 """
 
 from __future__ import annotations
@@ -45,18 +50,17 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import random
-import re
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _spark import servers, spark_session
+
 import twophase
-import twophase.errors
 from twophase.connectors.jdbc import postgres_sink
 from twophase.errors import ConfigurationError, DataError, NondeterministicBatchError, TwoPhaseError
 
@@ -212,29 +216,12 @@ def run_once(spark: Any, bootstrap: str, topic: str, dsn: str, table: str, check
         trigger={"availableNow": True},
     ).start()
     try:
-        await_query(query)
+        twophase.await_termination(query)
     finally:
         query.stop()
     for m in twophase.batch_metrics(sink):
         print(f"  batch {m.batch_id}: {m.outcome}, {m.rows} changes")
     return sink
-
-
-def await_query(query: Any) -> None:
-    """Wait until the query stops; raise the twophase error that failed it, if any.
-
-    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
-    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
-    that ``DataError``, ``ConfigurationError``... are handled by class below.
-    """
-    try:
-        query.awaitTermination()
-    except Exception as exc:
-        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
-        error = getattr(twophase.errors, found[-1][0], None) if found else None
-        if isinstance(error, type) and issubclass(error, TwoPhaseError):
-            raise error(found[-1][1]) from exc
-        raise
 
 
 def compare(dsn: str, table: str, expected: dict[int, tuple[Any, ...]]) -> list[str]:
@@ -251,19 +238,6 @@ def compare(dsn: str, table: str, expected: dict[int, tuple[Any, ...]]) -> list[
                 f"id {key}: table has {got.get(key)}, the source has {expected.get(key)}"
             )
     return problems
-
-
-@contextlib.contextmanager
-def servers(bootstrap: str | None, dsn: str | None) -> Iterator[tuple[str, str]]:
-    """Yield (bootstrap, dsn): the given ones, the environment's, or throwaway local ones."""
-    from twophase_dev import ENV_KAFKA_BOOTSTRAP, ENV_PG_DSN, KafkaBroker, PostgresServer
-
-    bootstrap = bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP)
-    dsn = dsn or os.environ.get(ENV_PG_DSN)
-    with contextlib.ExitStack() as stack:
-        bootstrap = bootstrap or stack.enter_context(KafkaBroker()).bootstrap_servers
-        dsn = dsn or stack.enter_context(PostgresServer()).dsn
-        yield bootstrap, dsn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,8 +257,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import psycopg2
     from confluent_kafka.admin import AdminClient, NewTopic
-
-    from twophase_dev import spark_session
 
     run = uuid.uuid4().hex[:8]
     topic, table = f"shop.public.customers-{run}", f"customers_{run}"
@@ -306,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text NOT NULL, email text,"
                     " lsn bigint NOT NULL, source_ts_ms bigint)"
                 )
-            spark = spark_session("debezium-cdc-example")
+            spark = spark_session("debezium-cdc-example", kafka=True)
             checkpoint = Path(tempfile.mkdtemp(prefix="twophase-cdc-")) / "checkpoint"
             parts = (
                 ("the snapshot and the first changes", events[:half]),

@@ -7,10 +7,10 @@ What it does: reads JSON order events from a source topic with Spark's Kafka sou
 checkpoint. A ``read_committed`` consumer then checks that the target holds every event exactly
 once.
 
-Assumptions: a Kafka broker (``--bootstrap-servers``), or ``--dev`` to start a throwaway local one
-through :mod:`twophase_dev` (needs a machine prepared by ``scripts/setup.sh``), where the example
-may create its two topics (new names every run); Spark's Kafka connector on the classpath
-(``twophase_dev.spark_session`` provides it locally).
+Assumptions: a Kafka broker (``--bootstrap-servers``) where the example may create its two topics
+(new names every run), or ``--dev`` for a throwaway local one, which needs the checkout's
+development tools (``twophase_dev``, set up by ``scripts/setup.sh``); Spark's Kafka connector,
+which ``_spark.py`` fetches from Maven unless ``spark-submit --packages`` provides it.
 
 Guarantees, and their limits: consumers reading with ``isolation.level=read_committed`` see every
 enriched event exactly once, even if the driver or a task dies mid-batch and the query is
@@ -20,25 +20,28 @@ computes the same rows -- which the marker protocol needs; see ``kafka_routing_a
 a pipeline that is not. Consumers with the default ``read_uncommitted`` may also see records of
 aborted attempts.
 
-Run it: ``.venv/bin/python examples/kafka_exactly_once.py --dev``.
+Run it in the checkout: ``.venv/bin/python examples/kafka_exactly_once.py --dev``. Elsewhere:
+``pip install 'twophase[all]'`` (or the wheel), copy this file and ``_spark.py`` into one folder,
+then ``python kafka_exactly_once.py --bootstrap-servers HOST:PORT``, or ``spark-submit --packages
+org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark version> kafka_exactly_once.py
+--bootstrap-servers HOST:PORT`` (``_2.12`` for PySpark 3.5).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
+from _spark import require_dev_tools, spark_session
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import twophase
-import twophase.errors
 from twophase.connectors.kafka import KafkaSink
 from twophase.errors import ConfigurationError, NondeterministicBatchError, TwoPhaseError
 
@@ -49,23 +52,6 @@ def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
     futures = admin.create_topics([NewTopic(t, num_partitions=n) for t, n in partitions.items()])
     for future in futures.values():
         future.result(timeout=60)  # raises with the broker's reason (ACL, policy...)
-
-
-def await_query(query: Any) -> None:
-    """Wait until the query stops; raise the twophase error that failed it, if any.
-
-    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
-    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
-    that ``main`` can handle ``ConfigurationError``, ``DataError``... by class.
-    """
-    try:
-        query.awaitTermination()
-    except Exception as exc:
-        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
-        error = getattr(twophase.errors, found[-1][0], None) if found else None
-        if isinstance(error, type) and issubclass(error, TwoPhaseError):
-            raise error(found[-1][1]) from exc
-        raise
 
 
 def produce_orders(bootstrap: str, topic: str, first: int, count: int) -> None:
@@ -114,7 +100,7 @@ def run_once(spark: Any, bootstrap: str, source: str, sink: KafkaSink, checkpoin
         enriched, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
     ).start()
     try:
-        await_query(query)
+        twophase.await_termination(query)
     finally:
         query.stop()
     for metrics in twophase.batch_metrics(sink)[seen:]:
@@ -163,16 +149,19 @@ def main() -> int:
     if not args.dev and not args.bootstrap_servers:
         parser.error("pass --bootstrap-servers or --dev")
 
-    from twophase_dev import KafkaBroker, spark_session
+    broker = None
+    if args.dev:
+        require_dev_tools("--dev", instead="--bootstrap-servers")
+        from twophase_dev import KafkaBroker
 
-    broker = KafkaBroker().start() if args.dev else None
+        broker = KafkaBroker().start()
     bootstrap = broker.bootstrap_servers if broker else args.bootstrap_servers
     run = uuid.uuid4().hex[:8]
     source, target = f"orders-{run}", f"orders-enriched-{run}"
     spark = None
     try:
         create_topics(bootstrap, {source: 2, target: 3})
-        spark = spark_session("kafka-exactly-once")
+        spark = spark_session("kafka-exactly-once", kafka=True)
         checkpoint = Path(tempfile.mkdtemp(prefix="twophase-example-")) / "checkpoint"
         sink = KafkaSink(
             f"enriched-{run}",

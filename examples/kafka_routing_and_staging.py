@@ -7,8 +7,9 @@ and carries a header with the time it was processed -- ``current_timestamp()``, 
 pipeline *non-deterministic*: a replayed micro-batch would compute other header values.
 ``staging=True`` makes that safe (see below).
 
-Assumptions: a broker at ``--bootstrap-servers``, or ``--dev`` for a throwaway local one through
-:mod:`twophase_dev`, where the example may create its three topics (new names every run).
+Assumptions: a broker at ``--bootstrap-servers`` where the example may create its three topics
+(new names every run), or ``--dev`` for a throwaway local one, which needs the checkout's
+development tools (``twophase_dev``); Spark's Kafka connector (see ``_spark.py``).
 
 Guarantees, and their limits: ``read_committed`` consumers see every row exactly once in the
 topic the row chose. Without staging, a batch replayed after a crash would be refused with
@@ -16,25 +17,27 @@ topic the row chose. Without staging, a batch replayed after a crash would be re
 writes each micro-batch once to the checkpoint location and publishes from that copy, so the
 replay matches. Staging costs one extra write and read of every batch.
 
-Run it: ``.venv/bin/python examples/kafka_routing_and_staging.py --dev``.
+Run it in the checkout: ``.venv/bin/python examples/kafka_routing_and_staging.py --dev``.
+Elsewhere, after ``pip install 'twophase[all]'`` (or the wheel), with ``_spark.py`` beside it:
+``python kafka_routing_and_staging.py --bootstrap-servers HOST:PORT``, or the same with
+``spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark version>`` in place
+of ``python`` (``_2.12`` for PySpark 3.5).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
 
+from _spark import require_dev_tools, spark_session
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import twophase
-import twophase.errors
 from twophase.connectors.kafka import KafkaSink
 from twophase.errors import ConfigurationError, TwoPhaseError
 
@@ -45,23 +48,6 @@ def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
     futures = admin.create_topics([NewTopic(t, num_partitions=n) for t, n in partitions.items()])
     for future in futures.values():
         future.result(timeout=60)  # raises with the broker's reason (ACL, policy...)
-
-
-def await_query(query: Any) -> None:
-    """Wait until the query stops; raise the twophase error that failed it, if any.
-
-    A failed query raises PySpark's ``StreamingQueryException``, which carries the error raised
-    in ``foreachBatch`` (or in a task) only as text: the twophase class is taken back from it, so
-    that ``main`` can handle ``ConfigurationError``, ``DataError``... by class.
-    """
-    try:
-        query.awaitTermination()
-    except Exception as exc:
-        found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
-        error = getattr(twophase.errors, found[-1][0], None) if found else None
-        if isinstance(error, type) and issubclass(error, TwoPhaseError):
-            raise error(found[-1][1]) from exc
-        raise
 
 
 def produce_payments(bootstrap: str, topic: str, count: int) -> None:
@@ -115,9 +101,12 @@ def main() -> int:
     if not args.dev and not args.bootstrap_servers:
         parser.error("pass --bootstrap-servers or --dev")
 
-    from twophase_dev import KafkaBroker, spark_session
+    broker = None
+    if args.dev:
+        require_dev_tools("--dev", instead="--bootstrap-servers")
+        from twophase_dev import KafkaBroker
 
-    broker = KafkaBroker().start() if args.dev else None
+        broker = KafkaBroker().start()
     bootstrap = broker.bootstrap_servers if broker else args.bootstrap_servers
     run = uuid.uuid4().hex[:8]
     source, payments, rejects = f"payments-in-{run}", f"payments-{run}", f"rejected-{run}"
@@ -125,7 +114,7 @@ def main() -> int:
     try:
         create_topics(bootstrap, {source: 2, payments: 2, rejects: 1})
         produce_payments(bootstrap, source, args.payments)
-        spark = spark_session("kafka-routing")
+        spark = spark_session("kafka-routing", kafka=True)
         rows = (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
@@ -162,7 +151,7 @@ def main() -> int:
             rows, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
         ).start()
         try:
-            await_query(query)
+            twophase.await_termination(query)
         finally:
             query.stop()
         accepted = committed_ids(bootstrap, payments)

@@ -20,8 +20,9 @@ once, uninterrupted, on a small generated input and verifies the result.
 
 Assumptions: a Kafka broker (``--bootstrap-servers``) holding the input topic, a PostgreSQL server
 (``--dsn``) with ``max_prepared_transactions > 0`` holding the two tables (``--check`` creates the
-topics, the tables and the input, and starts throwaway servers through :mod:`twophase_dev` when
-neither the options nor ``$TWOPHASE_KAFKA_BOOTSTRAP`` / ``$TWOPHASE_PG_DSN`` name any). The
+topics, the tables and the input; in the checkout, where its development tools ``twophase_dev``
+are, it starts throwaway servers when neither the options nor ``$TWOPHASE_KAFKA_BOOTSTRAP`` /
+``$TWOPHASE_PG_DSN`` name any); Spark's Kafka connector (see ``_spark.py``). The
 pipeline is deterministic per micro-batch: a replayed batch reads the same Kafka offsets and the
 same aggregation state, so it computes the same rows (the Kafka sink's marker protocol relies on
 it for the partitions it already committed).
@@ -37,7 +38,11 @@ Guarantees, and their limits:
   retried after its partition committed, inserts its rows again. Its duplicates are the point.
 
 Run the crash demo with ``bash scripts/demo.sh``; this driver alone with
-``.venv/bin/python examples/orders_pipeline.py --check``.
+``.venv/bin/python examples/orders_pipeline.py --check``. Outside the checkout, after ``pip install
+'twophase[all]'`` (or the wheel), with ``_spark.py`` beside this file: ``python orders_pipeline.py
+--check --bootstrap-servers HOST:PORT --dsn DSN``; or with ``spark-submit --master 'local[2,4]'
+--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark version>`` (``_2.12`` for PySpark
+3.5) in place of ``python``.
 """
 
 from __future__ import annotations
@@ -48,7 +53,6 @@ import json
 import logging
 import os
 import random
-import re
 import signal
 import sys
 import tempfile
@@ -58,6 +62,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _spark import servers, spark_session
 
 import twophase
 import twophase.errors
@@ -406,24 +412,29 @@ def start_naive(spark: Any, cfg: PipelineConfig) -> Any:
 def query_error(name: str, exc: BaseException) -> Exception:
     """Return the error that failed query ``name``: the twophase one it carries, if any.
 
-    A failed query reports PySpark's ``StreamingQueryException``, which carries an error raised in
-    ``foreachBatch`` or in a task only as text: the twophase class is taken back from it, so that
-    ``ConfigurationError``, ``DataError``... can be handled by class.
+    A failed query reports PySpark's ``StreamingQueryException``; ``find_error`` takes the
+    twophase error back out of it, by class, so that ``ConfigurationError``, ``DataError``... can
+    be handled by class.
     """
-    found = re.findall(r"twophase\.errors\.(\w+): (.*)", str(exc))
-    error = getattr(twophase.errors, found[-1][0], None) if found else None
-    if isinstance(error, type) and issubclass(error, TwoPhaseError):
-        return error(f"query {name}: {found[-1][1]}")
+    found = twophase.errors.find_error(exc)
+    if found is not None:
+        return found
     return RuntimeError(f"query {name} failed: {exc}")
 
 
 def run_pipeline(cfg: PipelineConfig) -> None:
     """Start the queries in one Spark driver and wait until each has consumed its input."""
-    from twophase_dev import spark_session
-
     # local[2,4]: two cores, and a failed task is tried up to 4 times (a lost Python worker is a
     # task failure Spark retries; plain local[2] would fail the query at the first one).
-    spark = spark_session("orders-pipeline", master="local[2,4]")
+    spark = spark_session(
+        "orders-pipeline",
+        kafka=True,
+        master="local[2,4]",
+        # The partitions of the totals' state, so the totals sink's transactions per batch (fixed
+        # in the checkpoint at the first run): Spark's default, 200, is for big data, and would
+        # prepare 200 PostgreSQL transactions a batch.
+        conf={"spark.sql.shuffle.partitions": "2"},
+    )
     try:
         queries = [start_totals(spark, cfg), start_enriched(spark, cfg)]
         if cfg.naive:
@@ -554,29 +565,6 @@ def check_naive(dsn: str, schema: str, events: Sequence[dict[str, Any]]) -> Sink
 # ------------------------------------------------------------------------------------ servers
 
 
-@contextlib.contextmanager
-def local_servers(
-    bootstrap: str | None = None, dsn: str | None = None, log_dir: Path | None = None
-) -> Iterator[tuple[str, str]]:
-    """Yield (bootstrap servers, dsn): the given ones, the ones the environment names, or new.
-
-    New servers are throwaway :mod:`twophase_dev` ones on free loopback ports (so another Kafka or
-    PostgreSQL on the machine is no problem), stopped when the block ends.
-    """
-    from twophase_dev import ENV_KAFKA_BOOTSTRAP, ENV_PG_DSN, KafkaBroker, PostgresServer
-
-    bootstrap = bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP)
-    dsn = dsn or os.environ.get(ENV_PG_DSN)
-    with contextlib.ExitStack() as stack:
-        if not bootstrap:
-            broker = KafkaBroker(log_dir=log_dir / "kafka" if log_dir else None)
-            bootstrap = stack.enter_context(broker).bootstrap_servers
-        if not dsn:
-            pg = PostgresServer(log_dir=log_dir / "postgres" if log_dir else None)
-            dsn = stack.enter_context(pg).dsn
-        yield bootstrap, dsn
-
-
 def check_prepared_transactions(dsn: str) -> None:
     """Fail early, with what to do, if the server cannot run protocol A."""
     import psycopg2
@@ -625,7 +613,7 @@ def _check(args: argparse.Namespace) -> int:
     run = uuid.uuid4().hex[:8]
     work = Path(tempfile.mkdtemp(prefix="twophase-orders-"))
     events = generate_events(args.events, customers=20, seed=1)
-    with local_servers(args.bootstrap_servers, args.dsn, work / "logs") as (bootstrap, dsn):
+    with servers(args.bootstrap_servers, args.dsn, work / "logs") as (bootstrap, dsn):
         check_prepared_transactions(dsn)
         cfg = PipelineConfig(
             bootstrap=bootstrap,

@@ -1,15 +1,18 @@
-"""Smoke pipeline: Kafka -> Spark Structured Streaming -> PostgreSQL, on throwaway local servers.
+"""Smoke pipeline: Kafka -> Spark Structured Streaming -> PostgreSQL, at least once, no twophase.
 
-What it does: starts a single-node Kafka broker and a PostgreSQL cluster through
-:mod:`twophase_dev` (or uses the ones ``--bootstrap-servers`` / ``--dsn`` or
-``$TWOPHASE_KAFKA_BOOTSTRAP`` / ``$TWOPHASE_PG_DSN`` name), produces JSON order events to a new
-topic, and runs a streaming query that reads them with Spark's Kafka source and writes each
-micro-batch to a new PostgreSQL table from ``foreachBatch``, without twophase. It then stops the
-query, produces more events, restarts the query from the same checkpoint and shows that it resumes
-where it stopped. Everything it started is stopped at the end, also on errors and Ctrl-C.
+What it does: produces JSON order events to a new topic of the Kafka broker ``--bootstrap-servers``
+names, and runs a streaming query that reads them with Spark's Kafka source and writes each
+micro-batch to a new table of the PostgreSQL server ``--dsn`` names, from ``foreachBatch``,
+without twophase. In the checkout, servers not named come from ``$TWOPHASE_KAFKA_BOOTSTRAP`` /
+``$TWOPHASE_PG_DSN``, else are throwaway local ones. It then stops the query, produces more
+events, restarts the query from the same checkpoint and shows that it resumes where it stopped.
+Everything it started is stopped at the end, also on errors and Ctrl-C.
 
-Assumptions: a machine prepared by ``scripts/setup.sh`` (Java 17+, Maven, PostgreSQL binaries,
-the project's virtualenv); nothing else needs to run, all ports are picked free on 127.0.0.1.
+Assumptions: servers the example may create a topic and a table in (new names every run); or, for
+throwaway ones, the checkout's development tools (``twophase_dev``) on a machine prepared by
+``scripts/setup.sh`` (Java 17+, Maven, PostgreSQL binaries, the project's virtualenv): nothing
+else needs to run, all ports are picked free on 127.0.0.1. Spark's Kafka connector: see
+``_spark.py``.
 
 Guarantees, and their limits: this is the *at-least-once* baseline. ``foreachBatch`` replays a
 batch after a crash that came after the batch was written but before Spark recorded it as
@@ -19,34 +22,26 @@ without such a key -- appends, Kafka topics, aggregates -- need twophase's exact
 ``examples/orders_pipeline.py`` is the same kind of pipeline with them, and ``bash scripts/demo.sh``
 kills it while it runs.
 
-Run it: ``.venv/bin/python examples/smoke_pipeline.py`` (``--help`` for the sizes).
+Run it: ``.venv/bin/python examples/smoke_pipeline.py`` in the checkout (``--help`` for the sizes).
+Elsewhere, after ``pip install 'twophase[all]'`` (or the wheel), with ``_spark.py`` beside this
+file: ``python smoke_pipeline.py --bootstrap-servers HOST:PORT --dsn DSN``, or with ``spark-submit
+--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark version>`` (``_2.12`` for PySpark
+3.5) in place of ``python``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _spark import servers, spark_session
 from confluent_kafka import Producer
-
-from twophase_dev import (
-    ENV_KAFKA_BOOTSTRAP,
-    ENV_PG_DSN,
-    KafkaBroker,
-    PostgresServer,
-    attach_kafka,
-    attach_postgres,
-    spark_session,
-)
 
 
 def produce(bootstrap: str, topic: str, first_id: int, count: int) -> None:
@@ -73,9 +68,19 @@ def produce(bootstrap: str, topic: str, first_id: int, count: int) -> None:
         raise RuntimeError(f"{remaining} events unsent, {len(failures)} failed: {failures[:3]}")
 
 
-def create_table(pg: PostgresServer, table: str) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create the input topic (brokers may refuse to create topics on first use)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(timeout=60)
+
+
+def create_table(dsn: str, table: str) -> None:
     """Create the target table; its key makes replayed batches harmless."""
-    conn = pg.connect()
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
     try:
         with conn, conn.cursor() as cur:
             cur.execute(
@@ -91,8 +96,9 @@ def create_table(pg: PostgresServer, table: str) -> None:
         conn.close()
 
 
-def make_batch_writer(pg: PostgresServer, table: str, batches: list[tuple[int, int]]) -> Any:
+def make_batch_writer(dsn: str, table: str, batches: list[tuple[int, int]]) -> Any:
     """Return the ``foreachBatch`` function: one PostgreSQL transaction per micro-batch."""
+    import psycopg2
     from psycopg2.extras import execute_values
 
     def write_batch(batch_df: Any, batch_id: int) -> None:
@@ -102,7 +108,7 @@ def make_batch_writer(pg: PostgresServer, table: str, batches: list[tuple[int, i
             (r.partition, r.offset, r.order_id, r.amount_cents, batch_id)
             for r in batch_df.select("partition", "offset", "order_id", "amount_cents").collect()
         ]
-        conn = pg.connect()
+        conn = psycopg2.connect(dsn)
         try:
             with conn, conn.cursor() as cur:  # commits on success, rolls back on error
                 execute_values(
@@ -156,9 +162,11 @@ def run_query(
         raise RuntimeError(f"streaming query failed: {error}")
 
 
-def count_rows(pg: PostgresServer, table: str) -> tuple[int, int, int]:
+def count_rows(dsn: str, table: str) -> tuple[int, int, int]:
     """Return (rows, distinct order ids, distinct batches) in the target table."""
-    conn = pg.connect()
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
     try:
         with conn, conn.cursor() as cur:
             cur.execute(
@@ -169,27 +177,6 @@ def count_rows(pg: PostgresServer, table: str) -> tuple[int, int, int]:
         conn.close()
     assert row is not None
     return int(row[0]), int(row[1]), int(row[2])
-
-
-@contextlib.contextmanager
-def servers(
-    bootstrap: str | None, dsn: str | None, work: Path
-) -> Iterator[tuple[KafkaBroker, PostgresServer]]:
-    """Yield Kafka and PostgreSQL: the given ones, the environment's, or throwaway local ones."""
-    bootstrap = bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP)
-    dsn = dsn or os.environ.get(ENV_PG_DSN)
-    with contextlib.ExitStack() as stack:
-        kafka = (
-            attach_kafka(bootstrap)
-            if bootstrap
-            else stack.enter_context(KafkaBroker(log_dir=work / "kafka-logs"))
-        )
-        pg = (
-            attach_postgres(dsn)
-            if dsn
-            else stack.enter_context(PostgresServer(log_dir=work / "postgres-logs"))
-        )
-        yield kafka, pg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,26 +196,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Logs and checkpoint under {work}")
     run = uuid.uuid4().hex[:8]
     topic, table = f"orders-{run}", f"smoke_orders_{run}"  # new every run: servers may be reused
-    with servers(args.bootstrap_servers, args.dsn, work) as (kafka, pg):
-        print(f"Kafka {kafka.bootstrap_servers}, PostgreSQL {pg.dsn}")
-        kafka.create_topic(topic, partitions=args.partitions)
-        create_table(pg, table)
-        spark = spark_session("twophase-smoke-pipeline")
+    with servers(args.bootstrap_servers, args.dsn, work / "logs") as (bootstrap, dsn):
+        print(f"Kafka {bootstrap}, PostgreSQL {dsn}")
+        create_topic(bootstrap, topic, args.partitions)
+        create_table(dsn, table)
+        spark = spark_session("twophase-smoke-pipeline", kafka=True)
         try:
             batches: list[tuple[int, int]] = []
-            writer = make_batch_writer(pg, table, batches)
+            writer = make_batch_writer(dsn, table, batches)
             checkpoint = work / "checkpoint"
             for wave in (1, 2):
-                produce(kafka.bootstrap_servers, topic, (wave - 1) * args.events, args.events)
+                produce(bootstrap, topic, (wave - 1) * args.events, args.events)
                 before = len(batches)
-                run_query(
-                    spark, kafka.bootstrap_servers, topic, checkpoint, writer, args.batch_size
-                )
+                run_query(spark, bootstrap, topic, checkpoint, writer, args.batch_size)
                 for batch_id, size in batches[before:]:
                     print(f"  wave {wave}: batch {batch_id} wrote {size} rows")
         finally:
             spark.stop()
-        rows, distinct_ids, distinct_batches = count_rows(pg, table)
+        rows, distinct_ids, distinct_batches = count_rows(dsn, table)
     expected = 2 * args.events
     print(
         f"Table {table}: {rows} rows, {distinct_ids} distinct orders, {distinct_batches} batches "

@@ -2,7 +2,9 @@
 
 Each example runs as a user runs it -- ``python examples/<name>.py ...`` in a subprocess, with
 its own Spark driver -- against the session's Kafka broker and PostgreSQL server (fixtures in
-``tests/conftest.py``), and is judged by its exit status and its own verdict line.
+``tests/conftest.py``), and is judged by its exit status and its own verdict line. Every example
+but the crash demo runs without the checkout's development tools (``without_dev_tools.py``), as
+after ``pip install 'twophase[all]'``: given its servers, it must not need them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+WITHOUT_DEV_TOOLS = Path(__file__).with_name("without_dev_tools.py")
 #: Every example and the test that runs it (test_every_example_has_a_test keeps this complete).
 TESTED = {
     "crash_demo.py": "test_crash_demo",
@@ -38,11 +41,17 @@ TESTED = {
 }
 
 
-def run_example(name: str, *args: str, expect: int = 0, timeout: float = 240) -> str:
-    """Run ``examples/<name>``; assert its exit status; return its stdout and stderr."""
+def run_example(
+    name: str, *args: str, expect: int = 0, timeout: float = 240, dev_tools: bool = False
+) -> str:
+    """Run ``examples/<name>``; assert its exit status; return its stdout and stderr.
+
+    Without ``dev_tools``, ``import twophase_dev`` fails in the example's driver.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPHASE_")}
+    runner = [] if dev_tools else [str(WITHOUT_DEV_TOOLS)]
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args],
+        [sys.executable, *runner, str(EXAMPLES / name), *args],
         cwd=ROOT,
         env=env,  # servers only through the arguments: the test decides which
         capture_output=True,
@@ -61,8 +70,50 @@ def unique(prefix: str) -> str:
 
 
 def test_every_example_has_a_test() -> None:
-    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(TESTED)
+    examples = [p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")]
+    assert sorted(examples) == sorted(TESTED)
     assert all(callable(globals().get(test)) for test in TESTED.values())
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "instead"),
+    [
+        ("smoke_pipeline.py", (), "--bootstrap-servers and --dsn"),
+        ("jdbc_upsert.py", (), "--dsn"),
+        ("jdbc_cdc.py", (), "--dsn"),
+        ("kafka_exactly_once.py", ("--dev",), "--bootstrap-servers"),
+        ("kafka_routing_and_staging.py", ("--dev",), "--bootstrap-servers"),
+        ("kafka_debezium_cdc.py", ("--dsn", "host=unused"), "--bootstrap-servers and --dsn"),
+        ("kafka_chain.py", (), "--bootstrap-servers"),
+        ("orders_pipeline.py", ("--check",), "--bootstrap-servers and --dsn"),
+    ],
+)
+def test_throwaway_servers_without_dev_tools_say_what_to_do(
+    name: str, args: tuple[str, ...], instead: str
+) -> None:
+    out = run_example(name, *args, expect=1, timeout=60)
+    assert "needs the checkout's development tools: run from a checkout after" in out
+    assert out.rstrip().endswith(f"scripts/setup.sh, or pass {instead}"), out[-2000:]
+    assert "Traceback" not in out
+
+
+def test_spark_helper_names_the_connector_of_the_installed_pyspark(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pyspark
+
+    from examples import _spark as helper
+    from twophase_dev import spark_kafka_jars
+
+    group, artifact, version = helper.kafka_package().split(":")
+    assert (group, version) == ("org.apache.spark", pyspark.__version__)
+    # The dev tools resolved the connector on their own (Maven, the Scala of PySpark's jars).
+    assert f"{artifact}-{version}.jar" in {jar.name for jar in spark_kafka_jars()}
+    # spark-submit's --packages (here through PYSPARK_SUBMIT_ARGS) is left to decide.
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    assert not helper._jars_configured()
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--packages g:a:1 pyspark-shell")
+    assert helper._jars_configured()
 
 
 def test_custom_sink() -> None:
@@ -164,6 +215,7 @@ def test_crash_demo(kafka_broker: KafkaBroker, postgres_server: PostgresServer) 
         "crash_demo.py",
         *("--events", "450", "--batch-size", "150", "--kills", "1", "--seed", "3"),
         *("--bootstrap-servers", kafka_broker.bootstrap_servers, "--dsn", postgres_server.dsn),
+        dev_tools=True,  # the flagship demo keeps the servers it started: twophase-dev's state
     )
     assert re.search(r"PostgreSQL upsert .* 450 +450 +0 +0 .* exactly once", out), out[-4000:]
     assert re.search(r"Kafka topic .* 450 +450 +0 +0 .* exactly once", out), out[-4000:]
