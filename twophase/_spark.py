@@ -11,7 +11,7 @@ checks a replay, and then over a persisted copy).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _connect
@@ -27,6 +27,7 @@ from ._identity import query_id_in_metadata
 from ._pyspark import connect_session_id
 from ._runtime import runtime_of
 from ._store import HadoopFileStore, LocalFileStore, LogStore
+from ._targets import Target, as_targets
 from .errors import ConfigurationError, find_error
 
 if TYPE_CHECKING:
@@ -259,7 +260,7 @@ class SparkBatchExecution(DataFrameExecution):
 
 def write_stream(
     df: DataFrame,
-    sink: AnySink,
+    sink: AnySink | Sequence[Target],
     *,
     checkpoint_location: str,
     query_name: str | None = None,
@@ -276,7 +277,12 @@ def write_stream(
     df
         A streaming DataFrame.
     sink
-        The exactly-once sink.
+        The exactly-once sink; or a list of targets, each a sink or a
+        ``(sink, projection)`` pair: each batch is then computed once
+        (persisted) and written by each sink in turn, each sink exactly-once
+        on its own (not atomically together), with the columns its
+        ``projection(batch)`` selects. The projection must be deterministic.
+        Sink names must differ.
     checkpoint_location
         The query's checkpoint location (required: exactly-once needs one).
     query_name
@@ -295,21 +301,34 @@ def write_stream(
     >>> query = twophase.write_stream(  # doctest: +SKIP
     ...     events, postgres_sink(...), checkpoint_location="/chk/events",
     ...     trigger={"processingTime": "5 seconds"}).start()
+
+    Two targets, the batch computed once:
+
+    >>> as_records = lambda b: b.selectExpr("id AS key", "to_json(struct(*)) AS value")
+    >>> query = twophase.write_stream(  # doctest: +SKIP
+    ...     orders, [pg_sink, (kafka_sink, as_records)], checkpoint_location="/chk/orders"
+    ... ).start()
     """
+    targets = as_targets(sink)
+    sinks: list[AnySink] = targets.sinks if targets is not None else [sink]  # type: ignore[list-item]
+    name = ",".join(s.name for s in sinks)
     if not getattr(df, "isStreaming", False):
         raise ConfigurationError(
-            "write_stream needs a streaming DataFrame (spark.readStream...)", sink=sink.name
+            "write_stream needs a streaming DataFrame (spark.readStream...)", sink=name
         )
     if not checkpoint_location:
         raise ConfigurationError(
-            "checkpoint_location is required", sink=sink.name, setting="checkpoint_location"
+            "checkpoint_location is required", sink=name, setting="checkpoint_location"
         )
-    check_speculation(df.sparkSession, sink.name)
-    sink.checkpoint_location = checkpoint_location
-    # Under Spark Connect, the session that starts the query (from PySpark 4.3 the batches run
-    # in a clone of it, which lists no running query): recorded before the sink is pickled.
-    _connect.record_session(sink, connect_session_id(df.sparkSession))
-    writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
+    check_speculation(df.sparkSession, name)
+    session = connect_session_id(df.sparkSession)
+    for each in sinks:
+        each.checkpoint_location = checkpoint_location
+        # Under Spark Connect, the session that starts the query (from PySpark 4.3 the batches
+        # run in a clone of it, which lists no running query): recorded before pickling.
+        _connect.record_session(each, session)
+    function: Any = targets if targets is not None else sink
+    writer = df.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint_location)
     if query_name:
         writer = writer.queryName(query_name)
     if trigger:
