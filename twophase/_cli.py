@@ -2,7 +2,7 @@
 
 ``twophase status CHECKPOINT`` reads the coordinator log of every sink of a query
 (and, given ``--target``, the target's in-doubt transactions and markers).
-``twophase resolve`` finishes a protocol-B batch that can never be replayed as it
+``twophase resolve`` finishes a batch of the markers protocol that can never be replayed as it
 ran; ``twophase abort-in-doubt`` rolls back what a sink identity left on its
 target after its checkpoint was lost. Every change names what it risks, prints
 its plan, and does nothing without ``--yes``. See ``docs/operations.md``.
@@ -148,7 +148,21 @@ def _make_target(spec: str, options: Sequence[str], name: str) -> Any:
             "twophase.connectors.jdbc:postgres_sink",
             setting="--target",
         )
-    factory = getattr(importlib.import_module(module_name), attr)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--target {spec!r}: cannot import {module_name!r} in this Python ({exc}). The "
+            "module must be importable where the twophase command runs: install its package, "
+            "or put its directory on PYTHONPATH",
+            setting="--target",
+        ) from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigurationError(
+            f"--target {spec!r}: module {module_name!r} has no callable {attr!r}",
+            setting="--target",
+        )
     return factory(name, **dict(_parse_option(o) for o in options))
 
 
@@ -177,13 +191,21 @@ def _describe(sink: _Sink, target: Any) -> dict[str, Any]:
             entry["partitions"] = state.intents.get(batch, 0)
             entry["rewrite_ordered"] = batch in state.rewrite
         unfinished.append(entry)
+    last = max([state.committed_through, *committed])
+    record = sink.log.read_record(last, "committed") if last >= 0 else None
     described: dict[str, Any] = {
         "sink": sink.name,
         "identity": sink.identity,
         "query_id": sink.query_id,
         "log": sink.log.store.location,
         "last_run": {k: epoch.get(k) for k in ("epoch", "run_id", "pid", "claimed_at")},
-        "committed_through": max([state.committed_through, *committed]),
+        "committed_through": last,
+        # The newest committed batch's record (written by this version on): when and how much.
+        "last_committed": {
+            "batch": last,
+            "committed_at": (record or {}).get("committed_at"),
+            "rows": (record or {}).get("rows"),
+        },
         "unfinished": unfinished,
         "partition_slots": state.partition_slots,
     }
@@ -240,19 +262,22 @@ def _print_status(
             f"  last run          epoch {run['epoch']}, run {run['run_id']}, pid {run['pid']}, "
             f"started {_when(run['claimed_at'])}"
         )
-        print(f"  committed         through batch {_batch(sink['committed_through'])}")
+        last = sink["last_committed"]
+        when = f", at {_when(last['committed_at'])}" if last["committed_at"] else ""
+        rows = f", {last['rows']} rows" if last["rows"] is not None else ""
+        print(f"  committed         through batch {_batch(sink['committed_through'])}{when}{rows}")
         print(f"  partition slots   {sink['partition_slots']}")
         if not sink["unfinished"]:
             print("  unfinished        none")
         for entry in sink["unfinished"]:
             if entry["protocol"] == "coordinated":
                 print(
-                    f"  unfinished        batch {entry['batch']} (protocol A): decision recorded "
+                    f"  unfinished        batch {entry['batch']} (coordinated): decision recorded "
                     f"with {len(entry['decision'])} transaction(s), not all committed"
                 )
                 continue
             print(
-                f"  unfinished        batch {entry['batch']} (protocol B): started with "
+                f"  unfinished        batch {entry['batch']} (markers): started with "
                 f"{entry['partitions']} partition(s)"
                 + (", rewrite ordered" if entry["rewrite_ordered"] else "")
             )
@@ -313,8 +338,9 @@ def _resolve(args: argparse.Namespace) -> int:
     batch = args.batch
     if state.is_committed(batch) or batch not in state.intents or batch in state.decided:
         raise ConfigurationError(
-            f"batch {batch} is not an unfinished protocol-B batch of sink {sink.name!r} "
-            f"(unfinished: {state.unfinished() or 'none'}); a protocol-A batch is finished by "
+            f"batch {batch} is not an unfinished batch of the markers protocol of sink "
+            f"{sink.name!r} (unfinished: {state.unfinished() or 'none'}); a batch of the "
+            "coordinated protocol is finished by "
             "restarting the query",
             sink=sink.name,
             batch_id=batch,
@@ -425,7 +451,9 @@ def _parser() -> argparse.ArgumentParser:
     target_args(status)
     status.set_defaults(run=_status)
 
-    resolve = commands.add_parser("resolve", help="finish a protocol-B batch that cannot replay")
+    resolve = commands.add_parser(
+        "resolve", help="finish a markers-protocol batch that cannot replay"
+    )
     resolve.add_argument("checkpoint")
     resolve.add_argument("--sink", required=True)
     resolve.add_argument("--batch", type=int, required=True)

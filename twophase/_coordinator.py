@@ -458,7 +458,9 @@ class Coordinator:
 
     def _record_committed(self, batch_id: int, rows: int) -> float:
         """Record "batch N committed"; return the time right after it."""
-        self.log.record_committed(batch_id, {"rows": rows})
+        # When, and how much: what `twophase status` shows of the last batch, also to a Spark
+        # Connect client, whose sink's metrics stay in the server's process.
+        self.log.record_committed(batch_id, {"rows": rows, "committed_at": time.time()})
         done = time.perf_counter()
         self._step("recorded_committed", batch_id)
         return done

@@ -6,6 +6,7 @@ import contextlib
 import json
 import shutil
 import sqlite3
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,12 @@ def rows(batch: int, salt: str = "") -> list[list[dict[str, Any]]]:
 
 
 def directory_fake_sink(name: str, path: str) -> FakeSink:
-    """A --target factory for a protocol-A fake whose target lives in ``path``."""
+    """A --target factory for a fake of the coordinated protocol whose target lives in ``path``."""
     return FakeSink(name, FakeTarget(path))
 
 
 class Stuck:
-    """Batch 1 of a protocol-B query stopped for good: 2 of 3 partitions committed, and the
+    """Batch 1 of a markers-protocol query stopped for good: 2 of 3 partitions committed, and the
     replay computes other rows (a nondeterministic pipeline)."""
 
     def __init__(self, tmp_path: Path) -> None:
@@ -91,13 +92,17 @@ def test_status_shows_the_stuck_batch_its_markers_and_the_choices(
     code, out = run(capsys, "status", stuck.checkpoint, *stuck.target_args())
     assert code == 0, out
     assert "sink events  identity events." in out
-    assert "committed         through batch 0" in out
-    assert "unfinished        batch 1 (protocol B): started with 3 partition(s)" in out
+    assert "committed         through batch 0, at 20" in out  # its time, then its rows
+    assert ", 9 rows" in out
+    assert "unfinished        batch 1 (markers): started with 3 partition(s)" in out
     assert "markers           2 of 3 partition(s) committed, 6 rows (p0=3, p1=3)" in out
     assert "in doubt          0 transaction(s) on the target" in out
     assert f"twophase resolve {stuck.checkpoint} --sink events --batch 1 --mark-committed" in out
     code, raw = run(capsys, "status", stuck.checkpoint, "--json", *stuck.target_args())
     (sink,) = json.loads(raw)["sinks"]
+    last = sink["last_committed"]
+    assert (last["batch"], last["rows"]) == (0, 9)
+    assert 0 <= time.time() - last["committed_at"] < 600
     assert sink["unfinished"] == [
         {
             "batch": 1,
@@ -178,7 +183,7 @@ def test_resolve_refuses_a_batch_that_is_not_a_stuck_protocol_b_batch(
         capsys, "resolve", stuck.checkpoint, "--sink", "events", "--batch", "0", "--rewrite"
     )
     assert code == 1
-    assert "batch 0 is not an unfinished protocol-B batch" in out
+    assert "batch 0 is not an unfinished batch of the markers protocol" in out
     code, out = run(capsys, "status", stuck.checkpoint, "--sink", "orders")
     assert code == 1
     assert "no coordinator log of a sink named 'orders'" in out
@@ -244,3 +249,21 @@ def test_abort_in_doubt_refuses_while_the_checkpoint_needs_the_transactions(
     code, out = run(capsys, "status", checkpoint, *target_args)
     assert "decision recorded with 3 transaction(s)" in out
     assert "restarting the query commits its 3 prepared transaction(s)" in out
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("no_such_module_here:Sink", "cannot import 'no_such_module_here' in this Python"),
+        ("examples.sqlite_sink:NoSuchSink", "has no callable 'NoSuchSink'"),
+    ],
+)
+def test_a_target_that_cannot_be_loaded_is_named_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, expected: str
+) -> None:
+    stuck = Stuck(tmp_path)
+    code, out = run(capsys, "status", stuck.checkpoint, "--target", spec)
+    assert code != 0
+    assert "[setting='--target']" in out
+    assert expected in out
+    assert "Traceback" not in out
