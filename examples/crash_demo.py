@@ -315,6 +315,23 @@ def kill_driver(proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.1)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C: the demo stops its driver and servers and says so, without a traceback."""
+
+
+#: What ends the demo with a message instead of a traceback.
+_STOPS = (ConfigurationError, DevInfraError, RuntimeError, TimeoutError)
+#: Set by the first Ctrl-C. Throwaway servers share the terminal's process group and stop on it
+#: too, so a driver or a check that fails afterwards is part of the interruption, not a failure.
+_interrupted = False
+
+
+def _on_sigint(_signum: int, _frame: Any) -> None:
+    global _interrupted
+    _interrupted = True
+    raise Interrupted
+
+
 @contextlib.contextmanager
 def servers(
     args: argparse.Namespace, log_dir: Path, say: Callable[[str], None]
@@ -548,6 +565,8 @@ class Demo:
         for note in progress.read(log):
             self.console.event(note)
         if driver.returncode != 0:
+            if _interrupted:
+                raise Interrupted
             self.console.clear()
             tail = log.read_text(errors="replace").splitlines()[-30:]
             print("\n".join(tail), file=sys.stderr)
@@ -669,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'one' if args.worker_kill else 'no'} Python worker kill, seed {args.seed}"
     )
     ok = False
+    signal.signal(signal.SIGINT, _on_sigint)
     try:
         with servers(args, work / "logs", console.event) as (demo.bootstrap, demo.dsn):
             demo.prepare(events)
@@ -713,19 +733,27 @@ def main(argv: list[str] | None = None) -> int:
             )
         ok = True
         return 0
-    except ConfigurationError as exc:
-        console.event(f"setup problem: {exc}")
-        return 2
-    except DevInfraError as exc:
-        console.event(f"could not start the local servers: {exc}")
-        return 2
-    except (RuntimeError, TimeoutError) as exc:
+    except (
+        KeyboardInterrupt,
+        ConfigurationError,
+        DevInfraError,
+        RuntimeError,
+        TimeoutError,
+    ) as exc:
+        if _interrupted or isinstance(exc, KeyboardInterrupt):
+            console.clear()
+            console.event("interrupted (Ctrl-C): the driver and the demo's servers are stopped")
+            return 130
+        if isinstance(exc, ConfigurationError):
+            console.event(f"setup problem: {exc}")
+            return 2
+        if isinstance(exc, DevInfraError):
+            console.event(f"could not start the local servers: {exc}")
+            return 2
         console.event(f"FAILED: {exc}")
         return 1
-    except KeyboardInterrupt:
-        console.event("interrupted")
-        return 130
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up
         if ok and not args.work_dir and not args.keep_servers:
             shutil.rmtree(work, ignore_errors=True)
         else:

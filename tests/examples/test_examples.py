@@ -9,10 +9,13 @@ after ``pip install 'twophase[all]'``: given its servers, it must not need them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -234,3 +237,35 @@ def test_demo_help_lists_its_knobs() -> None:
     )
     for knob in ("--events", "--kills", "--seed", "--keep-servers"):
         assert knob in done.stdout
+
+
+def test_crash_demo_ctrl_c_is_an_interruption(tmp_path: Path) -> None:
+    """Ctrl-C reaches the demo and its throwaway servers (the terminal's process group) at once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPHASE_")}
+    log = tmp_path / "demo.log"
+    with log.open("w") as out:
+        demo = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / "crash_demo.py"), "--work-dir", str(tmp_path / "w")],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group, as the foreground job of a terminal
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "driver run 1 started" not in log.read_text():
+            assert demo.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        time.sleep(3)  # inside the driver's start-up
+        os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        code = demo.wait(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(demo.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert code == 130, text[-3000:]
+    assert "interrupted (Ctrl-C)" in text
+    assert "Traceback" not in text
+    assert "FAILED" not in text

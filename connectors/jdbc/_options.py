@@ -1,0 +1,260 @@
+"""The sink's settings, validated once where the sink is built.
+
+:class:`PostgresOptions` is what every other module of the connector reads:
+the writer, the fencing, the driver-side checks. It is frozen and picklable,
+and travels to the executors inside the sink. The connection parameters are
+kept apart, in :mod:`._config`, so that their secrets stay hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from twophase.errors import ConfigurationError
+
+__all__ = ["PostgresOptions", "QualifiedName", "WriteMode"]
+
+WriteMode = Literal["append", "upsert", "cdc"]
+_MODES: tuple[str, ...] = ("append", "upsert", "cdc")
+
+
+@dataclass(frozen=True)
+class QualifiedName:
+    """A table name, optionally schema-qualified, taken literally (case-sensitive).
+
+    Attributes
+    ----------
+    schema
+        The schema, or ``None`` for the connection's ``search_path``.
+    name
+        The table name.
+    """
+
+    schema: str | None
+    name: str
+
+    @classmethod
+    def parse(cls, value: str | tuple[str, str], setting: str) -> QualifiedName:
+        """Read ``"table"``, ``"schema.table"`` or ``("schema", "table")``.
+
+        Names are exact: ``"Events"`` is the table created as ``"Events"``
+        (quoted). Use the tuple form for names that contain a dot.
+
+        Parameters
+        ----------
+        value
+            The name as given by the user.
+        setting
+            The option it came from, for the error message.
+
+        Returns
+        -------
+        QualifiedName
+            The parsed name.
+        """
+        if isinstance(value, tuple):
+            if len(value) != 2 or not all(isinstance(v, str) and v for v in value):
+                raise ConfigurationError(
+                    f"{setting} must be 'table', 'schema.table' or ('schema', 'table'), "
+                    f"got {value!r}",
+                    setting=setting,
+                )
+            return cls(value[0], value[1])
+        if not isinstance(value, str) or not value:
+            raise ConfigurationError(
+                f"{setting} must be a non-empty string, got {value!r}", setting=setting
+            )
+        parts = value.split(".")
+        if len(parts) == 1:
+            return cls(None, parts[0])
+        if len(parts) == 2 and all(parts):
+            return cls(parts[0], parts[1])
+        raise ConfigurationError(
+            f"{setting}={value!r} has more than one dot; pass ('schema', 'table') for "
+            "names that contain a dot",
+            setting=setting,
+        )
+
+    def parts(self) -> tuple[str, ...]:
+        """Return the name as identifier parts, for ``psycopg2.sql.Identifier(*parts)``.
+
+        Returns
+        -------
+        tuple of str
+            ``(schema, name)`` or ``(name,)``.
+        """
+        return (self.name,) if self.schema is None else (self.schema, self.name)
+
+    def __str__(self) -> str:
+        return ".".join(self.parts())
+
+
+_MAX_NAME = 63  # NAMEDATALEN - 1: PostgreSQL truncates longer identifiers silently
+
+
+def _check_identifier(value: str, setting: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{setting} must be a non-empty string", setting=setting)
+    if len(value.encode()) > _MAX_NAME:
+        raise ConfigurationError(
+            f"{setting}={value!r} is longer than PostgreSQL's 63-byte identifier limit",
+            setting=setting,
+        )
+    if "\x00" in value:
+        raise ConfigurationError(f"{setting} must not contain NUL", setting=setting)
+    return value
+
+
+@dataclass(frozen=True)
+class PostgresOptions:
+    """What the PostgreSQL sink writes, and how; validated on construction.
+
+    Built by :func:`~twophase.connectors.jdbc.postgres_sink` from its
+    keywords, which are documented there. Picklable.
+
+    Attributes
+    ----------
+    table
+        The target table.
+    mode
+        ``"append"``, ``"upsert"`` or ``"cdc"``.
+    key_columns
+        The key of upsert and CDC (a unique index on exactly these columns must
+        exist, or ``create_table=True`` creates it as the primary key).
+    cdc_op_column
+        CDC only: the column holding the operation (``c``, ``r``, ``u``, ``d``).
+    order_column
+        Upsert and CDC: the column that orders the rows of one key inside a
+        batch (the largest wins); row order within the partition otherwise.
+    create_table
+        Create the table from the first batch's schema when it does not exist.
+    marker_table
+        Protocol B: the table holding the idempotence markers.
+    marker_retention
+        Protocol B: markers of how many recent batches to keep per identity.
+    lock_timeout, statement_timeout, idle_in_transaction_timeout
+        Server-side timeouts in seconds (0 disables one) set on every session.
+    connect_timeout
+        Seconds to wait for a connection.
+    max_partitions
+        Protocol A: the most prepared transactions one batch may hold; the
+        default leaves a quarter of ``max_prepared_transactions`` (at least 2)
+        to other users of the server.
+    merge_schema
+        Protocol A upsert/CDC: the schema of the per-transaction staging
+        tables (default: the target table's schema).
+    application_name
+        ``application_name`` of the sessions (shown in ``pg_stat_activity``).
+    """
+
+    table: QualifiedName
+    mode: WriteMode = "append"
+    key_columns: tuple[str, ...] = ()
+    cdc_op_column: str = "op"
+    order_column: str | None = None
+    create_table: bool = False
+    marker_table: QualifiedName = field(
+        default_factory=lambda: QualifiedName(None, "twophase_markers")
+    )
+    marker_retention: int = 100
+    lock_timeout: float = 30.0
+    statement_timeout: float = 600.0
+    idle_in_transaction_timeout: float = 600.0
+    connect_timeout: int = 10
+    max_partitions: int | None = None
+    merge_schema: str | None = None
+    application_name: str = "twophase"
+
+    def __post_init__(self) -> None:
+        if self.mode not in _MODES:
+            raise ConfigurationError(
+                f"mode must be one of {', '.join(_MODES)}; got {self.mode!r}", setting="mode"
+            )
+        for key in self.key_columns:
+            _check_identifier(key, "key_columns")
+        if len(set(self.key_columns)) != len(self.key_columns):
+            raise ConfigurationError("key_columns has duplicates", setting="key_columns")
+        if self.mode in ("upsert", "cdc") and not self.key_columns:
+            raise ConfigurationError(
+                f"mode={self.mode!r} needs key_columns (the columns of a unique index)",
+                setting="key_columns",
+            )
+        _check_identifier(self.cdc_op_column, "cdc_op_column")
+        if self.mode == "cdc" and self.cdc_op_column in self.key_columns:
+            raise ConfigurationError(
+                "cdc_op_column cannot be one of the key columns", setting="cdc_op_column"
+            )
+        if self.order_column is not None:
+            _check_identifier(self.order_column, "order_column")
+            if self.mode == "append":
+                raise ConfigurationError(
+                    "order_column only applies to mode='upsert' or 'cdc'",
+                    setting="order_column",
+                )
+            if self.mode == "cdc" and self.order_column == self.cdc_op_column:
+                raise ConfigurationError(
+                    "order_column and cdc_op_column must differ", setting="order_column"
+                )
+        _check_identifier(self.table.name, "table")
+        _check_identifier(self.marker_table.name, "marker_table")
+        if self.merge_schema is not None:
+            _check_identifier(self.merge_schema, "merge_schema")
+        if self.marker_retention < 2:
+            raise ConfigurationError(
+                "marker_retention must be >= 2 batches (a replay needs the markers of the "
+                "last unfinished batch)",
+                setting="marker_retention",
+            )
+        for name in ("lock_timeout", "statement_timeout", "idle_in_transaction_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ConfigurationError(f"{name} must be >= 0 seconds", setting=name)
+        if self.connect_timeout < 1:
+            raise ConfigurationError(
+                "connect_timeout must be >= 1 second", setting="connect_timeout"
+            )
+        if self.max_partitions is not None and self.max_partitions < 1:
+            raise ConfigurationError("max_partitions must be >= 1", setting="max_partitions")
+
+    def session_settings(self) -> tuple[tuple[str, str], ...]:
+        """Return the ``SET`` values every session of the sink runs with.
+
+        Returns
+        -------
+        tuple of (name, value)
+            Timeouts in milliseconds, ``TimeZone=UTC``, ``DateStyle=ISO``,
+            ``temp_buffers=64MB``.
+        """
+        return (
+            ("lock_timeout", str(int(self.lock_timeout * 1000))),
+            ("statement_timeout", str(int(self.statement_timeout * 1000))),
+            (
+                "idle_in_transaction_session_timeout",
+                str(int(self.idle_in_transaction_timeout * 1000)),
+            ),
+            ("TimeZone", "UTC"),
+            ("DateStyle", "ISO, YMD"),
+            # Protocol B stages upserts in temporary tables: keep them in memory longer
+            # than the default 8MB (only allocated when used; per session).
+            ("temp_buffers", "64MB"),
+            ("application_name", self.application_name),
+        )
+
+    def data_columns(self, names: Iterable[str]) -> list[str]:
+        """Return the input columns written to the table (the CDC op column is not).
+
+        Parameters
+        ----------
+        names
+            The input column names.
+
+        Returns
+        -------
+        list of str
+            ``names`` without the control columns.
+        """
+        if self.mode == "cdc":
+            return [n for n in names if n != self.cdc_op_column]
+        return list(names)
