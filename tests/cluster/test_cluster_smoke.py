@@ -11,7 +11,13 @@ from tests.cluster.support import CONNECTORS, Scenario, describe, failed_tasks
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("connector", CONNECTORS)
+# The coordinated PostgreSQL sink and the Kafka sink also run on the cluster in the default run's
+# deployment test (tests/deploy: shipped environment, a driver kill, checked by content): their
+# fault-free runs here are "extended".
+@pytest.mark.parametrize(
+    "connector",
+    [c if c == "pg-B" else pytest.param(c, marks=pytest.mark.extended) for c in CONNECTORS],
+)
 def test_a_streaming_query_on_the_cluster_writes_every_row_once(
     make_scenario: Callable[..., Scenario], connector: str
 ) -> None:

@@ -69,6 +69,7 @@ def test_each_batch_is_computed_once_and_written_by_each_sink_once(
     assert len(list(computed.iterdir())) == 3
 
 
+@pytest.mark.extended  # a real driver is killed there: tests/integration/test_two_targets.py
 def test_a_failure_between_the_targets_resumes_with_the_second(spark: Any, tmp_path: Path) -> None:
     expected = write_input(tmp_path / "in", 3)
     first, second = FakeTarget(tmp_path / "a"), FakeTarget(tmp_path / "b")
