@@ -2,9 +2,10 @@
 
 * :class:`Env` -- the servers and the Spark session, started on first use and stopped at the end:
   one Kafka broker, one *durable* PostgreSQL cluster (fsync, synchronous_commit and
-  full_page_writes on; ``max_prepared_transactions=1400`` so that protocol A can hold 1,000 in-doubt
-  transactions), one ``local[2]`` SparkSession with Spark's Kafka connector and the PostgreSQL
-  JDBC driver (resolved from Maven Central with ``twophase_dev.resolve_classpath``).
+  full_page_writes on; ``max_prepared_transactions=1400`` so that the coordinated protocol can
+  hold 1,000 in-doubt transactions), one ``local[2]`` SparkSession with Spark's Kafka connector
+  and the PostgreSQL JDBC driver (resolved from Maven Central with
+  ``twophase_dev.resolve_classpath``).
 * :class:`Comparison` -- what one comparison records: measurements (samples, median, spread),
   checks against goals (a ratio against a baseline measured in the same run, or a limit), plot
   data and notes; it becomes one entry of ``results.json``.
@@ -35,8 +36,9 @@ ROOT = BENCH_DIR.parent
 
 #: The PostgreSQL JDBC driver Spark's JDBC writer uses (Maven Central).
 PG_JDBC = "org.postgresql:postgresql:42.7.13"
-#: Protocol A must be able to hold 1,000 in-doubt transactions (comparison "recovery"); the
-#: connector leaves a quarter of the server's slots free, so 1,400 gives a limit of 1,050.
+#: The coordinated protocol must be able to hold 1,000 in-doubt transactions (comparison
+#: "recovery"); the connector leaves a quarter of the server's slots free, so 1,400 gives a limit
+#: of 1,050.
 MAX_PREPARED = 1400
 #: Durable, as a production server: every commit, PREPARE and COMMIT PREPARED is flushed.
 PG_SETTINGS = {

@@ -1,4 +1,4 @@
-"""Micro-benchmark of protocol B's marker fingerprint: version 1 (before) against version 2 (now).
+"""Micro-benchmark of the marker fingerprint: version 1 (before) against version 2 (now).
 
 No Spark, no server: ``twophase.fingerprint_batches`` over Arrow record batches of 10,000 rows
 (Spark's default ``maxRecordsPerBatch``), as a participant computes it. Version 1 is the algorithm
@@ -7,7 +7,8 @@ version 2 the one new markers carry. Each case is timed ``--reps`` times after a
 median and the spread are printed.
 
 * ``1 KB binary``   -- 200,000 values of 1,024 random bytes (Kafka's 1 KB records).
-* ``narrow rows``   -- 500,000 rows of (bigint, int, 64-character text) (PostgreSQL protocol B).
+* ``narrow rows``   -- 500,000 rows of (bigint, int, 64-character text) (PostgreSQL,
+  markers protocol).
 * ``mixed lengths`` -- 200,000 binary values of 0 to 2,047 bytes, and 500,000 rows of (bigint,
   text of 0 to 99 characters): lengths that are not whole 8-byte words.
 

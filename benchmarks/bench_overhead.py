@@ -6,7 +6,8 @@ in ``partitions`` partitions; batches run back to back) writes every batch throu
 * ``plain postgres`` -- a non-transactional ``foreachBatch``: ``mapInArrow`` over the batch, each
   task INSERTs its rows with ``psycopg2.extras.execute_values`` on a connection kept by its Python
   worker and commits (at-least-once; what a user writes by hand);
-* ``twophase A`` / ``twophase B`` -- ``postgres_sink(protocol="coordinated" | "markers")``, append;
+* ``twophase coordinated`` / ``twophase markers`` -- ``postgres_sink(protocol=...)`` of that
+  protocol, append;
 * ``plain kafka`` -- the same ``mapInArrow`` shape with a plain, non-transactional librdkafka
   producer kept by the worker (the sink's settings: lz4, ``acks=all``, ``linger.ms=20``;
   ``flush()`` at the end of the task);
@@ -36,10 +37,10 @@ from bench_common import BatchTimer, Comparison, Env, log, run_batches, summary
 NAME = "overhead"
 TITLE = "Protocol overhead per micro-batch"
 GOAL_MS = 50.0
-PG_KINDS = ("plain postgres", "twophase A", "twophase B")
+PG_KINDS = ("plain postgres", "twophase coordinated", "twophase markers")
 KAFKA_KINDS = ("plain kafka", "twophase kafka")
 KINDS = PG_KINDS + KAFKA_KINDS
-BASELINE = {"twophase A": "plain postgres", "twophase B": "plain postgres"}
+BASELINE = {"twophase coordinated": "plain postgres", "twophase markers": "plain postgres"}
 BASELINE["twophase kafka"] = "plain kafka"
 PG_DDL = "id bigint, n integer, s text"
 KAFKA_PRODUCER = {
@@ -189,10 +190,10 @@ def measure_stream(
         from twophase.connectors.jdbc import postgres_sink
 
         sink = postgres_sink(
-            f"ovh-{kind[-1].lower()}",
+            f"ovh-{kind.split()[-1]}",
             table=targets.tables[kind],
             dsn=env.pg.dsn,
-            protocol="coordinated" if kind == "twophase A" else "markers",
+            protocol=kind.split()[-1],
             max_partitions=max(partitions, 4),
         )
         write = sink
@@ -252,7 +253,7 @@ def sweep(
                     for phase, values in result.get("phases", {}).items():
                         phases[point][kind].setdefault(phase, []).extend(values)
                     log(
-                        f"  {tag} rows={rows:<5} partitions={partitions:<3} {kind:<15} "
+                        f"  {tag} rows={rows:<5} partitions={partitions:<3} {kind:<20} "
                         f"round {rnd + 1}: median {statistics.median(result['ms']):7.1f} ms"
                     )
     finally:

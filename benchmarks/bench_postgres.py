@@ -8,7 +8,8 @@ Through Spark: a streaming query reads the rows from Parquet (one micro-batch,
 ``trigger(availableNow=True)``; 2 input files, so 2 Spark tasks and 2 connections or
 transactions for every writer) and writes them with
 
-* ``twophase A`` / ``twophase B`` -- ``postgres_sink(protocol="coordinated" | "markers")``,
+* ``twophase coordinated`` / ``twophase markers`` -- ``postgres_sink(protocol="coordinated" |
+  "markers")``,
   ``mode="append"`` or ``mode="upsert"`` (``key_columns=["id"]``);
 * ``spark jdbc`` -- ``foreachBatch`` calling ``df.write.jdbc`` with the PostgreSQL JDBC driver from
   Maven Central, tuned as a user would (``batchsize=10000``, ``reWriteBatchedInserts=true``). For
@@ -80,9 +81,9 @@ SHAPES: dict[str, dict[str, Any]] = {
     },
 }
 
-THROUGH_SPARK = ("twophase A", "twophase B", "spark jdbc")
-LOCAL = ("raw COPY", "twophase A (no Spark)", "twophase B (no Spark)")
-PROTOCOL = {"A": "coordinated", "B": "markers"}
+PROTOCOLS = ("coordinated", "markers")
+THROUGH_SPARK = ("twophase coordinated", "twophase markers", "spark jdbc")
+LOCAL = ("raw COPY", "twophase coordinated (no Spark)", "twophase markers (no Spark)")
 
 
 class Table:
@@ -170,7 +171,7 @@ class Table:
             "bench-local",
             table=self.name,
             dsn=self.env.pg.dsn,
-            protocol=PROTOCOL[protocol],
+            protocol=protocol,
             mode=mode,
             key_columns=["id"] if mode == "upsert" else [],
         )
@@ -200,7 +201,7 @@ class Table:
             "bench-spark",
             table=self.name,
             dsn=env.pg.dsn,
-            protocol=PROTOCOL[writer_name[-1]],
+            protocol=writer_name.split()[-1],
             mode=mode,
             key_columns=["id"] if mode == "upsert" else [],
         )
@@ -286,7 +287,7 @@ def run(env: Env, quick: bool) -> Comparison:
             runs["raw COPY" if mode == "append" else "raw COPY + merge"] = partial(
                 table.raw_copy, mode
             )
-            for protocol in ("A", "B"):
+            for protocol in PROTOCOLS:
                 runs[f"twophase {protocol} (no Spark)"] = partial(
                     table.local_runner, protocol, mode
                 )
@@ -301,12 +302,12 @@ def run(env: Env, quick: bool) -> Comparison:
                         raise RuntimeError(f"{name} {mode}: {table.count()} rows, not {table.rows}")
                     rates[name].append(table.rows / seconds)
                     log(
-                        f"  postgres {shape:<6} {mode:<6} {name:<22} rep {rep + 1}: "
+                        f"  postgres {shape:<6} {mode:<6} {name:<31} rep {rep + 1}: "
                         f"{seconds:6.2f} s {fmt_rate(table.rows / seconds)}"
                     )
             group = f"{shape} {mode}"
             entries = {n: cmp.measure(group, n, "rows/s", rates[n]) for n in names}
-            for protocol in ("A", "B"):
+            for protocol in PROTOCOLS:
                 cmp.ratio(
                     f"{group}: twophase {protocol} / spark jdbc",
                     entries[f"twophase {protocol}"],
@@ -314,14 +315,14 @@ def run(env: Env, quick: bool) -> Comparison:
                     goal=GOAL_SPARK,
                 )
             raw = "raw COPY" if mode == "append" else "raw COPY + merge"
-            for protocol in ("A", "B"):
+            for protocol in PROTOCOLS:
                 cmp.ratio(
                     f"{group}: twophase {protocol} (no Spark) / {raw}",
                     entries[f"twophase {protocol} (no Spark)"],
                     entries[raw],
                     goal=GOAL_COPY if mode == "append" else None,
                 )
-            for protocol in ("A", "B"):
+            for protocol in PROTOCOLS:
                 cmp.ratio(
                     f"{group}: twophase {protocol} through Spark / {raw}",
                     entries[f"twophase {protocol}"],

@@ -14,7 +14,7 @@ missed goal can be traced to a function. Two kinds:
 Run::
 
     .venv/bin/python benchmarks/bench_profile.py overhead --kind "twophase kafka" --rows 1000
-    .venv/bin/python benchmarks/bench_profile.py local --protocol A --batches 300
+    .venv/bin/python benchmarks/bench_profile.py local --protocol coordinated --batches 300
     .venv/bin/python benchmarks/bench_profile.py recovery --case "Kafka fence" --n 10
 
 Output goes to ``build/profiles/<name>/`` (or ``--out``).
@@ -145,7 +145,7 @@ def profile_local(args: argparse.Namespace, out: Path) -> None:
             "prof-local",
             table="prof_local",
             dsn=env.pg.dsn,
-            protocol="coordinated" if args.protocol == "A" else "markers",
+            protocol=args.protocol,
         )
         runner = LocalRunner(sink, env.work / "prof-local", fsync=True)
 
@@ -186,17 +186,25 @@ def profile_recovery(args: argparse.Namespace, out: Path) -> None:
         env.close()
 
 
+#: The former names of the protocols and of the overhead kinds, still taken on the command line.
+FORMER_PROTOCOL_NAMES = {"A": "coordinated", "B": "markers"}
+FORMER_KIND_NAMES = {"twophase A": "twophase coordinated", "twophase B": "twophase markers"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("overhead")
-    p.add_argument("--kind", default="twophase A")
+    p.add_argument("--kind", default="twophase coordinated")
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batches", type=int, default=20)
     p = sub.add_parser("local")
-    p.add_argument("--protocol", choices=["A", "B"], default="A")
+    # A and B: the protocols' former names, still taken.
+    p.add_argument(
+        "--protocol", choices=["coordinated", "markers", "A", "B"], default="coordinated"
+    )
     p.add_argument("--batches", type=int, default=300)
     p = sub.add_parser("recovery")
     p.add_argument("--case", default="Kafka fence")
@@ -204,6 +212,10 @@ def main() -> int:
     for p in sub.choices.values():
         p.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.what == "local":
+        args.protocol = FORMER_PROTOCOL_NAMES.get(args.protocol, args.protocol)
+    if args.what == "overhead":
+        args.kind = FORMER_KIND_NAMES.get(args.kind, args.kind)
     logging.getLogger("twophase").setLevel(logging.WARNING)
     tag = {
         "overhead": lambda: f"overhead-{args.kind.replace(' ', '-')}-{args.rows}",

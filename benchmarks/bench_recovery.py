@@ -7,14 +7,15 @@ then restarts (a fresh copy of the sink and a new coordinator over the same log)
 is ``coordinator.start(sink)``: the sink's ``open()``, loading and claiming the log, and recovery.
 Spark's start-up and the replayed batch are not included.
 
-* ``JDBC A abort``   -- crash after phase 1 (N prepared transactions, no decision): recovery lists
-  ``pg_prepared_xacts`` and rolls back every one (``ROLLBACK PREPARED``).
-* ``JDBC A commit``  -- crash right after the decision was recorded: recovery commits the N
-  prepared transactions the decision names (``COMMIT PREPARED``).
-* ``Kafka fence``    -- the intent of an N-partition batch is recorded and N transactions are left
-  open on the broker by producers with the slots' ``transactional.id`` (as executors that died
-  mid-write leave them): recovery fences every slot (``init_transactions``), which aborts them.
-  Checked: the ``read_committed`` end offsets (last stable offsets) reach the high-water marks.
+* ``JDBC coordinated abort``  -- crash after phase 1 (N prepared transactions, no decision):
+  recovery lists ``pg_prepared_xacts`` and rolls back every one (``ROLLBACK PREPARED``).
+* ``JDBC coordinated commit`` -- crash right after the decision was recorded: recovery commits the
+  N prepared transactions the decision names (``COMMIT PREPARED``).
+* ``Kafka fence``              -- the intent of an N-partition batch is recorded and N
+  transactions are left open on the broker by producers with the slots' ``transactional.id`` (as
+  executors that died mid-write leave them): recovery fences every slot (``init_transactions``),
+  which aborts them. Checked: the ``read_committed`` end offsets (last stable offsets) reach the
+  high-water marks.
 """
 
 from __future__ import annotations
@@ -145,8 +146,8 @@ def kafka_once(env: Env, n: int) -> float:
 
 
 CASES: dict[str, Any] = {
-    "JDBC A abort": lambda env, n: jdbc_once(env, n, "phase1_done"),
-    "JDBC A commit": lambda env, n: jdbc_once(env, n, "decided"),
+    "JDBC coordinated abort": lambda env, n: jdbc_once(env, n, "phase1_done"),
+    "JDBC coordinated commit": lambda env, n: jdbc_once(env, n, "decided"),
     "Kafka fence": kafka_once,
 }
 
@@ -160,7 +161,11 @@ SKIP_ABOVE_S = 180.0
 
 def run(env: Env, quick: bool) -> Comparison:
     logging.getLogger("twophase").setLevel(logging.WARNING)
-    counts = {"JDBC A abort": [10, 100], "JDBC A commit": [10, 100], "Kafka fence": [10]}
+    counts = {
+        "JDBC coordinated abort": [10, 100],
+        "JDBC coordinated commit": [10, 100],
+        "Kafka fence": [10],
+    }
     if not quick:
         counts = {case: [10, 100, 1000] for case in CASES}
     reps = env.reps if quick else max(env.reps, 3)
@@ -187,7 +192,7 @@ def run(env: Env, quick: bool) -> Comparison:
             seconds: list[float] = []
             while len(seconds) < reps and sum(seconds) < REPEAT_BUDGET_S:
                 seconds.append(fn(env, n))
-                log(f"  recovery {case:<14} n={n:<5} rep {len(seconds)}: {seconds[-1]:7.3f} s")
+                log(f"  recovery {case:<23} n={n:<5} rep {len(seconds)}: {seconds[-1]:7.3f} s")
             entry = cmp.measure(case, f"{n} in doubt", "s", seconds, in_doubt=n)
             per_txn = entry["median"] / n
             series[case][n] = entry["median"]

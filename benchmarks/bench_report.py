@@ -24,8 +24,8 @@ INTRO = {
         "checked to be visible to `read_committed` consumers."
     ),
     "postgres": (
-        "One micro-batch of N rows from Parquet (2 Spark tasks) through the JDBC sink (protocol A "
-        "and B) or through Spark's JDBC writer in `foreachBatch` (`batchsize=10000`, "
+        "One micro-batch of N rows from Parquet (2 Spark tasks) through the JDBC sink (both "
+        "protocols) or through Spark's JDBC writer in `foreachBatch` (`batchsize=10000`, "
         "`reWriteBatchedInserts=true`; for upsert an unlogged staging table and one "
         "`INSERT ... ON CONFLICT`); and without Spark, one process: raw `COPY` on one connection "
         "(pre-rendered CSV) against the connector driven by the coordinator (`LocalRunner`, 4 "
@@ -189,7 +189,8 @@ def _plots(results: dict[str, Any], folder: Path) -> dict[str, list[str]]:
         for group, row in breakdown.items():
             for kind, data in row.items():
                 ph = data["phases_ms"]
-                labels.append(f"{kind.replace('twophase ', '')}\n{group.split()[0]}")
+                short = kind.replace("twophase ", "").replace("coordinated", "coord.")
+                labels.append(f"{short}\n{group.split()[0]}")
                 stacks["write vs plain"].append(ph.get("phase1", 0) - data["baseline_ms"])
                 stacks["decision"].append(ph.get("decision", 0))
                 stacks["phase 2"].append(ph.get("phase2", 0))
@@ -267,7 +268,7 @@ def _plots(results: dict[str, Any], folder: Path) -> dict[str, list[str]]:
                     [p[1] for p in pts],
                     "-o",
                     markersize=3,
-                    label=f"protocol {protocol}",
+                    label=f"{protocol} protocol",
                 )
             ax.set_ylim(bottom=0)
             ax.set_xlabel("batches already run")

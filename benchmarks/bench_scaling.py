@@ -6,16 +6,16 @@
   over the plain ``foreachBatch`` of the same target, per sink.
 * **Batches already run**: thousands of tiny batches (one row in each of 2 partitions) through the
   production coordinator (``twophase.testing.LocalRunner``, no Spark, log fsync'd) against the real
-  PostgreSQL, protocol A and B: the time per batch must stay flat while the coordinator log and
+  PostgreSQL, both protocols: the time per batch must stay flat while the coordinator log and
   the marker table see thousands of batches (both are compacted: the log keeps 100 committed
   batches, the marker table 100 batches per identity). Checked: median of the last tenth of the
   batches / median of the first tenth (after 150 batches: from batch 100 on the log compacts
   after every batch, the steady state).
 * **Memory of the Python workers**: ~1 GB of 1 KB rows written through Spark (``rate-micro-batch``,
-  2 partitions) in micro-batches of different sizes, through the JDBC sink (protocol A) and
-  ``KafkaSink``; the peak RSS of the PySpark workers is sampled every 50 ms. It must not grow
-  with the batch size (the sinks stream Arrow record batches). Checked: peak at the largest
-  batch / peak at the smallest.
+  2 partitions) in micro-batches of different sizes, through the JDBC sink (the coordinated
+  protocol) and ``KafkaSink``; the peak RSS of the PySpark workers is sampled every 50 ms. It must
+  not grow with the batch size (the sinks stream Arrow record batches). Checked: peak at the
+  largest batch / peak at the smallest.
 """
 
 from __future__ import annotations
@@ -82,14 +82,9 @@ def batches_part(env: Env, cmp: Comparison, quick: bool) -> None:
     table = "scale_batches"
     env.sql(f"DROP TABLE IF EXISTS {table}", f"CREATE TABLE {table} (id bigint, n integer, s text)")
     out: dict[str, Any] = {}
-    for protocol in ("A", "B"):
-        name = f"grow-{protocol.lower()}-{uuid.uuid4().hex[:6]}"
-        sink = postgres_sink(
-            name,
-            table=table,
-            dsn=env.pg.dsn,
-            protocol="coordinated" if protocol == "A" else "markers",
-        )
+    for protocol in ("coordinated", "markers"):
+        name = f"grow-{protocol}-{uuid.uuid4().hex[:6]}"
+        sink = postgres_sink(name, table=table, dsn=env.pg.dsn, protocol=protocol)
         log_dir = env.work / "grow" / name
         runner = LocalRunner(sink, log_dir, fsync=True)
         times = []
@@ -107,7 +102,7 @@ def batches_part(env: Env, cmp: Comparison, quick: bool) -> None:
         wall = time.perf_counter() - started
         files = sum(len(f) for _, _, f in os.walk(log_dir))
         markers = None
-        if protocol == "B":
+        if protocol == "markers":
             identity = runner.identity.token
             markers = int(
                 env.sql(
@@ -125,7 +120,7 @@ def batches_part(env: Env, cmp: Comparison, quick: bool) -> None:
             f"batches run ({protocol})", "last tenth", "ms", measured[-tenth:], protocol=protocol
         )
         cmp.ratio(
-            f"batches run: protocol {protocol}, last tenth / first tenth of {total} batches",
+            f"batches run: {protocol} protocol, last tenth / first tenth of {total} batches",
             last,
             first,
             goal=GOAL_FLAT,
@@ -139,7 +134,7 @@ def batches_part(env: Env, cmp: Comparison, quick: bool) -> None:
         ]
         slope = float(np.polyfit(np.arange(len(measured)), measured, 1)[0]) * 1000
         cmp.limit(
-            f"batches run: protocol {protocol}, slope per 1,000 batches",
+            f"batches run: {protocol} protocol, slope per 1,000 batches",
             slope,
             None,
             "<=",
@@ -187,7 +182,7 @@ def memory_part(env: Env, cmp: Comparison, quick: bool) -> None:
     env.sql(f"DROP TABLE IF EXISTS {table}", f"CREATE TABLE {table} (id bigint, payload text)")
     out: dict[str, Any] = {}
     for target in ("postgres", "kafka"):
-        label = "twophase A (JDBC)" if target == "postgres" else "twophase kafka"
+        label = "twophase coordinated (JDBC)" if target == "postgres" else "twophase kafka"
         out[label] = {}
         entries = []
         for size in sizes_mb:

@@ -14,7 +14,7 @@ the same run and printing the ratios against its goals):
 
 * ``kafka``     -- ``KafkaSink`` vs Spark's ``format("kafka")`` (same codec and acks) and vs it
   with the Java idempotent producer; 100 B and 1 KB records; records/s.
-* ``postgres``  -- the JDBC sink (protocol A and B; append and upsert) through Spark vs Spark's JDBC
+* ``postgres``  -- the JDBC sink (both protocols; append and upsert) through Spark vs Spark's JDBC
   writer in ``foreachBatch``, and without Spark vs raw single-connection COPY; narrow and wide rows.
 * ``overhead``  -- added latency per small micro-batch (1 to 1,000 rows, 4 partitions) over a plain
   non-transactional ``foreachBatch`` doing the same write, by protocol phase.

@@ -7,9 +7,9 @@ What it does:
    ``$TWOPHASE_PG_DSN`` name), and writes a known, seeded stream of JSON order events to a new
    topic;
 2. runs the Spark driver of ``examples/orders_pipeline.py`` as a subprocess: per-customer totals
-   upserted into PostgreSQL (twophase, protocol A), every enriched event published to Kafka
-   (twophase ``KafkaSink``), and the same events appended by a naive ``foreachBatch`` with plain
-   INSERTs, as three queries of one driver;
+   upserted into PostgreSQL (twophase, coordinated protocol), every enriched event published to
+   Kafka (twophase ``KafkaSink``), and the same events appended by a naive ``foreachBatch`` with
+   plain INSERTs, as three queries of one driver;
 3. while it runs, SIGKILLs the driver and everything it started -- the Python driver, the JVM and
    the Python workers -- ``--kills`` times and restarts it from its checkpoints. Each kill comes
    at a random (seeded) point in the run, at a moment when every query is writing a batch (read
@@ -77,7 +77,7 @@ NAIVE_DONE = re.compile(r"naive batch=(?P<batch>\d+) rows=(?P<rows>\d+)")
 #: Sink names in the metrics lines -> query names.
 SINKS = {"orders_totals": "totals", "orders_enriched": "enriched"}
 LABELS = {
-    "totals": "PostgreSQL upsert  (twophase, protocol A)",
+    "totals": "PostgreSQL upsert  (twophase, coordinated protocol)",
     "enriched": "Kafka topic        (twophase KafkaSink)",
     "naive": "PostgreSQL INSERT  (naive foreachBatch)",
 }
@@ -93,7 +93,7 @@ class QueryStats:
     recovered_batches: int = 0  # batches finished from an earlier run's decision
     decisions_finished: int = 0  # recovered_committed
     orphans_aborted: int = 0  # recovered_aborted
-    partitions_skipped: int = 0  # protocol B: partitions whose marker showed them committed
+    partitions_skipped: int = 0  # markers protocol: partitions whose marker showed them committed
 
     @property
     def recoveries(self) -> int:

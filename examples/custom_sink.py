@@ -1,8 +1,8 @@
-"""A complete protocol-A sink in about 40 lines: JSON-lines files renamed into place.
+"""A complete coordinated sink in about 40 lines: JSON-lines files renamed into place.
 
 Assumptions: ``directory`` is on a file system shared by the driver and the
 executors (local mode, or a network file system) where ``rename`` is atomic.
-Guarantee: protocol A -- every micro-batch appears in ``<directory>/committed``
+Guarantee: the coordinated protocol -- every micro-batch appears in ``<directory>/committed``
 exactly once, all partitions of a batch or none (readers see committed files
 only). Run it: ``python examples/custom_sink.py`` (no servers needed): it writes two
 batches through the production coordinator, the driver "crashing" after deciding the second,

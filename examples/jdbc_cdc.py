@@ -17,7 +17,7 @@ Guarantees: exactly once per event, across restarts (the checkpoint holds the fi
 sink's coordinator log holds the commit decisions). The sink routes all changes of one key to
 one partition itself, whatever the input's partitioning; events with an unknown ``op`` (e.g.
 ``t``, truncate) fail the batch with a ``DataError`` naming the ``op`` column, and nothing of that
-batch is applied (protocol A).
+batch is applied (the coordinated protocol).
 
 Run: ``.venv/bin/python examples/jdbc_cdc.py`` in the checkout. Elsewhere, ``pip install
 'twophase[all]'`` (or the wheel), put ``_spark.py`` beside this file, and run ``python jdbc_cdc.py

@@ -12,11 +12,11 @@ checkout's development tools (``twophase_dev``: a machine prepared by ``scripts/
 
 Guarantees, and their limits:
 
-* with ``max_prepared_transactions > 0`` (the default here) the sink uses protocol A: each
-  micro-batch becomes visible all at once or not at all, whatever fails and when;
-* with ``--no-prepared`` the server cannot prepare and the sink uses protocol B: partitions commit
-  one by one with a marker row, replays skip committed partitions, nothing is duplicated; a reader
-  may see part of a batch for a moment;
+* with ``max_prepared_transactions > 0`` (the default here) the sink uses the coordinated
+  protocol: each micro-batch becomes visible all at once or not at all, whatever fails and when;
+* with ``--no-prepared`` the server cannot prepare and the sink uses the markers protocol:
+  partitions commit one by one with a marker row, replays skip committed partitions, nothing is
+  duplicated; a reader may see part of a batch for a moment;
 * the rows of one order may sit in any partition: the sink routes every row of a key to one
   partition itself (``key_by``), so the highest ``version`` wins whatever the partitioning.
 
@@ -143,7 +143,7 @@ def main() -> int:
         "--no-prepared",
         dest="prepared",
         action="store_false",
-        help="throwaway server with max_prepared_transactions=0 (protocol B)",
+        help="throwaway server with max_prepared_transactions=0 (the markers protocol)",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -167,13 +167,13 @@ def main() -> int:
     except ConfigurationError as exc:  # fix the setting or the table, then rerun
         print(f"configuration problem: {exc}", file=sys.stderr)
         return 2
-    except DataError as exc:  # a row the table refuses: nothing of that batch is visible (A)
+    except DataError as exc:  # a row the table refuses: nothing of that batch is visible
         print(f"bad input row: {exc}", file=sys.stderr)
         return 3
     except (RetriableError, CommitFailedError) as exc:  # server down: rerun, recovery finishes
         print(f"PostgreSQL unavailable, rerun to finish: {exc}", file=sys.stderr)
         return 4
-    except NondeterministicBatchError as exc:  # protocol B replay differs: make it deterministic
+    except NondeterministicBatchError as exc:  # markers: the replay differs; make it deterministic
         print(f"non-deterministic replay: {exc}", file=sys.stderr)
         return 5
     except TwoPhaseError as exc:  # e.g. FatalError: a decided transaction was rolled back by hand

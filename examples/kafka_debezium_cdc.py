@@ -30,8 +30,9 @@ Guarantees, and their limits:
   one by one because each event carries the whole row. The sink routes all changes of a key to
   one transaction itself (no ``repartition`` needed): a create in one Spark partition and its
   delete in another can never both survive;
-* with ``max_prepared_transactions > 0`` (protocol A) each micro-batch is applied all at once or
-  not at all; on a server without prepared transactions (protocol B) partition by partition;
+* with ``max_prepared_transactions > 0`` (the coordinated protocol) each micro-batch is applied
+  all at once or not at all; on a server without prepared transactions (the markers protocol)
+  partition by partition;
 * tombstones (a key with a null value) only tell Kafka's log compaction to forget the key: they
   are skipped. A truncate event (``op`` ``t``) has no key and cannot be applied row by row: it
   fails the batch with a ``DataError`` naming the ``op`` column before anything of the batch is
@@ -206,7 +207,7 @@ def run_once(spark: Any, bootstrap: str, topic: str, dsn: str, table: str, check
         key_columns=["id"],  # the table's primary key
         cdc_op_column="op",  # c / r / u / d; not a column of the table
         order_column="lsn",  # several changes of one row in a batch: the latest in the log wins
-        # "auto": protocol A where the server can prepare, B elsewhere; pin it in production.
+        # "auto": coordinated where the server can prepare, markers elsewhere; pin it in production.
         protocol="auto",
     )
     query = twophase.write_stream(
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"a change cannot be applied: {exc}", file=sys.stderr)
         print("fix the event or the table, then rerun: the query resumes at that batch")
         return 3
-    except NondeterministicBatchError as exc:  # protocol B only; the Kafka source is deterministic
+    except NondeterministicBatchError as exc:  # markers only; the Kafka source is deterministic
         print(f"replayed batch differs: {exc}", file=sys.stderr)
         return 4
     except ConfigurationError as exc:  # table, key or privilege problem: nothing was written

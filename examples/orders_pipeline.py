@@ -6,7 +6,8 @@ same events in one Spark driver:
 
 * ``totals``: per-customer running totals (a keyed, stateful aggregation) upserted into the
   PostgreSQL table ``<schema>.customer_totals`` by :func:`twophase.connectors.jdbc.postgres_sink`
-  with protocol A (``PREPARE TRANSACTION`` on the executors, ``COMMIT PREPARED`` from the driver);
+  with the coordinated protocol (``PREPARE TRANSACTION`` on the executors, ``COMMIT PREPARED``
+  from the driver);
 * ``enriched``: every enriched event published to a Kafka topic by
   :class:`twophase.connectors.kafka.KafkaSink` (one Kafka transaction per partition, with a marker);
 * ``naive`` (unless ``--no-naive``): the same enriched events appended to
@@ -302,7 +303,7 @@ def enriched_events(spark: Any, cfg: PipelineConfig, query: str) -> Any:
 
 
 def start_totals(spark: Any, cfg: PipelineConfig) -> Any:
-    """Per-customer running totals -> PostgreSQL upsert, protocol A."""
+    """Per-customer running totals -> PostgreSQL upsert, the coordinated protocol."""
     from pyspark.sql import functions as f
 
     totals = (
@@ -566,7 +567,7 @@ def check_naive(dsn: str, schema: str, events: Sequence[dict[str, Any]]) -> Sink
 
 
 def check_prepared_transactions(dsn: str) -> None:
-    """Fail early, with what to do, if the server cannot run protocol A."""
+    """Fail early, with what to do, if the server cannot run the coordinated protocol."""
     import psycopg2
 
     with (

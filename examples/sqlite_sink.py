@@ -1,9 +1,9 @@
-"""A complete protocol-B sink in about 40 lines: rows and markers in one SQLite transaction.
+"""A complete markers sink in about 40 lines: rows and markers in one SQLite transaction.
 
 Assumptions: ``database`` is a SQLite file reachable from the driver and every
 executor (local mode, or a shared disk), and ``table`` exists with a column for
 every column of the stream. SQLite cannot prepare a transaction for another
-process to commit, so the sink uses protocol B: each partition inserts its rows
+process to commit, so the sink uses the markers protocol: each partition inserts its rows
 and an idempotence marker in one local transaction and commits both on the
 executor; on a replay the coordinator reads the markers and writes only the
 partitions that are not committed yet. Uncommitted work dies with its connection

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Seeded, randomised chaos trials: the real sinks (Kafka, PostgreSQL protocol A and B) under a real
-# Spark driver process, with faults injected at random points -- driver process groups SIGKILLed,
-# PostgreSQL and Kafka restarted, the broker frozen, query.stop(), task failures -- and every trial
-# checked by content afterwards (docs/chaos.md).
+# Seeded, randomised chaos trials: the real sinks (Kafka, PostgreSQL with the coordinated and the
+# markers protocol) under a real Spark driver process, with faults injected at random points --
+# driver process groups SIGKILLed, PostgreSQL and Kafka restarted, the broker frozen, query.stop(),
+# task failures -- and every trial checked by content afterwards (docs/chaos.md).
 #
-#   bash scripts/chaos.sh --trials 20 --seed 42                  # all sinks
-#   bash scripts/chaos.sh --trials 5 --seed 42 --sinks pg-A,pg-B # a subset
-#   bash scripts/chaos.sh --trials 1 --seed 42 --first 17 --keep # trial 17 of seed 42 again
-#   bash scripts/chaos.sh --trials 10 --seed 42 --plan-only      # print the drawn plans only
+#   bash scripts/chaos.sh --trials 20 --seed 42                                  # all sinks
+#   bash scripts/chaos.sh --trials 5 --seed 42 --sinks pg-coordinated,pg-markers # a subset
+#   bash scripts/chaos.sh --trials 1 --seed 42 --first 17 --keep                 # trial 17 again
+#   bash scripts/chaos.sh --trials 10 --seed 42 --plan-only                      # plans only
 #
 # It starts its own Kafka broker and PostgreSQL clusters unless TWOPHASE_* variables point at
 # running ones (docs/development.md). Exits non-zero on any duplicate, loss or leftover.

@@ -29,7 +29,7 @@ PostgreSQL and Kafka servers. `scripts/test.sh` runs the whole suite on the defa
 * **postgres** -- `postgres_sink` end to end in both protocols, upsert and CDC whatever the
   partitioning, and a real driver killed between prepare and commit, then restarted;
 * **driver kill** -- the chaos harness kills a real driver (its whole process group) at a
-  protocol step and restarts it, for PostgreSQL A and B and for Kafka (file sources);
+  protocol step and restarts it, for PostgreSQL with each protocol and for Kafka (file sources);
 * **kafka source** -- Spark's Kafka source into the Kafka sink, across a restart, where Maven
   Central serves Spark's Kafka connector of that version;
 * **deployment** -- the built wheel installed without PySpark into a fresh virtualenv on the

@@ -1,8 +1,9 @@
 """twophase: exactly-once sinks for PySpark Structured Streaming, by two-phase commit.
 
-Subclass :class:`TwoPhaseCommitSink` (coordinated two-phase commit, protocol
-A) or :class:`MarkerCommitSink` (per-partition commit with idempotence
-markers, protocol B), implement the hooks, and pass the sink to
+Subclass :class:`TwoPhaseCommitSink` (the coordinated protocol: two-phase
+commit coordinated by the driver) or :class:`MarkerCommitSink` (the markers
+protocol: per-partition commit with idempotence markers), implement the
+hooks, and pass the sink to
 ``foreachBatch``::
 
     query = df.writeStream.foreachBatch(MySink("orders")).option(

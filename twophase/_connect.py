@@ -16,7 +16,7 @@ Connect session attached to the client's. There is no py4j there: no
 - a batch's partition count cannot be asked before the batch runs, so the
   batch is coalesced to at most a known number of participant slots (the
   sink's ``max_transactions_per_batch``, else ``spark.sql.shuffle.partitions``)
-  and that number is what protocol B's intent records: recovery fences or
+  and that number is what the markers protocol's intent records: recovery fences or
   checks every slot below it.
 """
 

@@ -7,13 +7,13 @@ Spark (``twophase._spark``) and the test kit's local runner
 sink between calls: the sink is settings plus hooks, the coordinator is the
 protocol's state over the log. See ``docs/protocol.md`` for the diagrams.
 
-Protocol A (coordinated) per batch::
+The coordinated protocol, per batch::
 
     recover -> [already committed? return] -> phase 1 (executors prepare)
       -> record decision (commit point) -> phase 2 (commit every handle)
       -> sweep orphans of the batch -> record committed
 
-Protocol B (markers) per batch::
+The markers protocol, per batch::
 
     recover -> [already committed? return] -> [staging] -> [replay check against
     markers, before writing] -> record intent -> phase 1 (executors commit with
@@ -366,7 +366,7 @@ class Coordinator:
     def commit_prepared(
         self, sink: AnySink, batch_id: int, results: list[TaskResult]
     ) -> BatchMetrics:
-        """Run protocol A from the decision on, for a batch whose participants already prepared.
+        """Run the coordinated protocol from the decision on, for a batch already prepared.
 
         For engines whose driver gets control only after the write tasks (a
         Python data source's ``commit``): recovery ran before the tasks, and
@@ -377,7 +377,7 @@ class Coordinator:
         Parameters
         ----------
         sink
-            The sink (protocol A).
+            The sink (coordinated).
         batch_id
             The micro-batch id.
         results

@@ -75,7 +75,7 @@ def check_speculation(spark: Any, sink_name: str, batch_id: int | None = None) -
     """Refuse ``spark.speculation=true``.
 
     Two speculative attempts of one partition would both open a transaction
-    (and, under protocol A, both prepare and hold locks). Neither protocol is
+    (and, under the coordinated protocol, both prepare and hold locks). Neither protocol is
     proven safe under it, so it is refused.
 
     Parameters

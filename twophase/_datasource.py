@@ -1,7 +1,7 @@
-"""``writeStream.format(name)``: a protocol-A sink as a PySpark Python data source.
+"""``writeStream.format(name)``: a coordinated sink as a PySpark Python data source.
 
 PySpark's streaming data source writer gives the driver two moments, and the
-executors one; twophase maps protocol A onto them:
+executors one; twophase maps the coordinated protocol onto them:
 
 - **planning** (the driver, before each micro-batch's tasks): Spark creates the
   data source and calls ``streamWriter`` for the writer it sends to the
@@ -17,7 +17,7 @@ executors one; twophase maps protocol A onto them:
   took over: refused), records the decision, commits and sweeps. **abort** rolls
   the batch back.
 
-Protocol B is refused: its tasks commit, and the replay check it needs before
+The markers protocol is refused: its tasks commit, and the replay check it needs before
 they run cannot be made without the batch's rows (``docs/modes.md``).
 """
 
@@ -170,7 +170,7 @@ class _Writer(DataSourceStreamArrowWriter):
 
 
 class TwoPhaseDataSource(DataSource):
-    """A protocol-A twophase sink as a streaming Python data source.
+    """A twophase sink of the coordinated protocol as a streaming Python data source.
 
     Runs on the driver (creation, ``streamWriter``, ``commit``, ``abort``) and
     is pickled to the executors with its writer. Build one with
@@ -196,9 +196,10 @@ class TwoPhaseDataSource(DataSource):
         self._sink: AnySink | None = None
         if self.sink.protocol is not CommitProtocol.COORDINATED:
             raise ConfigurationError(
-                f"format({self._format_name!r}) runs protocol A sinks only; this sink uses "
-                "protocol B (markers), whose replay check must run on the driver before the "
-                "write tasks with the batch's rows, which a data source writer never has. Use "
+                f"format({self._format_name!r}) runs sinks of the coordinated protocol only; "
+                "this sink uses the markers protocol, whose replay check must run on the driver "
+                "before the write tasks with the batch's rows, which a data source writer never "
+                "has. Use "
                 "foreachBatch(sink) (twophase.write_stream) for it; see docs/modes.md",
                 sink=self.sink.name,
                 setting="protocol",

@@ -19,7 +19,7 @@ from ._types import FINGERPRINT_VERSION, Fingerprint
 
 __all__ = ["COORDINATED_STEPS", "MARKER_STEPS", "BatchExecution", "StepListener"]
 
-#: Driver-side steps of protocol A, in order, at which a listener is called
+#: Driver-side steps of the coordinated protocol, in order, at which a listener is called
 #: (and at which the test kit can simulate a crash).
 COORDINATED_STEPS = (
     "start",
@@ -30,7 +30,7 @@ COORDINATED_STEPS = (
     "phase2_done",
     "recorded_committed",
 )
-#: Driver-side steps of protocol B, in order.
+#: Driver-side steps of the markers protocol, in order.
 MARKER_STEPS = (
     "start",
     "recovered",

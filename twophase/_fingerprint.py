@@ -1,4 +1,4 @@
-"""Order-independent fingerprints of Arrow data (protocol B's idempotence markers).
+"""Order-independent fingerprints of Arrow data (the markers protocol's idempotence markers).
 
 A partition's fingerprint is ``(row count, sum of 64-bit row hashes mod 2**64)``:
 equal for equal multisets of rows whatever their order, and cheap to combine

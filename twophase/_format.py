@@ -1,4 +1,4 @@
-"""``writeStream.format(name)``: register a protocol-A sink as a Python data source.
+"""``writeStream.format(name)``: register a coordinated sink as a Python data source.
 
 The data source itself is :mod:`twophase._datasource`; this module refuses, by
 name, a PySpark that lacks the Python data source writer it needs
@@ -47,9 +47,9 @@ def register_format(spark: Any, name: str, build: SinkBuilder) -> None:
     """Register ``name`` as a streaming format that writes through a twophase sink.
 
     Works in classic and Spark Connect sessions, with PySpark 4.1 or later
-    (an older one is refused, naming the version). Only protocol-A sinks
-    (:class:`~twophase.TwoPhaseCommitSink`) can run this way; a protocol-B
-    sink is refused when the query starts (``docs/modes.md``).
+    (an older one is refused, naming the version). Only sinks of the
+    coordinated protocol (:class:`~twophase.TwoPhaseCommitSink`) can run this
+    way; a sink of the markers protocol is refused when the query starts (``docs/modes.md``).
 
     Parameters
     ----------

@@ -55,7 +55,7 @@ class SinkHooks(Protocol):
 
 
 class CoordinatedHooks(SinkHooks, Protocol):
-    """Protocol A: prepare on executors, commit by handle on the driver."""
+    """The coordinated protocol: prepare on executors, commit by handle on the driver."""
 
     def pre_commit(self, txn: Any) -> Handle: ...
     def commit(self, handle: Any) -> None: ...
@@ -64,7 +64,7 @@ class CoordinatedHooks(SinkHooks, Protocol):
 
 
 class MarkerHooks(SinkHooks, Protocol):
-    """Protocol B: commit with a marker on executors, check markers on replay."""
+    """The markers protocol: commit with a marker on executors, check markers on replay."""
 
     staging: bool
 
@@ -77,14 +77,14 @@ AnySink: TypeAlias = CoordinatedHooks | MarkerHooks
 
 
 def as_coordinated(sink: AnySink) -> CoordinatedHooks:
-    """Return ``sink`` typed as a protocol-A sink, or raise ``TypeError``."""
+    """Return ``sink`` typed as a sink of the coordinated protocol, or raise ``TypeError``."""
     if sink.protocol is not CommitProtocol.COORDINATED:
-        raise TypeError(f"{type(sink).__name__} is not a protocol-A (coordinated) sink")
+        raise TypeError(f"{type(sink).__name__} is not a sink of the coordinated protocol")
     return sink  # type: ignore[return-value]
 
 
 def as_markers(sink: AnySink) -> MarkerHooks:
-    """Return ``sink`` typed as a protocol-B sink, or raise ``TypeError``."""
+    """Return ``sink`` typed as a sink of the markers protocol, or raise ``TypeError``."""
     if sink.protocol is not CommitProtocol.MARKERS:
-        raise TypeError(f"{type(sink).__name__} is not a protocol-B (markers) sink")
+        raise TypeError(f"{type(sink).__name__} is not a sink of the markers protocol")
     return sink  # type: ignore[return-value]

@@ -3,10 +3,10 @@
 Layout under ``<checkpoint>/twophase/<sink name>/<query id>/``::
 
     epochs/<epoch>.json          one per run that claimed the sink identity
-    batches/<batch>.intent.json  protocol B (and A): batch started, with P partitions
-    batches/<batch>.decision.json  protocol A: "commit batch N with these handles"
+    batches/<batch>.intent.json  both protocols: batch started, with P partitions
+    batches/<batch>.decision.json  coordinated: "commit batch N with these handles"
     batches/<batch>.committed.json "batch N is committed"
-    batches/<batch>.rewrite.json   an operator's decision: rewrite protocol-B batch N whole
+    batches/<batch>.rewrite.json   an operator's decision: rewrite markers batch N whole
     state.json                   compaction summary (committed-through, slot high-water)
 
 Every record is written with an atomic create (write then rename, or the
@@ -49,13 +49,13 @@ class LogState:
     committed
         Batch ids recorded as committed above ``committed_through``.
     decided
-        Batch ids with a commit decision (protocol A).
+        Batch ids with a commit decision (the coordinated protocol).
     intents
         Batch id -> partition count, for batches that were started.
     partition_slots
         High-water mark of partitions used by any batch.
     rewrite
-        Protocol-B batches an operator chose to rewrite whole (``twophase resolve``).
+        Batches of the markers protocol an operator chose to rewrite whole (``twophase resolve``).
     """
 
     committed_through: int = -1
@@ -340,7 +340,7 @@ class CoordinatorLog:
         self.state.committed.add(batch_id)
 
     def record_rewrite(self, batch_id: int, extra: dict[str, Any]) -> None:
-        """Record an operator's decision to rewrite protocol-B batch ``batch_id`` whole.
+        """Record an operator's decision to rewrite batch ``batch_id`` (markers protocol) whole.
 
         The next run writes every partition of the replay, also those whose
         markers show them committed (duplicating their rows), instead of
@@ -349,7 +349,7 @@ class CoordinatorLog:
         Parameters
         ----------
         batch_id
-            An unfinished protocol-B batch.
+            An unfinished batch of the markers protocol.
         extra
             Who decided, why (kept in the record).
         """

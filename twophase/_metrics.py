@@ -37,9 +37,10 @@ class BatchMetrics:
     phase1_seconds
         Wall time of phase 1 (the Spark job running the participants).
     decision_seconds
-        Wall time to record the decision (A) or the intent (B).
+        Wall time to record the decision (coordinated) or the intent (markers).
     phase2_seconds
-        Wall time of phase 2 (A: driver commits; B: recording completion).
+        Wall time of phase 2 (coordinated: the driver's commits; markers: recording
+        completion).
     commit_retries
         Transient commit failures retried in phase 2.
     recovered_committed

@@ -1,8 +1,8 @@
 r"""The participant: what runs on an executor for one partition of a micro-batch.
 
 One call of :func:`run_participant` per Spark task attempt. It drives the
-sink's participant hooks in order -- protocol A: ``begin_transaction`` ->
-``write``\\* -> ``pre_commit``; protocol B: ``begin_transaction`` -> ``write``\\*
+sink's participant hooks in order -- coordinated: ``begin_transaction`` ->
+``write``\\* -> ``pre_commit``; markers: ``begin_transaction`` -> ``write``\\*
 -> ``commit_with_marker`` -- aborts on any failure, and returns a small
 picklable :class:`TaskResult` to the driver.
 """
@@ -50,12 +50,12 @@ class TaskPlan:
     protocol
         The commit protocol.
     skip
-        Protocol B replay: partitions whose rows are already committed.
+        Markers protocol, replay: partitions whose rows are already committed.
     expected
-        Protocol B replay: fingerprint each written partition must have
+        Markers protocol, replay: fingerprint each written partition must have
         (the one measured by the replay check).
     preexisting_markers
-        Protocol B: markers that existed when the batch started, as
+        Markers protocol: markers that existed when the batch started, as
         ``(partition_id, attempt, fingerprint)``; a retried task ignores them.
     epoch
         The run's epoch in the coordinator log (see :attr:`TaskContext.epoch`).
@@ -84,11 +84,11 @@ class TaskResult:
     rows
         Rows written (0 for skipped or empty partitions).
     handle
-        Protocol A: the prepared transaction's handle (None if empty).
+        Coordinated protocol: the prepared transaction's handle (None if empty).
     marker
-        Protocol B: the committed marker (None if empty or skipped).
+        Markers protocol: the committed marker (None if empty or skipped).
     skipped
-        Protocol B: the partition was already committed.
+        Markers protocol: the partition was already committed.
     seconds
         Wall time of the participant.
     """
@@ -139,7 +139,7 @@ def run_participant(
     Returns
     -------
     TaskResult
-        Handle (A) or marker (B) and counts.
+        Handle (coordinated) or marker (markers) and counts.
     """
     started = time.perf_counter()
     ctx = TaskContext(
@@ -174,7 +174,7 @@ def _abort_quietly(sink: SinkHooks, txn: Any, error: BaseException) -> None:
 
 
 def _clear_earlier_attempts(sink: SinkHooks, ctx: TaskContext) -> None:
-    """Roll back (A) or fence (B) what earlier attempts of this partition left open.
+    """Roll back (coordinated) or fence (markers) what earlier attempts of this partition left open.
 
     Slot-named targets (Kafka) list in-doubt slots with no batch of their own:
     a handle with ``batch_id < 0`` names the slot only, and fencing it is what

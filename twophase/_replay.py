@@ -1,4 +1,4 @@
-"""Protocol B's replay check: which partitions of a replayed batch are already committed.
+"""The markers protocol's replay check: which partitions of a replayed batch are already committed.
 
 The coordinator reads the markers of a batch that was started before and matches
 their fingerprints, as a multiset, with the fingerprints of the replayed

@@ -2,8 +2,8 @@
 
 The two public base classes build on it, one per commit protocol
 (``docs/protocol.md``): :class:`~twophase.TwoPhaseCommitSink` in
-``_sink_coordinated.py`` (protocol A) and :class:`~twophase.MarkerCommitSink` in
-``_sink_markers.py`` (protocol B). Every hook's contract (where it runs, when
+``_sink_coordinated.py`` (``coordinated``) and :class:`~twophase.MarkerCommitSink` in
+``_sink_markers.py`` (``markers``). Every hook's contract (where it runs, when
 and how often, whether it must be idempotent, what happens when it fails) is
 written once, on the class that declares the hook. The sink object holds
 settings only: the driver-side state of a running query (coordinator, log,
@@ -180,13 +180,13 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
     def list_in_doubt(self, context: RecoveryContext) -> Sequence[TransactionHandle]:
         """List this sink's transactions that may still be prepared or open.
 
-        Required for protocol A. Optional for protocol B, where it names what
-        earlier attempts may have left open so that it can be fenced; the
-        default lists nothing, which is right for targets whose uncommitted
-        work dies with its connection or process.
+        Required by the coordinated protocol. Optional for the markers
+        protocol, where it names what earlier attempts may have left open so
+        that it can be fenced; the default lists nothing, which is right for
+        targets whose uncommitted work dies with its connection or process.
 
         Runs on
-            the driver at recovery (first batch of every run) and, protocol A,
+            the driver at recovery (first batch of every run) and, coordinated,
             after phase 2 and after a failed phase 1; on an executor when a task
             is retried (only handles of its own partition are used there).
         Called
@@ -213,11 +213,11 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
     def recover_and_abort(self, handle: Any) -> None:
         """Roll back or fence an in-doubt transaction that no commit decision names.
 
-        Required for protocol A; for protocol B, required when
+        Required by the coordinated protocol; by the markers protocol, when
         :meth:`list_in_doubt` is overridden.
 
         Runs on
-            the driver at recovery and, protocol A, after phase 2 (orphans of
+            the driver at recovery and, coordinated, after phase 2 (orphans of
             dead attempts); on an executor when a retried task clears what an
             earlier attempt of the same partition left.
         Called
@@ -299,15 +299,15 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
         Runs on
             an executor.
         Called
-            when ``write`` or the commit step of the executor (protocol A:
-            ``pre_commit``; protocol B: ``commit_with_marker``) failed, at most
+            when ``write`` or the commit step of the executor (coordinated:
+            ``pre_commit``; markers: ``commit_with_marker``) failed, at most
             once per transaction.
         Idempotent
-            required: the transaction may already be gone, or (protocol B)
+            required: the transaction may already be gone, or (markers)
             its commit may even have landed before the failure was seen.
         On failure
             the error is attached to the original one as a note; the task
-            fails with the original error. Protocol A: anything left prepared
+            fails with the original error. Coordinated: anything left prepared
             is found by :meth:`list_in_doubt` and rolled back later.
 
         Parameters

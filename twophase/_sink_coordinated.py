@@ -1,4 +1,4 @@
-"""Protocol A: coordinated two-phase commit (``docs/protocol.md``)."""
+"""The coordinated protocol: two-phase commit decided on the driver (``docs/protocol.md``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ __all__ = ["TwoPhaseCommitSink"]
 
 
 class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
-    """Base of exactly-once sinks with coordinated two-phase commit (protocol A).
+    """Base of exactly-once sinks with coordinated two-phase commit (``coordinated``).
 
     Subclass it for targets whose prepared work can be committed later from
     another process: PostgreSQL ``PREPARE TRANSACTION``, files renamed into

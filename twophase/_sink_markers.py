@@ -1,4 +1,4 @@
-"""Protocol B: per-partition commit with idempotence markers (``docs/protocol.md``)."""
+"""The markers protocol: per-partition commit with idempotence markers (``docs/protocol.md``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["MarkerCommitSink"]
 
 
 class MarkerCommitSink(_SinkBase[TxnT]):
-    """Base of exactly-once sinks with per-partition commit and markers (protocol B).
+    """Base of exactly-once sinks with per-partition commit and markers (``markers``).
 
     For targets that cannot commit a transaction from another process (Kafka
     through librdkafka, PostgreSQL with ``max_prepared_transactions = 0``,

@@ -4,8 +4,8 @@ Runs on the driver, inside Spark's ``foreachBatch`` call. It finds the
 query's id and checkpoint (``docs/protocol.md``), refuses unsafe settings,
 keeps one coordinator per run of the query in the sink's runtime, and runs the
 participants with ``mapInArrow`` so executors receive Arrow record batches and
-the batch is computed once (one Spark job; a second one only when protocol B
-checks a replay, and then over a persisted copy).
+the batch is computed once (one Spark job; a second one only when the
+markers protocol checks a replay, and then over a persisted copy).
 """
 
 from __future__ import annotations

@@ -34,10 +34,10 @@ class CommitProtocol(str, enum.Enum):
     Attributes
     ----------
     COORDINATED
-        Protocol A: executors prepare, the driver records a decision and
+        The coordinated protocol: executors prepare, the driver records a decision and
         commits every prepared transaction (PostgreSQL ``PREPARE TRANSACTION``).
     MARKERS
-        Protocol B: each executor commits its own transaction together with an
+        The markers protocol: each executor commits its own transaction together with an
         idempotence marker; replays are checked against the markers (Kafka,
         PostgreSQL without prepared transactions).
     """
@@ -189,7 +189,7 @@ class Fingerprint:
 
 @dataclass(frozen=True)
 class Marker:
-    """An idempotence marker of protocol B: this partition's rows are committed.
+    """An idempotence marker of the markers protocol: this partition's rows are committed.
 
     Written by the participant inside the same transaction as the rows
     (:meth:`MarkerCommitSink.commit_with_marker`) and read back by the coordinator on

@@ -220,7 +220,7 @@ class DataError(TwoPhaseError, ValueError):
 class NondeterministicBatchError(TwoPhaseError):
     """A replayed batch does not match what was already committed for it.
 
-    Raised by the marker protocol (B) before anything is written. Make the
+    Raised by the markers protocol before anything is written. Make the
     pipeline deterministic (sort or key the data before the sink, avoid
     non-deterministic functions), or enable staging so that replays read the
     staged copy.

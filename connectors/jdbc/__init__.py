@@ -2,11 +2,11 @@
 
 Two commit protocols, chosen from the server by :func:`postgres_sink`:
 
-* :class:`PostgresTwoPhaseSink` (protocol A) -- ``PREPARE TRANSACTION`` on the
+* :class:`PostgresTwoPhaseSink` (``coordinated``) -- ``PREPARE TRANSACTION`` on the
   executors, ``COMMIT PREPARED`` from the driver once every partition is
   prepared: a batch becomes visible entirely or not at all. Needs
   ``max_prepared_transactions > 0``.
-* :class:`PostgresMarkerSink` (protocol B) -- every partition commits on its
+* :class:`PostgresMarkerSink` (``markers``) -- every partition commits on its
   executor with a marker row holding the partition's fingerprint; replays skip
   committed partitions. Works on any server.
 

@@ -16,9 +16,10 @@ import pyarrow as pa
 
 from twophase import CommitProtocol, SinkContext, TaskContext, TransactionHandle
 
-from ._committer import PostgresCommitter
-from ._config import ConnectionConfig, PostgresOptions
+from ._checks import PostgresChecker
+from ._config import ConnectionConfig
 from ._gid import check_identity
+from ._options import PostgresOptions
 from ._transaction import PostgresTransaction
 from ._writer import PostgresWriter
 
@@ -79,7 +80,7 @@ class PostgresSinkMixin:
             self.key_by = tuple(options.key_columns)
         prepare = self.protocol is CommitProtocol.COORDINATED
         self._writer = PostgresWriter(options, connection, prepare=prepare)
-        self._committer = PostgresCommitter(options, connection)
+        self._checker = PostgresChecker(options, connection)
 
     def __repr__(self) -> str:
         o = self.options
@@ -97,13 +98,13 @@ class PostgresSinkMixin:
     def open(self, context: SinkContext) -> None:
         """Check the identity's gid length, the table and the sink user's privileges."""
         check_identity(context.identity)
-        self._committer.check_target(
+        self._checker.check_target(
             coordinated=self.protocol is CommitProtocol.COORDINATED, sink=self.name
         )
 
     def check_schema(self, schema: pa.Schema, batch_id: int) -> None:
         """Create the table if ``create_table=True``, then check the schema against it."""
-        self._committer.check_schema(schema, sink=self.name, batch_id=batch_id)
+        self._checker.check_schema(schema, sink=self.name, batch_id=batch_id)
 
     # ============================================ participant hooks (executor)
     def begin_transaction(self, context: TaskContext) -> PostgresTransaction:

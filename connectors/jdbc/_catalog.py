@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from ._config import QualifiedName
+from ._options import QualifiedName
 from ._typemap import TableColumn
 
 __all__ = [

@@ -2,8 +2,8 @@
 
 Every statement runs in autocommit mode on a pooled connection
 (:meth:`~._client.PostgresClient.run`) and is safe to repeat: reads, and
-``CREATE TABLE IF NOT EXISTS``. Protocol A's statements are in :mod:`._prepared`,
-protocol B's in :mod:`._markers`.
+``CREATE TABLE IF NOT EXISTS``. The coordinated protocol's statements are in
+:mod:`._prepared`, the markers protocol's in :mod:`._markers`.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from ._catalog import (
 from ._client import PostgresClient
 from ._plan import create_table_fields, plan_write
 
-__all__ = ["PostgresCommitter"]
+__all__ = ["PostgresChecker"]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
 
 
-class PostgresCommitter(PostgresClient):
+class PostgresChecker(PostgresClient):
     """Driver-side checks of the PostgreSQL sinks.
 
     Picklable (options and connection parameters only).
@@ -60,7 +60,8 @@ class PostgresCommitter(PostgresClient):
         Parameters
         ----------
         coordinated
-            Protocol A (needs CREATE on the merge schema for upsert/CDC).
+            The coordinated protocol (needs CREATE on the merge schema for
+            upsert/CDC).
         **context
             Error context.
 

@@ -1,7 +1,7 @@
 """Statements on a pooled connection, with one retry when a pooled connection died idle.
 
 :class:`PostgresClient` is what the executor side (:mod:`._writer`) and the
-driver side (:mod:`._committer`, :mod:`._prepared`, :mod:`._markers`) have in
+driver side (:mod:`._checks`, :mod:`._prepared`, :mod:`._markers`) have in
 common: the sink's options and connection parameters (so it pickles with the
 sink), the process-wide pool they select, and one way to run statements on it.
 """
@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 
 import psycopg2
 
-from ._config import ConnectionConfig, PostgresOptions
+from ._config import ConnectionConfig
 from ._errors import connection_error, is_connection_error, map_error
+from ._options import PostgresOptions
 from ._pool import ConnectionPool, pool_for
 
 __all__ = ["PostgresClient"]

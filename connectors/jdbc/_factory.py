@@ -1,4 +1,4 @@
-"""The one constructor users need: :func:`postgres_sink` picks protocol A or B from the server."""
+"""The one constructor users need: :func:`postgres_sink` picks the protocol from the server."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any, Literal
 from twophase import RetryPolicy
 from twophase.errors import ConfigurationError
 
-from ._committer import PostgresCommitter
-from ._config import ConnectionConfig, PostgresOptions, QualifiedName, WriteMode
+from ._checks import PostgresChecker
+from ._config import ConnectionConfig
+from ._options import PostgresOptions, QualifiedName, WriteMode
 from ._prepared import PreparedTransactions, partition_limit
 from ._sink import PostgresMarkerSink, PostgresTwoPhaseSink
 
@@ -50,8 +51,8 @@ def postgres_sink(
 
     Runs on the driver, once, before the query starts. With
     ``protocol="auto"`` it connects once and reads ``max_prepared_transactions``:
-    above 0 it returns a :class:`PostgresTwoPhaseSink` (protocol A), else a
-    :class:`PostgresMarkerSink` (protocol B), and logs the choice. Pin the
+    above 0 it returns a :class:`PostgresTwoPhaseSink` (``coordinated``), else a
+    :class:`PostgresMarkerSink` (``markers``), and logs the choice. Pin the
     protocol in production: a server reconfigured between two runs of one
     query would otherwise switch protocols under the same checkpoint.
 
@@ -82,29 +83,29 @@ def postgres_sink(
         largest value wins (NULLs lose); without it, the last row of the
         partition wins.
     protocol
-        ``"auto"``, ``"coordinated"`` (A; fails at once, with the server's
-        hint, if the server cannot prepare) or ``"markers"`` (B).
+        ``"auto"``, ``"coordinated"`` (fails at once, with the server's
+        hint, if the server cannot prepare) or ``"markers"``.
     create_table
         Create the table from the first batch's schema if it does not exist
         (see the type mapping in ``docs/jdbc.md``).
     marker_table
-        Protocol B: the marker table (created when missing).
+        Markers protocol: the marker table (created when missing).
     marker_retention
-        Protocol B: keep markers of this many recent batches per sink identity.
+        Markers protocol: keep markers of this many recent batches per sink identity.
     lock_timeout, statement_timeout, idle_in_transaction_timeout
         Server-side timeouts (seconds; 0 disables) so that nothing waits forever.
     connect_timeout
         Seconds to wait for a connection.
     max_partitions
         Upper bound on transactions per batch (the batch is coalesced to it).
-        Protocol A's default leaves a quarter of ``max_prepared_transactions``
+        The coordinated protocol's default leaves a quarter of ``max_prepared_transactions``
         free.
     merge_schema
-        Protocol A, upsert/CDC: schema for the per-transaction unlogged
+        Coordinated protocol, upsert/CDC: schema for the per-transaction unlogged
         staging tables (default: the table's schema). The user needs CREATE
         on it.
     staging
-        Protocol B only: stage each batch in the checkpoint so that replays
+        Markers protocol only: stage each batch in the checkpoint so that replays
         are deterministic (see :class:`twophase.MarkerCommitSink`).
     checkpoint_location, retry
         See :class:`twophase.TwoPhaseCommitSink`.
@@ -159,7 +160,7 @@ def postgres_sink(
     if protocol == "markers":
         _log.info("sink %s: protocol 'markers' (forced) on %s", name, connection.describe())
         return PostgresMarkerSink(name, options, connection, staging=staging, **common)
-    server = PostgresCommitter(options, connection).server(sink=name)
+    server = PostgresChecker(options, connection).server(sink=name)
     if server.max_prepared_transactions == 0:
         if protocol == "coordinated":
             PreparedTransactions(options, connection).probe(sink=name)

@@ -1,6 +1,6 @@
 """The zombie fences of both protocols.
 
-Protocol A (``coordinated``): **a fence row per identity** in the table
+The coordinated protocol: **a fence row per identity** in the table
 ``twophase_fences`` (in the marker table's schema). The driver records in it,
 after recovery and after every finished batch, the rank ``(epoch, batch)`` at or
 below which every attempt is stale (:func:`fence_attempts`); every transaction
@@ -12,7 +12,7 @@ is an orphan the coordinator rolls back before trying again. After the update,
 no stale attempt can prepare, whenever it wakes up -- even after the query has
 stopped.
 
-Protocol B (``markers``): one live attempt per partition slot, the newest one.
+The markers protocol: one live attempt per partition slot, the newest one.
 
 A zombie is an attempt Spark gave up on (its executor was declared lost) whose
 process lives on and may still try to commit after Spark's retry did. Without
@@ -49,7 +49,7 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import AbortRequiredError, FatalError
 
-from ._config import PostgresOptions, QualifiedName
+from ._options import PostgresOptions, QualifiedName
 
 __all__ = [
     "application_name",
@@ -182,7 +182,7 @@ def newer_or_sibling_marker(cur: Any, table: Any, context: TaskContext) -> None:
     )
 
 
-# ------------------------------------------------------------------ protocol A
+# ------------------------------------------------------- the coordinated protocol
 
 #: The fence table's name, in the schema of the marker table.
 FENCE_TABLE = "twophase_fences"

@@ -1,8 +1,8 @@
 """``df.writeStream.format("twophase-postgres")``: the PostgreSQL sink from string options.
 
-Protocol A only (``protocol=coordinated``, the default here): a Python data
-source has no driver step before its write tasks, which protocol B's replay
-check needs (``docs/modes.md``).
+The coordinated protocol only (``protocol=coordinated``, the default here): a
+Python data source has no driver step before its write tasks, which the markers
+protocol's replay check needs (``docs/modes.md``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Protocol B's SQL: the marker table, and the commit that writes a marker.
+"""The markers protocol's SQL: the marker table, and the commit that writes a marker.
 
 The executor inserts a partition's marker row in the partition's own
 transaction and commits both (:meth:`MarkerTable.commit_with_marker`); the
@@ -20,7 +20,7 @@ from twophase.errors import AbortRequiredError, RetriableError
 from . import _sql
 from ._client import PostgresClient
 from ._errors import is_connection_error, sqlstate
-from ._fence import newer_or_sibling_marker
+from ._fencing import newer_or_sibling_marker
 from ._transaction import PostgresTransaction
 
 __all__ = ["MarkerTable"]
@@ -69,7 +69,7 @@ _DUPLICATE_HINT = (
 
 
 class MarkerTable(PostgresClient):
-    """The marker table of protocol B: one row per committed partition transaction.
+    """The marker table of the markers protocol: one row per committed partition transaction.
 
     Picklable (options and connection parameters only).
     """

@@ -131,19 +131,19 @@ class PostgresOptions:
     create_table
         Create the table from the first batch's schema when it does not exist.
     marker_table
-        Protocol B: the table holding the idempotence markers.
+        Markers protocol: the table holding the idempotence markers.
     marker_retention
-        Protocol B: markers of how many recent batches to keep per identity.
+        Markers protocol: markers of how many recent batches to keep per identity.
     lock_timeout, statement_timeout, idle_in_transaction_timeout
         Server-side timeouts in seconds (0 disables one) set on every session.
     connect_timeout
         Seconds to wait for a connection.
     max_partitions
-        Protocol A: the most prepared transactions one batch may hold; the
+        Coordinated protocol: the most prepared transactions one batch may hold; the
         default leaves a quarter of ``max_prepared_transactions`` (at least 2)
         to other users of the server.
     merge_schema
-        Protocol A upsert/CDC: the schema of the per-transaction staging
+        Coordinated protocol, upsert/CDC: the schema of the per-transaction staging
         tables (default: the target table's schema).
     application_name
         ``application_name`` of the sessions (shown in ``pg_stat_activity``).
@@ -236,7 +236,7 @@ class PostgresOptions:
             ),
             ("TimeZone", "UTC"),
             ("DateStyle", "ISO, YMD"),
-            # Protocol B stages upserts in temporary tables: keep them in memory longer
+            # The markers protocol stages upserts in temporary tables: keep them in memory longer
             # than the default 8MB (only allocated when used; per session).
             ("temp_buffers", "64MB"),
             ("application_name", self.application_name),

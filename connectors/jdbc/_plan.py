@@ -16,8 +16,8 @@ import pyarrow as pa
 from twophase.errors import ConfigurationError
 
 from ._catalog import TableInfo
-from ._config import PostgresOptions
 from ._encode import ColumnPlan
+from ._options import PostgresOptions
 from ._sql import RESERVED_COLUMNS
 from ._typemap import column_kind, compatibility_problem, postgres_type
 

@@ -1,4 +1,4 @@
-"""Protocol A's SQL: ``PREPARE TRANSACTION``, ``COMMIT`` / ``ROLLBACK PREPARED``, recovery.
+"""The coordinated protocol's SQL: prepare, ``COMMIT`` / ``ROLLBACK PREPARED``, recovery.
 
 The executor prepares (:func:`prepare_transaction`); the driver probes the
 server, commits, lists and rolls back by gid (:class:`PreparedTransactions`).
@@ -21,7 +21,7 @@ from twophase.errors import ConfigurationError, FatalError, RetriableError
 from . import _sql
 from ._client import PostgresClient
 from ._errors import is_connection_error, map_error, sqlstate
-from ._fence import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
+from ._fencing import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
 from ._gid import GID_PREFIX, gid_prefix, parse_gid
 from ._transaction import PostgresTransaction
 
@@ -70,7 +70,7 @@ def prepare_transaction(txn: PostgresTransaction, fences: sql.Composable) -> Non
     txn
         The open, finished transaction.
     fences
-        The fence table (:func:`~._fence.refuse_if_fenced`).
+        The fence table (:func:`~._fencing.refuse_if_fenced`).
     """
     conn = txn.open_connection("PREPARE TRANSACTION")
     try:

@@ -1,9 +1,9 @@
 """The two PostgreSQL sinks: what each protocol adds to :class:`~._base.PostgresSinkMixin`.
 
-* :class:`PostgresTwoPhaseSink` -- protocol A: each partition's transaction
+* :class:`PostgresTwoPhaseSink` -- the coordinated protocol: each partition's transaction
   is prepared (``PREPARE TRANSACTION``) on its executor; the driver records
   the decision and runs ``COMMIT PREPARED`` for every partition (phase 2).
-* :class:`PostgresMarkerSink` -- protocol B, for servers with
+* :class:`PostgresMarkerSink` -- the markers protocol, for servers with
   ``max_prepared_transactions = 0``: each partition commits on its executor
   together with a marker row carrying the partition's fingerprint.
 
@@ -29,9 +29,10 @@ from twophase.errors import ConfigurationError
 
 from ._base import PostgresHandle, PostgresSinkMixin
 from ._catalog import ServerInfo
-from ._config import ConnectionConfig, PostgresOptions
+from ._config import ConnectionConfig
 from ._gid import parse_gid
 from ._markers import MarkerTable
+from ._options import PostgresOptions
 from ._prepared import PreparedTransactions, partition_limit, prepare_transaction
 from ._transaction import PostgresTransaction
 
@@ -46,7 +47,7 @@ _STALE_AFTER_SECONDS = 600.0
 class PostgresTwoPhaseSink(
     PostgresSinkMixin, TwoPhaseCommitSink[PostgresTransaction, PostgresHandle]
 ):
-    """Exactly-once into PostgreSQL with ``PREPARE TRANSACTION`` (protocol A).
+    """Exactly-once into PostgreSQL with ``PREPARE TRANSACTION`` (``coordinated``).
 
     Build it with :func:`~twophase.connectors.jdbc.postgres_sink` (which
     checks the server); the constructor is public for typing and for forcing
@@ -98,7 +99,7 @@ class PostgresTwoPhaseSink(
         Then warn of other sinks' prepared transactions older than 10 minutes.
         """
         where: dict[str, Any] = {"sink": self.name}
-        server = self._committer.server(**where)
+        server = self._checker.server(**where)
         if server.max_prepared_transactions == 0:
             self._prepared.probe(**where)  # raises with the server's message and hint
         max_partitions = self.options.max_partitions
@@ -184,7 +185,7 @@ class PostgresTwoPhaseSink(
 
 
 class PostgresMarkerSink(PostgresSinkMixin, MarkerCommitSink[PostgresTransaction]):
-    """Exactly-once into PostgreSQL without prepared transactions (protocol B).
+    """Exactly-once into PostgreSQL without prepared transactions (``markers``).
 
     For servers with ``max_prepared_transactions = 0`` (PostgreSQL's default,
     and most managed services). Every partition commits its own transaction on

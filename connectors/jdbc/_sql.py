@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from psycopg2 import sql
 
-from ._config import QualifiedName
+from ._options import QualifiedName
 
 __all__ = [
     "OP_COLUMN",
@@ -98,10 +98,10 @@ def create_staging(
     with_op
         Add the CDC operation column.
     temporary
-        A ``TEMP ... ON COMMIT DROP`` table (protocol B). Protocol A cannot
-        use one (PostgreSQL refuses to prepare a transaction that touched a
-        temporary table) and uses an ``UNLOGGED`` table dropped before
-        ``PREPARE TRANSACTION``.
+        A ``TEMP ... ON COMMIT DROP`` table (the markers protocol). The
+        coordinated protocol cannot use one (PostgreSQL refuses to prepare a
+        transaction that touched a temporary table) and uses an ``UNLOGGED``
+        table dropped before ``PREPARE TRANSACTION``.
 
     Returns
     -------

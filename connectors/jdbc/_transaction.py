@@ -2,8 +2,8 @@
 
 The state of a transaction, for both protocols::
 
-    open --write*--> open --finish--> open --prepare--> prepared    (protocol A)
-                                           --commit---> committed   (protocol B)
+    open --write*--> open --finish--> open --prepare--> prepared    (coordinated)
+                                           --commit---> committed   (markers)
     open/prepared --rollback--> rolled back
     open --connection lost during PREPARE or COMMIT--> unknown
 """
@@ -34,13 +34,13 @@ class PostgresTransaction:
     context
         The task that owns it.
     gid
-        Its global transaction id (protocol A) / transaction id (protocol B).
+        Its global transaction id (coordinated) / transaction id (markers).
     state
         ``open``, ``prepared``, ``committed``, ``rolled back`` or ``unknown``.
     rows
         Rows written so far.
     xid
-        The server's 64-bit transaction id (protocol A), to tell later whether
+        The server's 64-bit transaction id (coordinated), to tell later whether
         a gid that disappeared was committed or rolled back.
     """
 

@@ -24,12 +24,13 @@ from twophase.errors import ConfigurationError, DataError, TwoPhaseError
 from . import _sql
 from ._catalog import describe_table
 from ._client import PostgresClient
-from ._config import ConnectionConfig, PostgresOptions, QualifiedName
+from ._config import ConnectionConfig
 from ._copy import CopyStream
 from ._encode import encode_csv
 from ._errors import sqlstate
-from ._fence import application_name, take_slot
+from ._fencing import application_name, take_slot
 from ._gid import format_gid
+from ._options import PostgresOptions, QualifiedName
 from ._plan import plan_write
 from ._prepared import PreparedTransactions
 from ._transaction import PostgresTransaction
@@ -50,8 +51,8 @@ class PostgresWriter(PostgresClient):
     options, connection
         As for :class:`~._client.PostgresClient`.
     prepare
-        Protocol A (the transaction will be prepared) when True, protocol B
-        otherwise.
+        The coordinated protocol (the transaction will be prepared) when
+        True, the markers protocol otherwise.
     """
 
     def __init__(
@@ -95,8 +96,8 @@ class PostgresWriter(PostgresClient):
 
         def start(cur: Any) -> tuple[int | None, Any]:
             if self.prepare:
-                # Named like protocol B's attempts, so that the driver's fence can find a
-                # zombie that holds the fence row (_fence.py).
+                # Named like the markers protocol's attempts, so that the driver's fence can find a
+                # zombie that holds the fence row (_fencing.py).
                 cur.execute(
                     "BEGIN ISOLATION LEVEL READ COMMITTED; "
                     "SELECT set_config('application_name', %s, true), txid_current()",
@@ -105,7 +106,7 @@ class PostgresWriter(PostgresClient):
                 xid = int(cur.fetchone()[1])
             else:
                 cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                take_slot(cur, context)  # protocol B's zombie fence (_fence.py)
+                take_slot(cur, context)  # the markers protocol's zombie fence (_fencing.py)
                 xid = None
             return xid, describe_table(cur, self.options.table)
 
@@ -262,7 +263,7 @@ class PostgresWriter(PostgresClient):
 
     # ------------------------------------------------------------- rollback
     def rollback(self, txn: PostgresTransaction) -> None:
-        """Roll back the transaction, open or (protocol A) prepared; idempotent.
+        """Roll back the transaction, open or (coordinated protocol) prepared; idempotent.
 
         Parameters
         ----------

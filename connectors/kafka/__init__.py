@@ -2,7 +2,7 @@
 
 One Kafka transaction per partition of a micro-batch, committed on the
 executor together with an idempotence marker in a compacted control topic
-(the marker protocol, B). Takes the columns of Spark's own Kafka sink, so that
+(the markers protocol). Takes the columns of Spark's own Kafka sink, so that
 switching from ``format("kafka")`` is a one-line change::
 
     from twophase.connectors.kafka import KafkaSink
@@ -17,8 +17,9 @@ partition's transaction (produce, probe, flush, commit, abort) in
 ``_fencing.py``; the per-worker producer pool in ``_pool.py``; Arrow rows to
 records in ``_records.py``; the up-front check of the topics a ``topic``
 column names in ``_topics.py``; markers and their fast reader in
-``_markers.py``; cluster checks in ``_admin.py``; the mapping of Kafka errors
-onto :mod:`twophase.errors` in ``_errors.py``. See ``docs/kafka.md``.
+``_markers.py``; the driver-side cluster checks in ``_checks.py``; the
+mapping of Kafka errors onto :mod:`twophase.errors` in ``_errors.py``. See
+``docs/kafka.md``.
 """
 
 from ._clients import close_clients

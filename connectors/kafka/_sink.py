@@ -1,4 +1,4 @@
-"""``KafkaSink``: exactly-once into Kafka with transactional producers (protocol B).
+"""``KafkaSink``: exactly-once into Kafka with transactional producers (``markers``).
 
 Design (zombies, recovery, code layout, where KIP-939 plugs in): ``docs/kafka.md``.
 """
@@ -21,7 +21,7 @@ from twophase import (
 )
 
 from . import _fencing
-from ._admin import check_cluster
+from ._checks import check_cluster
 from ._markers import MarkerReader
 from ._options import KafkaOptions, arguments_from_spark_options
 from ._records import plan_records
@@ -43,7 +43,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     The sink is pickled to the executors: it holds settings only
     (:attr:`options`); producers live in a per-process pool on the executors.
     Its hooks route to the connector's parts: :class:`KafkaTransaction`
-    writes and commits, ``_fencing`` fences slots, ``_admin`` checks the
+    writes and commits, ``_fencing`` fences slots, ``_checks`` checks the
     cluster, ``MarkerReader`` reads markers.
 
     Parameters

@@ -258,7 +258,8 @@ class KafkaTransaction:
         Raises
         ------
         FatalError
-            Without a marker (protocol B needs one in every transaction), or
+            Without a marker (the markers protocol needs one in every
+            transaction), or
             when the producer was fenced.
         AbortRequiredError
             When the broker refused the commit (the transaction is aborted).
@@ -270,7 +271,7 @@ class KafkaTransaction:
         self._require_open("commit")
         if self.marker is None or self.marker_key is None:
             raise FatalError(
-                "commit() without a marker: protocol B needs write_marker() in every "
+                "commit() without a marker: the markers protocol needs write_marker() in every "
                 "transaction, or a replay could write the partition twice",
                 sink=self.options.sink,
                 batch_id=self.context.batch_id,

@@ -11,8 +11,8 @@ from tests.chaos.harness import Infra
 
 _FIXTURES = {
     "kafka": "kafka_broker",
-    "pg-A": "postgres_server",
-    "pg-B": "postgres_server_no_prepared",
+    "pg-coordinated": "postgres_server",
+    "pg-markers": "postgres_server_no_prepared",
 }
 
 
@@ -28,6 +28,10 @@ def infra_for(request: pytest.FixtureRequest) -> Callable[..., Infra]:
         servers: dict[str, Any] = {s: request.getfixturevalue(_FIXTURES[s]) for s in sinks}
         if restarts and not all(getattr(s, "managed", False) for s in servers.values()):
             pytest.skip("needs servers this session started (the test restarts them)")
-        return Infra(kafka=servers.get("kafka"), pg_a=servers.get("pg-A"), pg_b=servers.get("pg-B"))
+        return Infra(
+            kafka=servers.get("kafka"),
+            pg_a=servers.get("pg-coordinated"),
+            pg_b=servers.get("pg-markers"),
+        )
 
     return make

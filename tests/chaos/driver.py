@@ -79,12 +79,12 @@ def build_sink(spec: dict[str, Any]) -> Any:
     else:
         from twophase.connectors.jdbc import postgres_sink
 
-        extra = {"staging": spec["staging"]} if kind == "pg-B" else {}
+        extra = {"staging": spec["staging"]} if kind == "pg-markers" else {}
         sink = postgres_sink(
             name,
             table=target["table"],
             dsn=target["dsn"],
-            protocol="coordinated" if kind == "pg-A" else "markers",
+            protocol="coordinated" if kind == "pg-coordinated" else "markers",
             lock_timeout=10.0,
             connect_timeout=5,
             **extra,

@@ -1,13 +1,15 @@
 """A seeded, randomised chaos harness for the real sinks under a real Spark driver.
 
-``scripts/chaos.sh --trials N --seed S [--sinks kafka,pg-A,pg-B]`` (or ``python -m tests.chaos``)
-runs N trials. Trial ``i`` draws everything from ``random.Random(f"{S}:{i}")``:
+``scripts/chaos.sh --trials N --seed S [--sinks kafka,pg-coordinated,pg-markers]`` (or
+``python -m tests.chaos``) runs N trials. Trial ``i`` draws everything from
+``random.Random(f"{S}:{i}")``:
 
-* a sink: Kafka (protocol B), PostgreSQL with prepared transactions (protocol A) or without
-  (protocol B);
+* a sink: Kafka (the markers protocol), PostgreSQL with prepared transactions (the coordinated
+  protocol) or without (the markers protocol);
 * a pipeline: a deterministic passthrough, ``repartition(n, key)``, ``repartition(n)`` (round robin,
   not deterministic across runs) or an aggregation by key (update mode, deterministic output);
-  protocol B sinks get ``staging=True`` only for the round-robin pipeline, and only when drawn;
+  sinks of the markers protocol get ``staging=True`` only for the round-robin pipeline, and only
+  when drawn;
 * the input: a few micro-batches from Parquet files (one file per batch), or a Kafka topic for the
   Kafka sink;
 * 1-3 faults, each bound to a point of the run (a coordinator step on the driver, a hook of one
@@ -15,9 +17,9 @@ runs N trials. Trial ``i`` draws everything from ``random.Random(f"{S}:{i}")``:
   fault is done) or after a random delay: the driver's process groups SIGKILLed, PostgreSQL
   restarted (fast or immediate shutdown), the Kafka broker restarted, the broker frozen (SIGSTOP)
   past the producer's request timeout, ``query.stop()`` from a thread of the driver, or a task
-  failure (``twophase.testing.with_faults``); for ``pg-A``, a zombie: an attempt of a task that
-  Spark gave up on, which opens its transaction when the task reaches the point and tries to
-  prepare only after the trial's last driver has exited (:mod:`tests.chaos.zombie`).
+  failure (``twophase.testing.with_faults``); for ``pg-coordinated``, a zombie: an attempt of a
+  task that Spark gave up on, which opens its transaction when the task reaches the point and tries
+  to prepare only after the trial's last driver has exited (:mod:`tests.chaos.zombie`).
 
 The driver (:mod:`tests.chaos.driver`) runs in a process group of its own and is started again
 after every exit until its query has processed the input, or until the trial's time runs out. Then
@@ -71,7 +73,9 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SINKS = ("kafka", "pg-A", "pg-B")
+SINKS = ("kafka", "pg-coordinated", "pg-markers")
+#: Former names of the PostgreSQL sinks, still taken by ``--sinks``.
+FORMER_SINK_NAMES = {"pg-A": "pg-coordinated", "pg-B": "pg-markers"}
 PIPELINES = ("passthrough", "repartition_key", "repartition_rr", "aggregate")
 #: Pipelines whose partitions may differ from one run to the next.
 NONDETERMINISTIC = frozenset({"repartition_rr"})
@@ -88,20 +92,20 @@ FAULT_KINDS = (
 
 #: Coordinator steps a fault may be bound to ("start" is before anything of the batch).
 DRIVER_STEPS = {
-    "pg-A": tuple(s for s in COORDINATED_STEPS if s != "start"),
-    "pg-B": tuple(s for s in MARKER_STEPS if s != "start"),
+    "pg-coordinated": tuple(s for s in COORDINATED_STEPS if s != "start"),
+    "pg-markers": tuple(s for s in MARKER_STEPS if s != "start"),
     "kafka": tuple(s for s in MARKER_STEPS if s != "start"),
 }
 #: Task probes of :mod:`tests.chaos.sinks` a fault may be bound to.
 TASK_POINTS = {
-    "pg-A": ("begin_transaction", "write", "pre_commit", "pre_commit_done"),
-    "pg-B": ("begin_transaction", "write", "commit_with_marker", "commit_with_marker_done"),
+    "pg-coordinated": ("begin_transaction", "write", "pre_commit", "pre_commit_done"),
+    "pg-markers": ("begin_transaction", "write", "commit_with_marker", "commit_with_marker_done"),
     "kafka": ("begin_transaction", "write", "commit_with_marker", "commit_with_marker_done"),
 }
 #: Hooks a task failure may be injected into (``with_faults`` rules).
 FAILABLE_HOOKS = {
-    "pg-A": ("begin_transaction", "write", "pre_commit"),
-    "pg-B": ("begin_transaction", "write", "commit_with_marker"),
+    "pg-coordinated": ("begin_transaction", "write", "pre_commit"),
+    "pg-markers": ("begin_transaction", "write", "commit_with_marker"),
     "kafka": ("begin_transaction", "write", "commit_with_marker"),
 }
 #: librdkafka's ``request.timeout.ms`` for the chaos sinks: a freeze outlasts it.
@@ -221,7 +225,7 @@ def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Faul
         if sink == "kafka"
         else ["pg_restart_fast", "pg_restart_immediate"]
     )
-    if sink == "pg-A":
+    if sink == "pg-coordinated":
         kinds.append("zombie")
     kind = rng.choice(kinds)
     if kind == "zombie":
@@ -263,7 +267,7 @@ def draw_plan(seed: str | int, index: int, sinks: Sequence[str] = SINKS) -> Tria
     sink = rng.choice([s for s in SINKS if s in sinks])  # the same draw whatever the order given
     pipeline = rng.choice(PIPELINES)
     partitions = rng.randint(2, 4)
-    staging = sink != "pg-A" and pipeline in NONDETERMINISTIC and rng.random() < 0.5
+    staging = sink != "pg-coordinated" and pipeline in NONDETERMINISTIC and rng.random() < 0.5
     kafka_source = sink == "kafka" and pipeline != "aggregate" and rng.random() < 0.3
     plan = TrialPlan(
         seed=str(seed),
@@ -313,8 +317,8 @@ class Infra:
     pg_b: Any = None
 
     def pg(self, sink: str) -> Any:
-        """The PostgreSQL server of a ``pg-A`` / ``pg-B`` sink."""
-        return self.pg_a if sink == "pg-A" else self.pg_b
+        """The PostgreSQL server of a ``pg-coordinated`` / ``pg-markers`` sink."""
+        return self.pg_a if sink == "pg-coordinated" else self.pg_b
 
     def server_of(self, kind: str, sink: str) -> Any:
         """The server a fault of ``kind`` acts on."""
@@ -345,7 +349,10 @@ def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
             else:
                 infra.kafka = KafkaBroker(log_dir=log_dir / "kafka").start()
                 started.append(infra.kafka)
-        for sink, env, prepared in (("pg-A", ENV_PG_DSN, 64), ("pg-B", ENV_PG_NOPREP_DSN, 0)):
+        for sink, env, prepared in (
+            ("pg-coordinated", ENV_PG_DSN, 64),
+            ("pg-markers", ENV_PG_NOPREP_DSN, 0),
+        ):
             if sink not in sinks:
                 continue
             if os.environ.get(env):
@@ -355,7 +362,7 @@ def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
                     max_prepared_transactions=prepared, log_dir=log_dir / f"postgres-{sink}"
                 ).start()
                 started.append(server)
-            if sink == "pg-A":
+            if sink == "pg-coordinated":
                 infra.pg_a = server
             else:
                 infra.pg_b = server
@@ -617,7 +624,7 @@ class Target:
     def save_evidence(self, path: Path) -> None:
         """Write what a failed trial's target holds beyond the records: markers, prepared."""
         lines: list[str] = []
-        if self.plan.sink == "pg-B":
+        if self.plan.sink == "pg-markers":
             server = self.infra.pg_b
             if _pg_sql(server, "SELECT to_regclass('twophase_markers')")[0][0] is not None:
                 rows = _pg_sql(
@@ -626,7 +633,7 @@ class Target:
                     (f"{self.name}.%",),
                 )
                 lines += ["twophase_markers:", *map(str, rows)]
-        if self.plan.sink == "pg-A":
+        if self.plan.sink == "pg-coordinated":
             rows = _pg_sql(self.infra.pg_a, "SELECT gid, prepared FROM pg_prepared_xacts")
             lines += ["pg_prepared_xacts:", *map(str, rows)]
         path.write_text("\n".join(lines) + "\n")
@@ -641,7 +648,7 @@ class Target:
                 if not unstable or time.monotonic() > deadline:
                     return unstable
                 time.sleep(1.0)
-        if self.plan.sink == "pg-B":
+        if self.plan.sink == "pg-markers":
             return []
         rows = _pg_sql(
             self.infra.pg_a,
@@ -1263,7 +1270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sinks",
         default=",".join(SINKS),
-        help=f"comma-separated subset of {','.join(SINKS)} (default: all)",
+        help=f"comma-separated subset of {','.join(SINKS)} (default: all; pg-A and pg-B, "
+        "their former names, still work)",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per trial")
     parser.add_argument(
@@ -1282,6 +1290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plan-only", action="store_true", help="print the drawn plans and exit")
     args = parser.parse_args(argv)
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
+    sinks = list(dict.fromkeys(FORMER_SINK_NAMES.get(s, s) for s in sinks))
     unknown = sorted(set(sinks) - set(SINKS))
     if unknown or not sinks:
         parser.error(f"--sinks: unknown {unknown}; choose from {', '.join(SINKS)}")

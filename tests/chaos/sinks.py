@@ -69,7 +69,7 @@ class _Probed:
 
 
 class _ProbedPrepare(_Probed):
-    """Protocol A: probes around ``pre_commit`` too."""
+    """The coordinated protocol: probes around ``pre_commit`` too."""
 
     def pre_commit(self, txn: Any) -> Any:
         entry = self._context(txn)
@@ -82,7 +82,7 @@ class _ProbedPrepare(_Probed):
 
 
 class _ProbedMarkers(_Probed):
-    """Protocol B: probes around ``commit_with_marker`` too."""
+    """The markers protocol: probes around ``commit_with_marker`` too."""
 
     def commit_with_marker(self, txn: Any, marker: Any) -> None:
         entry = self._context(txn)
@@ -100,21 +100,21 @@ class ChaosKafkaSink(_ProbedMarkers, KafkaSink):
 
 
 class ChaosPostgresTwoPhaseSink(_ProbedPrepare, PostgresTwoPhaseSink):
-    """:class:`PostgresTwoPhaseSink` (protocol A) with probes."""
+    """:class:`PostgresTwoPhaseSink` (the coordinated protocol) with probes."""
 
-    _chaos_kind = "pg-A"
+    _chaos_kind = "pg-coordinated"
 
 
 class ChaosPostgresMarkerSink(_ProbedMarkers, PostgresMarkerSink):
-    """:class:`PostgresMarkerSink` (protocol B) with probes."""
+    """:class:`PostgresMarkerSink` (the markers protocol) with probes."""
 
-    _chaos_kind = "pg-B"
+    _chaos_kind = "pg-markers"
 
 
 _CLASSES: dict[str, type[Any]] = {
     "kafka": ChaosKafkaSink,
-    "pg-A": ChaosPostgresTwoPhaseSink,
-    "pg-B": ChaosPostgresMarkerSink,
+    "pg-coordinated": ChaosPostgresTwoPhaseSink,
+    "pg-markers": ChaosPostgresMarkerSink,
 }
 
 
@@ -134,7 +134,7 @@ def instrument(
     sink
         A sink built by the connector (``KafkaSink(...)`` or ``postgres_sink(...)``).
     kind
-        ``"kafka"``, ``"pg-A"`` or ``"pg-B"``.
+        ``"kafka"``, ``"pg-coordinated"`` or ``"pg-markers"``.
     chaos
         ``events`` (event log path), ``control`` (directory of go files) and ``pauses``.
     faults

@@ -3,9 +3,9 @@
 Four trials of seed 21 through :func:`tests.chaos.harness.run_trials`, the same code as
 ``scripts/chaos.sh --trials 4 --seed 21``: Kafka fed by a Kafka topic (broker restarted, frozen
 past the request timeout, a task failure), Kafka behind an aggregation (driver killed, query
-stopped, a task failure), PostgreSQL protocol A behind an aggregation (driver killed) and protocol
-B (server restarted twice, driver killed). Every trial must end exact, with at least one of its
-faults fired.
+stopped, a task failure), PostgreSQL with the coordinated protocol behind an aggregation (driver
+killed) and with the markers protocol (server restarted twice, driver killed). Every trial must end
+exact, with at least one of its faults fired.
 """
 
 from __future__ import annotations

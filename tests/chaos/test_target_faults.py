@@ -75,12 +75,12 @@ def assert_exact(result: TrialResult) -> None:
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
-@pytest.mark.parametrize("sink", ["pg-A", "pg-B"])
+@pytest.mark.parametrize("sink", ["pg-coordinated", "pg-markers"])
 def test_postgres_restarted_during_phase_1(
     infra_for: InfraFor, tmp_path: Path, sink: str, mode: str
 ) -> None:
     # Partition 0 of batch 1 has written its rows into its open transaction; the server goes
-    # down and comes back before the task goes on to prepare (A) or commit (B).
+    # down and comes back before the task goes on to prepare (coordinated) or commit (markers).
     fault = Fault(f"pg_restart_{mode}", task("write"), sync=True)
     result = run(plan(sink, fault), infra_for(sink), tmp_path)
     assert_exact(result)
@@ -100,7 +100,7 @@ def test_postgres_restarted_during_phase_2(
     infra_for: InfraFor, tmp_path: Path, mode: str, at: dict[str, Any]
 ) -> None:
     fault = Fault(f"pg_restart_{mode}", at, sync=True)
-    result = run(plan("pg-A", fault), infra_for("pg-A"), tmp_path)
+    result = run(plan("pg-coordinated", fault), infra_for("pg-coordinated"), tmp_path)
     assert_exact(result)
 
 
@@ -111,7 +111,7 @@ def test_postgres_zombie_waking_after_the_last_run_leaves_nothing_prepared(
     # transaction while the task runs, and tries to prepare only after the driver has exited,
     # when no sweep will run again. The fence refuses it; nothing stays prepared.
     fault = Fault("zombie", task("pre_commit", batch=2), sync=True)
-    result = run(plan("pg-A", fault), infra_for("pg-A"), tmp_path)
+    result = run(plan("pg-coordinated", fault), infra_for("pg-coordinated"), tmp_path)
     assert_exact(result)
     assert "woke after the last run: refused" in fault.detail, fault.detail
     assert result.leftovers == []
@@ -144,10 +144,14 @@ def test_kafka_broker_frozen_past_the_request_timeout(
 @pytest.mark.parametrize(
     ("sink", "at"),
     [
-        pytest.param("pg-A", step("decided"), id="pg-A-decided"),
-        pytest.param("pg-A", step("committed_handle", index=0), id="pg-A-committed_0"),
+        pytest.param("pg-coordinated", step("decided"), id="pg-coordinated-decided"),
+        pytest.param(
+            "pg-coordinated", step("committed_handle", index=0), id="pg-coordinated-committed_0"
+        ),
         # one partition committed, the other not
-        pytest.param("pg-B", task("commit_with_marker_done"), id="pg-B-partition_committed"),
+        pytest.param(
+            "pg-markers", task("commit_with_marker_done"), id="pg-markers-partition_committed"
+        ),
         pytest.param("kafka", task("commit_with_marker_done"), id="kafka-partition_committed"),
     ],
 )
@@ -169,12 +173,12 @@ def test_driver_killed_with_its_process_group(
     [
         # The issue: a stop while the batch is read back from its staged copy.
         pytest.param("kafka", step("staged"), True, id="kafka-staged"),
-        pytest.param("pg-B", step("staged"), True, id="pg-B-staged"),
+        pytest.param("pg-markers", step("staged"), True, id="pg-markers-staged"),
         # Overlaps kafka-staged (a stop in a staged batch): out of the default run.
         pytest.param(
             "kafka", task("write"), True, id="kafka-staging-write", marks=pytest.mark.extended
         ),
-        pytest.param("pg-A", task("write"), False, id="pg-A-write"),
+        pytest.param("pg-coordinated", task("write"), False, id="pg-coordinated-write"),
     ],
 )
 def test_query_stop_in_the_middle_of_a_batch(
@@ -206,7 +210,9 @@ def test_query_stop_then_start_again_in_the_same_process(
         ),
         Fault("query_stop", task("begin_transaction"), sync=True, params={"restart": "in-process"}),
     )
-    result = run(plan("pg-B", *faults, pipeline="passthrough"), infra_for("pg-B"), tmp_path)
+    result = run(
+        plan("pg-markers", *faults, pipeline="passthrough"), infra_for("pg-markers"), tmp_path
+    )
     print("driver logs show:", result.log_findings or "nothing notable")
     assert_exact(result)
 
@@ -218,7 +224,9 @@ def test_driver_killed_after_a_stateful_batch_is_recorded_committed(
     # before Spark's commits/1: the restart replays batch 1, which the sink skips.
     fault = Fault("kill_driver", step("recorded_committed"), sync=True)
     result = run(
-        plan("pg-B", fault, pipeline="aggregate"), infra_for("pg-B", restarts=False), tmp_path
+        plan("pg-markers", fault, pipeline="aggregate"),
+        infra_for("pg-markers", restarts=False),
+        tmp_path,
     )
     print("driver logs show:", result.log_findings or "nothing notable")
     assert_exact(result)
@@ -227,7 +235,7 @@ def test_driver_killed_after_a_stateful_batch_is_recorded_committed(
 @pytest.mark.parametrize(
     ("sink", "hold"),
     [
-        pytest.param("pg-B", "write", id="pg-B-written"),
+        pytest.param("pg-markers", "write", id="pg-markers-written"),
         pytest.param("kafka", "write", id="kafka-written"),
         # Held before its producer exists: its init_transactions comes after the new run's
         # recovery fenced the slot, so the producer epoch alone does not stop it.

@@ -1,8 +1,8 @@
 """Fixtures of the cluster tests: ``make_scenario(connector, **kwargs) -> Scenario``.
 
 The cluster (``spark_cluster``), the broker and the PostgreSQL servers are the session fixtures of
-``tests/conftest.py``; ``pg-A`` uses ``postgres_server`` (prepared transactions), ``pg-B``
-``postgres_server_no_prepared`` (none). Kafka is also every scenario's input.
+``tests/conftest.py``; ``pg-coordinated`` uses ``postgres_server`` (prepared transactions),
+``pg-markers`` ``postgres_server_no_prepared`` (none). Kafka is also every scenario's input.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def make_scenario(
     def make(connector: str, **kwargs: Any) -> Scenario:
         assert connector in CONNECTORS, connector
         server = None
-        if connector == "pg-A":
+        if connector == "pg-coordinated":
             server = request.getfixturevalue("postgres_server")
-        elif connector == "pg-B":
+        elif connector == "pg-markers":
             server = request.getfixturevalue("postgres_server_no_prepared")
         return Scenario(
             connector, spark_cluster, kafka_broker, server, tmp_path / connector, **kwargs

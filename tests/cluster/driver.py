@@ -6,12 +6,13 @@ Each test runs its driver in a process of its own: one SparkContext per process,
 session's local ``spark`` fixture and the cluster applications never meet, and every test gets a
 fresh application (fresh executors, none left over from an earlier test's kills).
 
-The spec (JSON) names the cluster (``master_url``), the sink (``connector``: ``pg-A``, ``pg-B`` or
-``kafka``, with ``dsn``/``table`` or ``target_topic``/``control_topic``), the input
-(``bootstrap``, ``source_topic``, ``rows_per_batch``: the Kafka source's ``maxOffsetsPerTrigger``),
-the ``checkpoint``, the probes' ``control`` directory and where to write the ``result``. The query
-runs with an ``availableNow`` trigger: it processes what the topic holds, in batches of
-``rows_per_batch`` rows, then stops. With ``hold`` set, the driver keeps its application (and
+The spec (JSON) names the cluster (``master_url``), the sink (``connector``:
+``pg-coordinated``, ``pg-markers`` or ``kafka``, with ``dsn``/``table`` or
+``target_topic``/``control_topic``), the input (``bootstrap``, ``source_topic``,
+``rows_per_batch``: the Kafka source's ``maxOffsetsPerTrigger``), the ``checkpoint``, the
+probes' ``control`` directory and where to write the ``result``. The query runs with an
+``availableNow`` trigger: it processes what the topic holds, in batches of ``rows_per_batch``
+rows, then stops. With ``hold`` set, the driver keeps its application (and
 executors) until the test releases that name.
 
 The result (JSON): the application id, whether the query finished, its exception, twophase's
@@ -41,7 +42,7 @@ def build_sink(spec: dict[str, Any], control: Control) -> Any:
     if connector.startswith("pg-"):
         from twophase.connectors.jdbc import postgres_sink
 
-        protocol = "coordinated" if connector == "pg-A" else "markers"
+        protocol = "coordinated" if connector == "pg-coordinated" else "markers"
         sink = postgres_sink(
             spec["sink_name"],
             table=spec["table"],

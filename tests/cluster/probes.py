@@ -428,11 +428,11 @@ class ProbedKafkaSink(_ProbedMarkers, KafkaSink):
 
 
 class ProbedPostgresMarkerSink(_ProbedMarkers, PostgresMarkerSink):
-    """``PostgresMarkerSink`` (protocol B) with probes."""
+    """``PostgresMarkerSink`` (the markers protocol) with probes."""
 
 
 class ProbedPostgresTwoPhaseSink(_ProbedCoordinated, PostgresTwoPhaseSink):
-    """``PostgresTwoPhaseSink`` (protocol A) with probes."""
+    """``PostgresTwoPhaseSink`` (the coordinated protocol) with probes."""
 
 
 def probed(sink: S, control: Control) -> S:

@@ -1,9 +1,9 @@
 """Test-side helpers of the cluster tests: input, the driver process, and the checks by content.
 
-A :class:`Scenario` is one streaming query of one sink (``pg-A``, ``pg-B`` or ``kafka``) on the
-cluster: its input topic (2 partitions, ``batches`` micro-batches of ``rows_per_batch`` ids), its
-target (a fresh table, or a fresh 2-partition topic with its own control topic), its probes'
-control directory, and its driver process (:mod:`tests.cluster.driver`).
+A :class:`Scenario` is one streaming query of one sink (``pg-coordinated``, ``pg-markers`` or
+``kafka``) on the cluster: its input topic (2 partitions, ``batches`` micro-batches of
+``rows_per_batch`` ids), its target (a fresh table, or a fresh 2-partition topic with its own
+control topic), its probes' control directory, and its driver process (:mod:`tests.cluster.driver`).
 
 The checks, by content: :meth:`Scenario.assert_exactly_once` (PostgreSQL: every id's row count is
 1; Kafka: a ``read_committed`` consumer sees every id once) and :meth:`Scenario.leftovers`
@@ -34,7 +34,7 @@ from twophase.testing import assert_exactly_once
 from twophase_dev import KafkaBroker, PostgresServer, SparkCluster
 
 ROOT = Path(__file__).resolve().parents[2]
-CONNECTORS = ("pg-A", "pg-B", "kafka")
+CONNECTORS = ("pg-coordinated", "pg-markers", "kafka")
 #: Partitions of the input topic: one task per partition, one per worker of the cluster.
 PARTITIONS = 2
 
@@ -208,8 +208,8 @@ class Scenario:
 
     @property
     def commit_hook(self) -> str:
-        """The participant's last hook: ``pre_commit`` (protocol A) or ``commit_with_marker``."""
-        return "pre_commit" if self.connector == "pg-A" else "commit_with_marker"
+        """The participant's last hook: ``pre_commit`` (coordinated) or ``commit_with_marker``."""
+        return "pre_commit" if self.connector == "pg-coordinated" else "commit_with_marker"
 
 
 def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> bool:

@@ -47,9 +47,10 @@ def finish(scenario: Scenario, result: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "when",
     [
-        # rows written in an open transaction, not yet prepared (A) / committed (B)
+        # rows written in an open transaction, not yet prepared (coordinated) / committed (markers)
         "before",
-        # prepared (A) / committed with its marker (B), the task's result not yet reported
+        # prepared (coordinated) / committed with its marker (markers), the task's result not yet
+        # reported
         "after",
     ],
 )
@@ -71,7 +72,7 @@ def test_an_executor_sigkilled_in_phase_1(
         # attempt 0 died before its commit point: a retry wrote the partition
         assert committed, "no retry committed the partition"
         assert min(committed) >= 1, committed
-    elif connector == "pg-A":
+    elif connector == "pg-coordinated":
         # attempt 0 prepared and died: a retry rolled its orphan back and prepared again
         assert 0 in committed, committed
         assert max(committed) >= 1, committed
@@ -83,8 +84,8 @@ def test_an_executor_sigkilled_in_phase_1(
 def test_executors_sigkilled_during_phase_2_do_not_matter(
     make_scenario: Callable[..., Scenario],
 ) -> None:
-    """Protocol A: once the decision is recorded the driver commits; executors are not needed."""
-    scenario = make_scenario("pg-A")
+    """The coordinated protocol: after the decision the driver commits, needing no executor."""
+    scenario = make_scenario("pg-coordinated")
     scenario.control.add("commit", "kill-app-executors", batch=BATCH, partition=0)
     result = scenario.start_driver().wait()
 

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.slow]
 # fault-free runs here are "extended".
 @pytest.mark.parametrize(
     "connector",
-    [c if c == "pg-B" else pytest.param(c, marks=pytest.mark.extended) for c in CONNECTORS],
+    [c if c == "pg-markers" else pytest.param(c, marks=pytest.mark.extended) for c in CONNECTORS],
 )
 def test_a_streaming_query_on_the_cluster_writes_every_row_once(
     make_scenario: Callable[..., Scenario], connector: str

@@ -1,8 +1,9 @@
 """A zombie attempt on the standalone cluster: frozen, declared lost, retried, resumed late.
 
 See :mod:`tests.cluster.zombie`. The attempt of partition 0 of micro-batch 1 is frozen right before
-its commit point -- ``commit_with_marker`` (protocol B: its rows in an open transaction) or
-``pre_commit`` (protocol A: not yet prepared) -- together with its whole worker. The driver declares
+its commit point -- ``commit_with_marker`` (the markers protocol: its rows in an open
+transaction) or ``pre_commit`` (the coordinated protocol: not yet prepared) -- together with its
+whole worker. The driver declares
 its executor lost after ``spark.network.timeout`` and reruns the task on the other worker; only then
 does the zombie resume and try to commit. Micro-batch 2 waits (a ``pause`` rule) until the zombie
 has acted, so that the query goes on after it.
@@ -11,12 +12,12 @@ What fences the zombie (docs/guarantees.md, "Zombie attempts"):
 
 * Kafka: the retry's producer bumps the epoch of the slot's ``transactional.id``; the zombie's
   commit fails with "producer fenced", its open transaction aborted.
-* PostgreSQL, protocol B: the retry finds the zombie holding the slot's advisory lock and
+* PostgreSQL, the markers protocol: the retry finds the zombie holding the slot's advisory lock and
   terminates its backend (rolling its transaction back); the zombie's commit fails.
-* PostgreSQL, protocol A: once the driver has finished the batch, its fence (``twophase_fences``)
-  refuses the zombie before ``PREPARE TRANSACTION``; a zombie that prepared before that is named by
-  no decision, and the sweep (or the fence, which waits for it) rolls it back. A zombie that wakes
-  after the query ended cannot prepare at all.
+* PostgreSQL, the coordinated protocol: once the driver has finished the batch, its fence
+  (``twophase_fences``) refuses the zombie before ``PREPARE TRANSACTION``; a zombie that prepared
+  before that is named by no decision, and the sweep (or the fence, which waits for it) rolls it
+  back. A zombie that wakes after the query ended cannot prepare at all.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def test_kafka_fences_a_zombie_that_commits_after_the_retry(
 def test_postgres_markers_fence_a_zombie_that_commits_after_the_retry(
     make_scenario: Callable[..., Scenario], spark_cluster: SparkCluster
 ) -> None:
-    scenario = make_scenario("pg-B")
+    scenario = make_scenario("pg-markers")
     zombie, _result = run_with_zombie(scenario, spark_cluster)
     assert zombie.outcome["outcome"] == "error", f"the zombie committed: {zombie.outcome}"
 
@@ -89,7 +90,7 @@ def test_postgres_markers_fence_a_zombie_that_commits_after_the_retry(
 def test_postgres_two_phase_fences_or_sweeps_a_zombie_that_prepares_after_the_retry(
     make_scenario: Callable[..., Scenario], spark_cluster: SparkCluster
 ) -> None:
-    scenario = make_scenario("pg-A")
+    scenario = make_scenario("pg-coordinated")
     zombie, _result = run_with_zombie(scenario, spark_cluster)
     # The zombie resumes right after the retry prepared: the driver may or may not have finished
     # the batch (and fenced it) by then. Fenced, it never prepares; otherwise it is swept.
@@ -107,7 +108,7 @@ def test_postgres_two_phase_fences_a_zombie_that_wakes_after_the_query_ended(
 ) -> None:
     # Issue 22: the zombie of the last batch resumes only after the driver process has ended,
     # when no sweep will ever run again. It must not leave a prepared transaction behind.
-    scenario = make_scenario("pg-A", batches=2)
+    scenario = make_scenario("pg-coordinated", batches=2)
     last = scenario.batches - 1
     rule = scenario.control.add("pre_commit", "pause", batch=last, partition=0, attempt=0)
     driver = scenario.start_driver()

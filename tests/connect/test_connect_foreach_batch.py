@@ -41,7 +41,9 @@ def _crash(server: SparkConnectServer, tmp_path: Path, sink: Any, step: str, **k
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(("protocol", "step"), [("A", "decided"), ("B", "phase1_done")])
+@pytest.mark.parametrize(
+    ("protocol", "step"), [("coordinated", "decided"), ("markers", "phase1_done")]
+)
 def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
     connect_server: SparkConnectServer,
     tmp_path: Path,
@@ -52,14 +54,13 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
 ) -> None:
     from twophase.connectors.jdbc import postgres_sink
 
-    server = postgres_server if protocol == "A" else postgres_server_no_prepared
+    server = postgres_server if protocol == "coordinated" else postgres_server_no_prepared
     table = f"connect_{uuid.uuid4().hex[:8]}"
-    mode = "coordinated" if protocol == "A" else "markers"
     expected = write_input(tmp_path / "in", 3)
 
     def sink() -> Any:
         return postgres_sink(
-            "connect", table=table, dsn=server.dsn, protocol=mode, create_table=True
+            "connect", table=table, dsn=server.dsn, protocol=protocol, create_table=True
         )
 
     def visible() -> list[int]:
@@ -73,7 +74,7 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
 
     _crash(connect_server, tmp_path, sink(), step, transform=transform)
     assert 0 < len(visible()) < len(expected), "the crash did not land inside the query"
-    if protocol == "A":
+    if protocol == "coordinated":
         assert prepared(), "a crash after the decision leaves prepared transactions"
     _run(connect_server, tmp_path, sink(), transform=transform)
     assert_exactly_once(visible(), expected)
@@ -132,7 +133,8 @@ def test_a_sink_without_its_checkpoint_location_is_refused_on_connect(
 def test_a_failed_task_on_connect_is_retried_and_written_once(
     connect_server: SparkConnectServer, tmp_path: Path
 ) -> None:
-    # Protocol B: the retried attempt must find no marker of its failed one and commit once.
+    # The markers protocol: the retried attempt must find no marker of its failed one, and commit
+    # once.
     expected = write_input(tmp_path / "in", 2)
     target = FakeTarget(tmp_path / "target")
     fault = target.fail(

@@ -1,9 +1,10 @@
 """One query, two exactly-once targets: PostgreSQL and Kafka, with a driver SIGKILL between them.
 
 The driver (:mod:`tests.integration.two_targets_driver`) writes each batch first to PostgreSQL
-(protocol A) and then to Kafka, the batch computed once. The first run kills itself right after
-PostgreSQL recorded batch 1 committed, before Kafka saw it; the restart finds batch 1 committed in
-PostgreSQL (skipped there) and writes it to Kafka. Both targets end with every id exactly once.
+(the coordinated protocol) and then to Kafka, the batch computed once. The first run kills itself
+right after PostgreSQL recorded batch 1 committed, before Kafka saw it; the restart finds batch 1
+committed in PostgreSQL (skipped there) and writes it to Kafka. Both targets end with every id
+exactly once.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Usage: python -m tests.spark.driver_process SOURCE CHECKPOINT TARGET PROTOCOL [STEP BATCH INDEX]
 
-PROTOCOL is ``A`` or ``B`` (fake sinks over the directory TARGET). STEP is a
+PROTOCOL is ``coordinated`` or ``markers`` (fake sinks over the directory TARGET). STEP is a
 coordinator step at which the driver SIGKILLs itself, or ``phase1`` to have an
 executor SIGKILL the driver in the middle of phase 1. (Real drivers of the real
 connectors are killed by the chaos harness: ``tests/chaos``.)
@@ -23,7 +23,11 @@ from twophase_dev import spark_session
 def main(argv: list[str]) -> None:
     source, checkpoint, target_spec, protocol = argv[:4]
     target = FakeTarget(target_spec)
-    sink: Any = FakeSink("killed", target) if protocol == "A" else FakeMarkerSink("killed", target)
+    sink: Any = (
+        FakeSink("killed", target)
+        if protocol == "coordinated"
+        else FakeMarkerSink("killed", target)
+    )
     if len(argv) > 4:
         step, batch = argv[4], int(argv[5])
         index = int(argv[6]) if len(argv) > 6 and argv[6] != "-" else None

@@ -71,7 +71,7 @@ def _with_crash(sink: Any, options: Mapping[str, str]) -> Any:
 
 
 def build_fake(options: Mapping[str, str]) -> Any:
-    """A protocol-A fake sink over the directory ``options['target']``."""
+    """A fake coordinated sink over the directory ``options['target']``."""
     return _with_crash(FakeSink(options.get("name", "fmt"), FakeTarget(options["target"])), options)
 
 
@@ -84,7 +84,7 @@ def build_postgres(options: Mapping[str, str]) -> Any:
 
 
 def build_kafka(options: Mapping[str, str]) -> Any:
-    """The Kafka sink (protocol B): format() must refuse it."""
+    """The Kafka sink (the markers protocol): format() must refuse it."""
     from twophase.connectors.kafka import KafkaSink
 
     return KafkaSink(

@@ -1,4 +1,4 @@
-"""A real Spark query stuck on a nondeterministic protocol-B batch, finished with ``twophase``."""
+"""A real Spark query stuck on a nondeterministic markers batch, finished with ``twophase``."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_nondeterministic_batch_stuck_after_a_crash_is_finished_by_mark_committe
     assert main(["status", checkpoint]) == 0
     status = capsys.readouterr().out
     assert "spark: offsets up to batch 1, commits up to batch 0" in status
-    assert "unfinished        batch 1 (protocol B): started with 2 partition(s)" in status
+    assert "unfinished        batch 1 (markers): started with 2 partition(s)" in status
     args = ["resolve", checkpoint, "--sink", "noisy", "--batch", "1", "--mark-committed", "--yes"]
     assert main(args) == 0
     assert "RISK: LOSS" in capsys.readouterr().out

@@ -29,8 +29,8 @@ def drive(tmp_path: Path, protocol: str, *crash: str, target: str | None = None)
     # These two are what only a real driver process of this kind shows: an executor killing it
     # in the middle of the job, and a kill between two phase-2 commits.
     [
-        ("A", "phase1", "-"),  # during phase 1 (an executor kills the driver)
-        ("A", "committed_handle", "0"),  # between two commits of phase 2
+        ("coordinated", "phase1", "-"),  # during phase 1 (an executor kills the driver)
+        ("coordinated", "committed_handle", "0"),  # between two commits of phase 2
     ],
 )
 def test_sigkilled_driver_restarts_exactly_once(

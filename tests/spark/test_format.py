@@ -1,4 +1,4 @@
-"""``writeStream.format(...)``: a protocol-A sink as a Python data source, in a real driver.
+"""``writeStream.format(...)``: a coordinated sink as a Python data source, in a real driver.
 
 The driver is SIGKILLed at a protocol step of batch 1 (inside the data source's ``commit``,
 which Spark runs in a Python process of its own), then run again from its checkpoint.
@@ -75,7 +75,7 @@ def test_format_with_postgres_is_exactly_once_across_a_driver_kill(
 
 
 @pytest.mark.integration
-def test_format_refuses_a_protocol_b_sink_and_says_why(
+def test_format_refuses_a_markers_sink_and_says_why(
     tmp_path: Path, kafka_broker: Any, make_topic: Any
 ) -> None:
     write_input(tmp_path / "in", 1)
@@ -84,6 +84,6 @@ def test_format_refuses_a_protocol_b_sink_and_says_why(
     code, log = drive(tmp_path, "kafka", options)
     assert code == 3, log
     assert "[sink='fmt', setting='protocol']" in log
-    assert "protocol A sinks only" in log
+    assert "runs sinks of the coordinated protocol only" in log
     assert "foreachBatch(sink)" in log
     assert not list((tmp_path / "chk").glob("commits/*")), "the refused query committed a batch"

@@ -84,7 +84,7 @@ def test_driver_failure_mid_protocol_then_restart_from_checkpoint(
     assert target.prepared() == []
 
 
-def test_protocol_a_replay_with_another_layout_is_exact(spark: Any, tmp_path: Path) -> None:
+def test_coordinated_replay_with_another_layout_is_exact(spark: Any, tmp_path: Path) -> None:
     target = FakeTarget(tmp_path / "target")
     expected = write_input(tmp_path / "in", 2)
     sink = FakeSink("layout", target)
@@ -102,7 +102,7 @@ def test_protocol_a_replay_with_another_layout_is_exact(spark: Any, tmp_path: Pa
     assert_exactly_once(ids(target), expected)
 
 
-def test_protocol_b_replay_with_another_layout_is_refused_then_staging_is_exact(
+def test_markers_replay_with_another_layout_is_refused_then_staging_is_exact(
     spark: Any, tmp_path: Path
 ) -> None:
     target = FakeTarget(tmp_path / "target")

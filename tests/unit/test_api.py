@@ -122,7 +122,7 @@ def test_a_marker_sink_needs_five_hooks_and_fences_nothing_by_default() -> None:
         sink.recover_and_abort(TransactionHandle("m.1:2:0:0", 2, 0, 0))
 
 
-def test_protocol_a_requires_its_recovery_hooks() -> None:
+def test_the_coordinated_protocol_requires_its_recovery_hooks() -> None:
     class NoRecovery(twophase.TwoPhaseCommitSink[Any, TransactionHandle]):
         def begin_transaction(self, context: TaskContext) -> Any: ...
         def write(self, txn: Any, batch: pa.RecordBatch) -> None: ...

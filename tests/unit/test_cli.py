@@ -175,7 +175,7 @@ def test_rewrite_writes_the_replay_whole_and_duplicates_what_committed(
     assert "unfinished        none" in run(capsys, "status", stuck.checkpoint)[1]
 
 
-def test_resolve_refuses_a_batch_that_is_not_a_stuck_protocol_b_batch(
+def test_resolve_refuses_a_batch_that_is_not_a_stuck_markers_batch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stuck = Stuck(tmp_path)

@@ -51,7 +51,7 @@ def layout(batch_id: int, partitions: int) -> list[list[dict[str, int]]]:
 
 @dataclass(frozen=True)
 class Scenario:
-    protocol: str  # "A" or "B"
+    protocol: str  # "coordinated" or "markers"
     crash_batch: int
     crashes: tuple[tuple[str, int | None], ...]
     replay_layout: str  # "same" or "different"
@@ -62,7 +62,7 @@ def run_scenario(s: Scenario) -> None:
     target = FakeTarget.in_memory()
     sink = (
         FakeSink("explore", target)
-        if s.protocol == "A"
+        if s.protocol == "coordinated"
         else FakeMarkerSink("explore", target, staging=s.staging)
     )
     runner = LocalRunner(sink)
@@ -117,9 +117,9 @@ def _run_refusal_aware(
     except SimulatedCrash:
         return parts, "crashed"
     except NondeterministicBatchError:
-        # Only protocol B without staging may refuse a changed layout, and it
+        # Only the markers protocol without staging may refuse a changed layout, and it
         # must refuse before writing anything.
-        assert s.protocol == "B"
+        assert s.protocol == "markers"
         assert not s.staging
         assert s.replay_layout == "different"
         assert sorted(r["id"] for r in target.committed_rows()) == before
@@ -141,13 +141,13 @@ def _points(steps: Sequence[str]) -> list[tuple[str, int | None]]:
 
 def scenarios() -> list[Scenario]:
     out = []
-    for protocol, steps in (("A", COORDINATED_STEPS), ("B", MARKER_STEPS)):
+    for protocol, steps in (("coordinated", COORDINATED_STEPS), ("markers", MARKER_STEPS)):
         points = _points(steps)
         sequences = [(p,) for p in points] + list(itertools.product(points, repeat=2))
         for crash_batch in range(2):
             for crashes in sequences:
                 for replay_layout in ("same", "different"):
-                    stagings = (False, True) if protocol == "B" else (False,)
+                    stagings = (False, True) if protocol == "markers" else (False,)
                     for staging in stagings:
                         out.append(Scenario(protocol, crash_batch, crashes, replay_layout, staging))
     return out
@@ -156,7 +156,7 @@ def scenarios() -> list[Scenario]:
 ALL = scenarios()
 
 
-@pytest.mark.parametrize("protocol", ["A", "B"])
+@pytest.mark.parametrize("protocol", ["coordinated", "markers"])
 def test_every_driver_crash_point_and_pair_recovers_exactly_once(protocol: str) -> None:
     checked = 0
     for scenario in ALL:
@@ -167,9 +167,9 @@ def test_every_driver_crash_point_and_pair_recovers_exactly_once(protocol: str) 
         except AssertionError as exc:
             raise AssertionError(f"violation in {scenario}: {exc}") from exc
         checked += 1
-    EXPLORED[f"driver crash points, protocol {protocol}"] += checked
-    points = len(_points(COORDINATED_STEPS if protocol == "A" else MARKER_STEPS))
-    stagings = 2 if protocol == "B" else 1
+    EXPLORED[f"driver crash points, {protocol} protocol"] += checked
+    points = len(_points(COORDINATED_STEPS if protocol == "coordinated" else MARKER_STEPS))
+    stagings = 2 if protocol == "markers" else 1
     # (single crash + every ordered pair) x crash batch 0 or 1 x same/other layout x staging
     assert checked == (points + points**2) * 2 * 2 * stagings
     assert FIRED[True] > FIRED[False], "most crashes must fire"
@@ -178,8 +178,8 @@ def test_every_driver_crash_point_and_pair_recovers_exactly_once(protocol: str) 
 # Hooks called once per partition attempt: a rule for (batch 1, partition p) failing k times in all
 # fires k times, whatever attempt numbers the retries and restarts use.
 PARTITION_HOOKS = {
-    "A": ("begin_transaction", "write", "pre_commit"),
-    "B": ("begin_transaction", "write", "commit_with_marker"),
+    "coordinated": ("begin_transaction", "write", "pre_commit"),
+    "markers": ("begin_transaction", "write", "commit_with_marker"),
 }
 MAX_RUNS = 4
 
@@ -207,13 +207,17 @@ def _check_exact(target: FakeTarget, *batches: int) -> None:
 
 def _new(protocol: str, max_task_failures: int = 2) -> tuple[FakeTarget, LocalRunner]:
     target = FakeTarget.in_memory()
-    sink = FakeSink("faults", target) if protocol == "A" else FakeMarkerSink("faults", target)
+    sink = (
+        FakeSink("faults", target)
+        if protocol == "coordinated"
+        else FakeMarkerSink("faults", target)
+    )
     runner = LocalRunner(sink, max_task_failures=max_task_failures)
     runner.run_batch(0, layout(0, 3))
     return target, runner
 
 
-@pytest.mark.parametrize("protocol", ["A", "B"])
+@pytest.mark.parametrize("protocol", ["coordinated", "markers"])
 def test_every_partition_hook_failing_then_retry_or_restart_is_exactly_once(protocol: str) -> None:
     checked = 0
     for hook, partition, failures in itertools.product(
@@ -229,12 +233,12 @@ def test_every_partition_hook_failing_then_retry_or_restart_is_exactly_once(prot
         _check_exact(target, 0, 1, 2)
         checked += 1
     assert checked == len(PARTITION_HOOKS[protocol]) * 3 * 3
-    EXPLORED[f"executor faults, protocol {protocol}"] += checked
+    EXPLORED[f"executor faults, {protocol} protocol"] += checked
 
 
 @pytest.mark.parametrize("partition", range(3))
 def test_phase2_commit_that_fails_for_good_is_finished_by_the_restart(partition: int) -> None:
-    target, runner = _new("A")
+    target, runner = _new("coordinated")
     rule = target.fail("commit", batch_id=1, partition_id=partition)
     with pytest.raises(CommitFailedError):
         runner.run_batch(1, layout(1, 3))
@@ -247,27 +251,27 @@ def test_phase2_commit_that_fails_for_good_is_finished_by_the_restart(partition:
     runner.run_batch(1, layout(1, 3))
     runner.run_batch(2, layout(2, 3))
     _check_exact(target, 0, 1, 2)
-    EXPLORED["executor faults, protocol A"] += 1
+    EXPLORED["executor faults, coordinated protocol"] += 1
 
 
 @pytest.mark.parametrize("failures", [1, 2, 3])
 def test_transient_phase2_commit_failures_are_retried_in_place(failures: int) -> None:
-    target, runner = _new("A")
+    target, runner = _new("coordinated")
     rule = target.fail("commit", batch_id=1, partition_id=1, times=failures, error="RetriableError")
     metrics = runner.run_batch(1, layout(1, 3))
     assert target.fired(rule) == failures
     assert metrics.commit_retries == failures
     _check_exact(target, 0, 1)
-    EXPLORED["executor faults, protocol A"] += 1
+    EXPLORED["executor faults, coordinated protocol"] += 1
 
 
 # Driver-side hooks get no partition: their rules name the hook only, and each scenario
 # sets up the state in which the hook runs (an orphan to abort, a batch to replay).
 DRIVER_HOOK_SCENARIOS = [
-    ("A", "list_in_doubt", None),  # the orphan sweep after phase 2 fails
-    ("A", "recover_and_abort", "phase1_done"),  # rolling back an undecided batch fails
-    ("B", "list_in_doubt", "phase1_done"),  # fencing at recovery fails
-    ("B", "read_markers", "phase1_done"),  # reading the markers of a replay fails
+    ("coordinated", "list_in_doubt", None),  # the orphan sweep after phase 2 fails
+    ("coordinated", "recover_and_abort", "phase1_done"),  # rolling back an undecided batch fails
+    ("markers", "list_in_doubt", "phase1_done"),  # fencing at recovery fails
+    ("markers", "read_markers", "phase1_done"),  # reading the markers of a replay fails
 ]
 
 
@@ -287,4 +291,4 @@ def test_every_driver_hook_failing_then_restart_is_exactly_once(
     assert target.fired(rule) == 1, f"{hook}: the fault did not fire"
     runner.run_batch(2, layout(2, 3))
     _check_exact(target, 0, 1, 2)
-    EXPLORED[f"executor faults, protocol {protocol}"] += 1
+    EXPLORED[f"executor faults, {protocol} protocol"] += 1

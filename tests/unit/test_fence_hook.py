@@ -22,7 +22,7 @@ CALLS: list[tuple[str, int, int]] = []
 
 
 class FencingSink(FakeSink):
-    """A fake protocol-A sink whose fence answers from a script."""
+    """A fake coordinated sink whose fence answers from a script."""
 
     answers: ClassVar[list[bool | Exception]] = []
 

@@ -36,9 +36,11 @@ def build_b(options: Mapping[str, str]) -> Any:
     return FakeMarkerSink("fmt", FakeTarget(options["target"]))
 
 
-def test_a_protocol_b_sink_is_refused_with_the_reason(tmp_path: Path) -> None:
+def test_a_markers_sink_is_refused_with_the_reason(tmp_path: Path) -> None:
     source = data_source("fmt-b", build_b)
-    with pytest.raises(ConfigurationError, match="protocol A sinks only") as caught:
+    with pytest.raises(
+        ConfigurationError, match="runs sinks of the coordinated protocol only"
+    ) as caught:
         source({"target": str(tmp_path), "checkpointLocation": str(tmp_path / "chk")})
     assert caught.value.sink == "fmt"
     assert caught.value.setting == "protocol"

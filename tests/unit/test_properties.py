@@ -25,8 +25,8 @@ from twophase.testing import (
 pytestmark = pytest.mark.unit
 
 HOOKS = {
-    "A": ("begin_transaction", "write", "pre_commit", "commit", "abort"),
-    "B": ("begin_transaction", "write", "commit_with_marker", "abort"),
+    "coordinated": ("begin_transaction", "write", "pre_commit", "commit", "abort"),
+    "markers": ("begin_transaction", "write", "commit_with_marker", "abort"),
 }
 
 
@@ -56,7 +56,7 @@ batch_plan = st.fixed_dictionaries(
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    protocol=st.sampled_from(["A", "B"]),
+    protocol=st.sampled_from(["coordinated", "markers"]),
     staging=st.booleans(),
     plans=st.lists(batch_plan, min_size=1, max_size=4),
 )
@@ -66,10 +66,10 @@ def test_any_sequence_of_failures_and_restarts_is_exactly_once(
     target = FakeTarget.in_memory()
     sink = (
         FakeSink("prop", target)
-        if protocol == "A"
+        if protocol == "coordinated"
         else FakeMarkerSink("prop", target, staging=staging)
     )
-    steps = COORDINATED_STEPS if protocol == "A" else MARKER_STEPS
+    steps = COORDINATED_STEPS if protocol == "coordinated" else MARKER_STEPS
     runner = LocalRunner(sink, max_task_failures=2)
     expected: list[int] = []
     for batch_id, plan in enumerate(plans):
@@ -91,7 +91,7 @@ def test_any_sequence_of_failures_and_restarts_is_exactly_once(
             except SimulatedCrash:
                 parts = layout(batch_id, plan["rows"], plan["replay_partitions"])
             except NondeterministicBatchError:
-                assert protocol == "B"
+                assert protocol == "markers"
                 parts = first  # a deterministic replay
             except TwoPhaseError:
                 target.clear_faults()  # the operator fixes the cause
@@ -102,4 +102,4 @@ def test_any_sequence_of_failures_and_restarts_is_exactly_once(
         expected += ids_of(batch_id, plan["rows"])
         assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
     assert target.prepared() == []
-    EXPLORED[f"hypothesis sequences, protocol {protocol}"] += 1
+    EXPLORED[f"hypothesis sequences, {protocol} protocol"] += 1

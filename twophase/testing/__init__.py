@@ -5,7 +5,8 @@ What users get (and what twophase's own tests use):
 * :class:`FakeTarget` -- a transactional target (in memory, or in a directory
   shared with Spark executors) with prepare/commit/rollback, markers and
   fault rules that make any hook fail for a chosen batch/partition/attempt;
-* :class:`FakeSink` (protocol A) and :class:`FakeMarkerSink` (protocol B);
+* :class:`FakeSink` (the coordinated protocol) and :class:`FakeMarkerSink` (the markers
+  protocol);
 * :class:`LocalRunner` -- the production coordinator without Spark, with task
   retries, simulated driver crashes at any step (:class:`CrashAt`) and
   restarts;

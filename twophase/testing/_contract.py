@@ -247,7 +247,7 @@ class SinkContract:
 
 
 class TwoPhaseSinkContract(SinkContract):
-    """The contract of a protocol-A sink (:class:`~twophase.TwoPhaseCommitSink`)."""
+    """The contract of a coordinated sink (:class:`~twophase.TwoPhaseCommitSink`)."""
 
     protocol = CommitProtocol.COORDINATED
     steps = COORDINATED_STEPS
@@ -310,7 +310,7 @@ class TwoPhaseSinkContract(SinkContract):
 
 
 class MarkerSinkContract(SinkContract):
-    """The contract of a protocol-B sink (:class:`~twophase.MarkerCommitSink`)."""
+    """The contract of a markers sink (:class:`~twophase.MarkerCommitSink`)."""
 
     protocol = CommitProtocol.MARKERS
     steps = MARKER_STEPS
@@ -319,7 +319,7 @@ class MarkerSinkContract(SinkContract):
     def replay_in_another_layout(self, runner: LocalRunner, read_ids: ReadIds) -> None:
         """Check that the replay is refused before writing; the same layout completes."""
         before = sorted(read_ids())
-        assert before, "phase 1 of protocol B commits on the executors"
+        assert before, "phase 1 of the markers protocol commits on the executors"
         with pytest.raises(NondeterministicBatchError):
             self._run(runner, 0, count=2)
         assert sorted(read_ids()) == before, "a refused replay wrote rows"

@@ -1,8 +1,8 @@
 """Fake sinks over :class:`FakeTarget`, with fault injection at every hook.
 
-:class:`FakeSink` speaks protocol A (prepare on executors, commit on the
-driver); :class:`FakeMarkerSink` speaks protocol B (commit with a marker on the
-executor).
+:class:`FakeSink` speaks the coordinated protocol (prepare on executors,
+commit on the driver); :class:`FakeMarkerSink` speaks the markers protocol
+(commit with a marker on the executor).
 Both consult the target's fault rules at the start of every hook, so a test can
 make any hook fail for a chosen batch, partition and attempt.
 """
@@ -76,7 +76,7 @@ class _FakeParticipant:
 
 
 class FakeSink(_FakeParticipant, TwoPhaseCommitSink[FakeTransaction, TransactionHandle]):
-    """A protocol-A sink writing to a :class:`FakeTarget`.
+    """A sink of the coordinated protocol writing to a :class:`FakeTarget`.
 
     Parameters
     ----------
@@ -119,7 +119,7 @@ class FakeSink(_FakeParticipant, TwoPhaseCommitSink[FakeTransaction, Transaction
 
 
 class FakeMarkerSink(_FakeParticipant, MarkerCommitSink[FakeTransaction]):
-    """A protocol-B sink writing to a :class:`FakeTarget` with markers.
+    """A sink of the markers protocol writing to a :class:`FakeTarget` with markers.
 
     Parameters
     ----------

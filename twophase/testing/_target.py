@@ -40,8 +40,8 @@ class FaultRule:
     Attributes
     ----------
     hook
-        Hook name: ``begin_transaction``, ``write``, ``abort``; protocol A
-        ``pre_commit``, ``commit``, ``recover_and_commit``; protocol B
+        Hook name: ``begin_transaction``, ``write``, ``abort``; coordinated
+        ``pre_commit``, ``commit``, ``recover_and_commit``; markers
         ``commit_with_marker``, ``read_markers``; both ``list_in_doubt``,
         ``recover_and_abort``.
     batch_id, partition_id, attempt
@@ -255,7 +255,7 @@ class FakeTarget:
         raise TransactionError(f"transaction {txn_id} is neither prepared nor committed")
 
     def commit_open(self, txn_id: str) -> None:
-        """Commit an open transaction directly (protocol B's local commit).
+        """Commit an open transaction directly (the markers protocol's local commit).
 
         Parameters
         ----------

@@ -1,8 +1,8 @@
 """Fixtures for the PostgreSQL connector's integration tests.
 
 Built on the session servers of ``tests/conftest.py``: ``postgres_server``
-(``max_prepared_transactions = 64``, protocol A) and
-``postgres_server_no_prepared`` (0, protocol B). Every test gets a fresh table
+(``max_prepared_transactions = 64``, the coordinated protocol) and
+``postgres_server_no_prepared`` (0, the markers protocol). Every test gets a fresh table
 name; prepared transactions written by this connector (gid prefix ``tp:``)
 are rolled back before and after each test, as psycopg's TPC fixture does.
 """
@@ -19,7 +19,7 @@ from jdbc_support import PROTOCOLS, PgTarget
 
 @pytest.fixture(params=PROTOCOLS)
 def pg(request: pytest.FixtureRequest) -> Iterator[PgTarget]:
-    """Both protocols: the server that has (A) or lacks (B) prepared transactions."""
+    """Both protocols: server that has (coordinated) or lacks (markers) prepared transactions."""
     fixture = "postgres_server" if request.param == "coordinated" else "postgres_server_no_prepared"
     target = PgTarget(request.getfixturevalue(fixture), request.param)
     target.clean_prepared()
@@ -29,7 +29,7 @@ def pg(request: pytest.FixtureRequest) -> Iterator[PgTarget]:
 
 @pytest.fixture
 def pg_a(postgres_server: Any) -> Iterator[PgTarget]:
-    """The server with prepared transactions (protocol A only)."""
+    """The server with prepared transactions (the coordinated protocol only)."""
     target = PgTarget(postgres_server, "coordinated")
     target.clean_prepared()
     yield target
@@ -38,7 +38,7 @@ def pg_a(postgres_server: Any) -> Iterator[PgTarget]:
 
 @pytest.fixture
 def pg_b(postgres_server_no_prepared: Any) -> Iterator[PgTarget]:
-    """The server without prepared transactions (protocol B only)."""
+    """The server without prepared transactions (the markers protocol only)."""
     target = PgTarget(postgres_server_no_prepared, "markers")
     return target
 

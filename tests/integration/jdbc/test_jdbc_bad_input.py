@@ -1,8 +1,8 @@
 """Bad input: a clear error naming sink, batch and column, and nothing of the batch visible.
 
-Protocol A gives "nothing of the batch visible" for every error: the failing
-batch's prepared transactions are rolled back. Protocol B commits partition by
-partition, so a row-level error (NOT NULL, too long, bad value) leaves the
+The coordinated protocol gives "nothing of the batch visible" for every error:
+the failing batch's prepared transactions are rolled back. The markers protocol
+commits partition by partition, so a row-level error (NOT NULL, too long, bad value) leaves the
 failing partition invisible but partitions that committed before it stay
 committed; the replay skips them by their markers, so once the input or the
 table is fixed the batch completes exactly once. Schema-level errors are found
@@ -24,7 +24,7 @@ from twophase.testing import LocalRunner, assert_exactly_once
 pytestmark = pytest.mark.integration
 
 
-#: The fence table as docs/jdbc.md gives it (protocol A).
+#: The fence table as docs/jdbc.md gives it (the coordinated protocol).
 FENCES_DDL = (
     "CREATE TABLE IF NOT EXISTS {name} (identity text PRIMARY KEY, epoch bigint NOT NULL, "
     "batch_id bigint NOT NULL, fenced_at timestamptz NOT NULL DEFAULT now())"

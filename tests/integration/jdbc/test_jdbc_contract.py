@@ -1,4 +1,4 @@
-"""The core contract suites, run against the real PostgreSQL servers: A and B, one each."""
+"""The core contract suites, run against the real PostgreSQL servers: one per protocol."""
 
 from __future__ import annotations
 
@@ -57,20 +57,20 @@ class _PostgresFixtures:
 
 
 class TestCoordinatedContract(_PostgresFixtures, TwoPhaseSinkContract):
-    """Protocol A: PREPARE TRANSACTION / COMMIT PREPARED."""
+    """The coordinated protocol: PREPARE TRANSACTION / COMMIT PREPARED."""
 
     server_fixture = "postgres_server"
     protocol_name = "coordinated"
 
-    def test_sink_is_protocol_a(self, make_sink: Callable[[str], Any]) -> None:
+    def test_sink_is_the_coordinated_one(self, make_sink: Callable[[str], Any]) -> None:
         assert isinstance(make_sink("contract"), PostgresTwoPhaseSink)
 
 
 class TestMarkersContract(_PostgresFixtures, MarkerSinkContract):
-    """Protocol B: local commit plus a marker row."""
+    """The markers protocol: local commit plus a marker row."""
 
     server_fixture = "postgres_server_no_prepared"
     protocol_name = "markers"
 
-    def test_sink_is_protocol_b(self, make_sink: Callable[[str], Any]) -> None:
+    def test_sink_is_the_markers_one(self, make_sink: Callable[[str], Any]) -> None:
         assert isinstance(make_sink("contract"), PostgresMarkerSink)

@@ -1,4 +1,4 @@
-"""Protocol A on PostgreSQL: no prepared transaction outlives its run (issue 22).
+"""The coordinated protocol on PostgreSQL: no prepared transaction outlives its run (issue 22).
 
 A zombie -- a task attempt Spark gave up on whose process lives on -- used to be
 able to ``PREPARE TRANSACTION`` after the run's last sweep, leaving a prepared

@@ -24,7 +24,8 @@ from twophase.connectors.jdbc import (
     postgres_sink,
 )
 from twophase.connectors.jdbc._base import PostgresHandle
-from twophase.connectors.jdbc._config import ConnectionConfig, PostgresOptions, QualifiedName
+from twophase.connectors.jdbc._config import ConnectionConfig
+from twophase.connectors.jdbc._options import PostgresOptions, QualifiedName
 from twophase.errors import AbortRequiredError, ConfigurationError, FatalError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 

@@ -1,4 +1,4 @@
-"""Protocol B on PostgreSQL fences zombie attempts (the hole docs/guarantees.md used to list).
+"""The markers protocol on PostgreSQL fences zombies (the hole docs/guarantees.md used to list).
 
 A zombie is a task attempt Spark gave up on while its process lives on: it may
 resume and try to commit after Spark's retry. Each test plays one interleaving

@@ -9,9 +9,9 @@ every record is in Kafka exactly once.
 
 Schema errors are found on the driver before anything is written. Row errors fail the
 partition holding the row; the bad partition comes first here, so that no partition of the
-batch commits. Protocol B commits partition by partition, so a bad row in a later partition
-leaves the earlier partitions committed: ``test_a_null_topic_in_a_later_partition...`` shows
-that the replay then skips them and completes the batch exactly once.
+batch commits. The markers protocol commits partition by partition, so a bad row in a later
+partition leaves the earlier partitions committed: ``test_a_null_topic_in_a_later_partition...``
+shows that the replay then skips them and completes the batch exactly once.
 """
 
 from __future__ import annotations
@@ -341,7 +341,7 @@ def test_a_null_topic_in_a_later_partition_with_no_default_topic(
         "row 1 of the record batch has a null topic",
     )
     assert error.partition_id == 1
-    # Protocol B: the partition before the bad one committed; the bad one did not.
+    # The markers protocol: the partition before the bad one committed; the bad one did not.
     assert_exactly_once(case.read(), [*Scenario.BATCH0, 100, 101])
     case.runner.restart()
     metrics = case.runner.run_batch(1, [[first], [rows([110, 111], topic=pa.array([topic] * 2))]])

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from twophase import Fingerprint, Marker, TaskContext
 from twophase.connectors.kafka import KafkaSink, KafkaTransaction
-from twophase.connectors.kafka._admin import CONTROL_TOPIC_CONFIG
+from twophase.connectors.kafka._checks import CONTROL_TOPIC_CONFIG
 from twophase.connectors.kafka._compat import ConfigResource, ResourceType
 from twophase.errors import ConfigurationError, FatalError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
