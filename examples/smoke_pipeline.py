@@ -19,8 +19,8 @@ batch after a crash that came after the batch was written but before Spark recor
 committed. This pipeline survives that only because its write is idempotent (rows are keyed by
 Kafka partition and offset, and inserted with ``ON CONFLICT DO NOTHING``). Targets and writes
 without such a key -- appends, Kafka topics, aggregates -- need twophase's exactly-once sinks:
-``examples/orders_pipeline.py`` is the same kind of pipeline with them, and ``bash scripts/demo.sh``
-kills it while it runs.
+``examples/demo/orders_pipeline.py`` is the same kind of pipeline with them, and
+``bash scripts/demo.sh`` kills it while it runs.
 
 Run it: ``.venv/bin/python examples/smoke_pipeline.py`` in the checkout (``--help`` for the sizes).
 Elsewhere, after ``pip install 'twophase[all]'`` (or the wheel), with ``_spark.py`` beside this

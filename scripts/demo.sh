@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The crash demo (examples/crash_demo.py): set up the machine (scripts/setup.sh, seconds once done),
+# The crash demo (examples/demo/crash_demo.py): set up the machine (scripts/setup.sh, seconds once done),
 # start a local Kafka broker and PostgreSQL server on free ports, stream order events through Spark
 # into PostgreSQL and Kafka with twophase's exactly-once sinks (and through a naive foreachBatch
 # beside them), SIGKILL the Spark driver at random points and restart it, then check every sink.
@@ -14,7 +14,7 @@ cd "$ROOT"
 for arg in "$@"; do  # --help needs no setup
     if [[ "$arg" == "-h" || "$arg" == "--help" ]]; then
         if [[ -x "$ROOT/.venv/bin/python" ]]; then
-            exec "$ROOT/.venv/bin/python" examples/crash_demo.py --help
+            exec "$ROOT/.venv/bin/python" examples/demo/crash_demo.py --help
         fi
         sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
         echo "(run 'bash scripts/setup.sh' first for the list of options)"
@@ -23,4 +23,4 @@ for arg in "$@"; do  # --help needs no setup
 done
 
 bash scripts/setup.sh
-exec "$ROOT/.venv/bin/python" examples/crash_demo.py "$@"
+exec "$ROOT/.venv/bin/python" examples/demo/crash_demo.py "$@"

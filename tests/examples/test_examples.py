@@ -27,10 +27,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+DEMO = EXAMPLES / "demo"  # the crash demo's machinery, apart from the short examples
 WITHOUT_DEV_TOOLS = Path(__file__).with_name("without_dev_tools.py")
 #: Every example and the test that runs it (test_every_example_has_a_test keeps this complete).
 TESTED = {
-    "crash_demo.py": "test_crash_demo",
+    "demo/crash_demo.py": "test_crash_demo",
     "custom_sink.py": "test_custom_sink",
     "jdbc_cdc.py": "test_jdbc_cdc",
     "jdbc_upsert.py": "test_jdbc_upsert",
@@ -38,7 +39,7 @@ TESTED = {
     "kafka_debezium_cdc.py": "test_kafka_debezium_cdc",
     "kafka_exactly_once.py": "test_kafka_exactly_once",
     "kafka_routing_and_staging.py": "test_kafka_routing_and_staging",
-    "orders_pipeline.py": "test_orders_pipeline",
+    "demo/orders_pipeline.py": "test_orders_pipeline",
     "smoke_pipeline.py": "test_smoke_pipeline",
     "sqlite_sink.py": "test_sqlite_sink",
 }
@@ -73,7 +74,11 @@ def unique(prefix: str) -> str:
 
 
 def test_every_example_has_a_test() -> None:
-    examples = [p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")]
+    examples = [
+        p.relative_to(EXAMPLES).as_posix()
+        for p in [*EXAMPLES.glob("*.py"), *EXAMPLES.glob("demo/*.py")]
+        if not p.name.startswith("_")
+    ]
     assert sorted(examples) == sorted(TESTED)
     assert all(callable(globals().get(test)) for test in TESTED.values())
 
@@ -88,7 +93,7 @@ def test_every_example_has_a_test() -> None:
         ("kafka_routing_and_staging.py", ("--dev",), "--bootstrap-servers"),
         ("kafka_debezium_cdc.py", ("--dsn", "host=unused"), "--bootstrap-servers and --dsn"),
         ("kafka_chain.py", (), "--bootstrap-servers"),
-        ("orders_pipeline.py", ("--check",), "--bootstrap-servers and --dsn"),
+        ("demo/orders_pipeline.py", ("--check",), "--bootstrap-servers and --dsn"),
     ],
 )
 def test_throwaway_servers_without_dev_tools_say_what_to_do(
@@ -204,7 +209,7 @@ def test_kafka_chain(kafka_broker: KafkaBroker) -> None:
 
 def test_orders_pipeline(kafka_broker: KafkaBroker, postgres_server: PostgresServer) -> None:
     out = run_example(
-        "orders_pipeline.py",
+        "demo/orders_pipeline.py",
         *("--check", "--events", "300", "--batch-size", "100"),
         *("--bootstrap-servers", kafka_broker.bootstrap_servers, "--dsn", postgres_server.dsn),
     )
@@ -215,7 +220,7 @@ def test_orders_pipeline(kafka_broker: KafkaBroker, postgres_server: PostgresSer
 
 def test_crash_demo(kafka_broker: KafkaBroker, postgres_server: PostgresServer) -> None:
     out = run_example(
-        "crash_demo.py",
+        "demo/crash_demo.py",
         *("--events", "450", "--batch-size", "150", "--kills", "1", "--seed", "3"),
         *("--bootstrap-servers", kafka_broker.bootstrap_servers, "--dsn", postgres_server.dsn),
         dev_tools=True,  # the flagship demo keeps the servers it started: twophase-dev's state
@@ -245,7 +250,12 @@ def test_crash_demo_ctrl_c_is_an_interruption(tmp_path: Path) -> None:
     log = tmp_path / "demo.log"
     with log.open("w") as out:
         demo = subprocess.Popen(
-            [sys.executable, str(EXAMPLES / "crash_demo.py"), "--work-dir", str(tmp_path / "w")],
+            [
+                sys.executable,
+                str(EXAMPLES / "demo" / "crash_demo.py"),
+                "--work-dir",
+                str(tmp_path / "w"),
+            ],
             cwd=ROOT,
             env=env,
             stdout=out,

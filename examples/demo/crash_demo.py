@@ -6,10 +6,10 @@ What it does:
    (or reuses the ones ``--bootstrap-servers`` / ``--dsn`` or ``$TWOPHASE_KAFKA_BOOTSTRAP`` /
    ``$TWOPHASE_PG_DSN`` name), and writes a known, seeded stream of JSON order events to a new
    topic;
-2. runs the Spark driver of ``examples/orders_pipeline.py`` as a subprocess: per-customer totals
-   upserted into PostgreSQL (twophase, coordinated protocol), every enriched event published to
-   Kafka (twophase ``KafkaSink``), and the same events appended by a naive ``foreachBatch`` with
-   plain INSERTs, as three queries of one driver;
+2. runs the Spark driver of ``examples/demo/orders_pipeline.py`` as a subprocess: per-customer
+   totals upserted into PostgreSQL (twophase, coordinated protocol), every enriched event
+   published to Kafka (twophase ``KafkaSink``), and the same events appended by a naive
+   ``foreachBatch`` with plain INSERTs, as three queries of one driver;
 3. while it runs, SIGKILLs the driver and everything it started -- the Python driver, the JVM and
    the Python workers -- ``--kills`` times and restarts it from its checkpoints. Each kill comes
    at a random (seeded) point in the run, at a moment when every query is writing a batch (read
@@ -29,7 +29,7 @@ project's virtualenv); two cores are enough (about two minutes with the defaults
 PostgreSQL server needs ``max_prepared_transactions > 0`` and a superuser DSN. Every run uses its
 own topics, schema and checkpoints, so runs never see each other's data.
 
-Guarantees shown, and their limits: see ``examples/orders_pipeline.py``. The naive sink only
+Guarantees shown, and their limits: see ``examples/demo/orders_pipeline.py``. The naive sink only
 loses anything to a kill that lands after one of its partitions committed and before Spark recorded
 the batch (each kill says what it caught). So until one kill has caught it there, the next kill
 also watches for that window -- the naive table holding rows of a batch Spark has not recorded --
@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The examples' shared helper, examples/_spark.py, one directory up.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _spark
 import orders_pipeline as pipeline
 
@@ -642,7 +644,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="bash scripts/demo.sh",
         description="Crash demo: order events from Kafka through Spark into PostgreSQL and Kafka "
         "with twophase's exactly-once sinks, beside a naive foreachBatch, while the Spark driver "
-        "is SIGKILLed and restarted; then every sink is checked (see examples/crash_demo.py).",
+        "is SIGKILLed and restarted; then every sink is checked (see examples/demo/crash_demo.py).",
         epilog="Servers: throwaway ones on free ports unless --bootstrap-servers/--dsn or "
         "TWOPHASE_KAFKA_BOOTSTRAP/TWOPHASE_PG_DSN name running ones "
         '(eval "$(.venv/bin/twophase-dev env)"). Exit status 0 when both twophase sinks hold '

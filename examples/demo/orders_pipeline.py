@@ -15,7 +15,7 @@ same events in one Spark driver:
   per partition, no twophase -- the baseline the other two are compared with.
 
 Each query runs until the input present at its start is consumed (``availableNow``), then the
-driver exits 0. ``examples/crash_demo.py`` (``bash scripts/demo.sh``) runs this driver as a
+driver exits 0. ``examples/demo/crash_demo.py`` (``bash scripts/demo.sh``) runs this driver as a
 subprocess, SIGKILLs it at random points and restarts it from its checkpoints; ``--check`` runs it
 once, uninterrupted, on a small generated input and verifies the result.
 
@@ -39,7 +39,7 @@ Guarantees, and their limits:
   retried after its partition committed, inserts its rows again. Its duplicates are the point.
 
 Run the crash demo with ``bash scripts/demo.sh``; this driver alone with
-``.venv/bin/python examples/orders_pipeline.py --check``. Outside the checkout, after ``pip install
+``.venv/bin/python examples/demo/orders_pipeline.py --check``. Outside the checkout, after ``pip install
 'twophase[all]'`` (or the wheel), with ``_spark.py`` beside this file: ``python orders_pipeline.py
 --check --bootstrap-servers HOST:PORT --dsn DSN``; or with ``spark-submit --master 'local[2,4]'
 --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark version>`` (``_2.12`` for PySpark
@@ -64,6 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The examples' shared helper, examples/_spark.py, one directory up.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _spark import servers, spark_session
 
 import twophase
