@@ -39,11 +39,12 @@ Guarantees, and their limits:
   retried after its partition committed, inserts its rows again. Its duplicates are the point.
 
 Run the crash demo with ``bash scripts/demo.sh``; this driver alone with
-``.venv/bin/python examples/demo/orders_pipeline.py --check``. Outside the checkout, after ``pip install
-'twophase[all]'`` (or the wheel), with ``_spark.py`` beside this file: ``python orders_pipeline.py
---check --bootstrap-servers HOST:PORT --dsn DSN``; or with ``spark-submit --master 'local[2,4]'
---packages org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark version>`` (``_2.12`` for PySpark
-3.5) in place of ``python``.
+``.venv/bin/python examples/demo/orders_pipeline.py --check``. Outside the checkout, after ``pip
+install 'twophase[all]'`` (or the wheel), with ``_spark.py`` in the folder above this file's:
+``python orders_pipeline.py --check --bootstrap-servers HOST:PORT --dsn DSN``; or with
+``spark-submit --master 'local[2,4]' --packages
+org.apache.spark:spark-sql-kafka-0-10_2.13:<PySpark version>`` (``_2.12`` for PySpark 3.5) in
+place of ``python``.
 """
 
 from __future__ import annotations
