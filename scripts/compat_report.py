@@ -56,6 +56,11 @@ NOTES = """
   to `foreachBatch` directly is refused there with that reason.
 * **Deployment without a Kafka source**: the deployment job reads Kafka, so it runs where the
   Kafka connector is served (not on 4.3.0).
+* **`--packages` on 4.0.4 and 4.1.3**: Maven Central serves `spark-sql-kafka-0-10` of these
+  versions but not `spark-token-provider-kafka-0-10` of the same version, which it depends on, so
+  `spark-submit --packages` cannot resolve it (found by this matrix). The deployment test passes
+  the connector with `--jars` there, resolved with a served token provider (4.0.0), as a user
+  would; on 3.5.7 and 4.2.0 it uses `--packages` ([Deploying a job](deployment.md)).
 * **The newest 3.5 patch**: 3.5.9 is on PyPI, but Maven Central serves the Kafka connector of
   3.5.0, 3.5.1, 3.5.3 and 3.5.7 only; 3.5.7 is the cell.
 """

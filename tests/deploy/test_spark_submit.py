@@ -27,7 +27,14 @@ import pytest
 from tests.integration.kafka.kafka_support import read_all, unstable_partitions
 from tests.wheel_support import ROOT, build_wheel, copy_sources, run
 from twophase.testing import assert_exactly_once
-from twophase_dev import KafkaBroker, PostgresServer, SparkCluster, cluster_conf, pyspark_home
+from twophase_dev import (
+    KafkaBroker,
+    PostgresServer,
+    SparkCluster,
+    cluster_conf,
+    pyspark_home,
+    spark_kafka_jars,
+)
 
 pytestmark = [
     pytest.mark.cluster,
@@ -69,12 +76,20 @@ def shipped_environment(tmp_path_factory: pytest.TempPathFactory) -> ShippedEnvi
     return ShippedEnvironment(python, archive)
 
 
-def kafka_package() -> str:
-    """Spark's Kafka connector of the cluster's Spark, as ``--packages`` takes it."""
-    jars = pyspark_home() / "jars"
-    (core,) = jars.glob("spark-core_*.jar")
+def kafka_source_options() -> list[str]:
+    """How the job gets Spark's Kafka source: ``--packages``, as users do, where Maven Central can.
+
+    Maven Central serves ``spark-sql-kafka-0-10`` of 4.0.4 and 4.1.3 but not the token provider of
+    the same version that it depends on, so ``--packages`` cannot resolve it there
+    (docs/deployment.md). Then the jars go in with ``--jars``: the connector with a served token
+    provider, as ``twophase_dev`` resolved them from Maven Central.
+    """
+    (core,) = (pyspark_home() / "jars").glob("spark-core_*.jar")
     scala, version = core.stem.removeprefix("spark-core_").split("-", 1)
-    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"
+    jars = spark_kafka_jars()
+    if any(j.name == f"spark-token-provider-kafka-0-10_{scala}-{version}.jar" for j in jars):
+        return ["--packages", f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"]
+    return ["--jars", ",".join(str(j) for j in jars)]
 
 
 @dataclass
@@ -148,8 +163,7 @@ class Deployment:
             self.cluster.master_url,
             "--deploy-mode",
             "client",
-            "--packages",
-            kafka_package(),
+            *kafka_source_options(),
             "--archives",
             f"{self.env.archive}#environment",
             *[arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")],
