@@ -145,8 +145,13 @@ def test_kafka_broker_frozen_past_the_request_timeout(
     ("sink", "at"),
     [
         pytest.param("pg-coordinated", step("decided"), id="pg-coordinated-decided"),
+        # A kill between two commits: also tests/spark/test_driver_sigkill.py (out of the default
+        # run for the 30-minute budget).
         pytest.param(
-            "pg-coordinated", step("committed_handle", index=0), id="pg-coordinated-committed_0"
+            "pg-coordinated",
+            step("committed_handle", index=0),
+            id="pg-coordinated-committed_0",
+            marks=pytest.mark.extended,
         ),
         # one partition committed, the other not
         pytest.param(
@@ -173,7 +178,11 @@ def test_driver_killed_with_its_process_group(
     [
         # The issue: a stop while the batch is read back from its staged copy.
         pytest.param("kafka", step("staged"), True, id="kafka-staged"),
-        pytest.param("pg-markers", step("staged"), True, id="pg-markers-staged"),
+        # The same stop in a staged read-back as kafka-staged, for the other sink: out of the
+        # default run (30-minute budget).
+        pytest.param(
+            "pg-markers", step("staged"), True, id="pg-markers-staged", marks=pytest.mark.extended
+        ),
         # Overlaps kafka-staged (a stop in a staged batch): out of the default run.
         pytest.param(
             "kafka", task("write"), True, id="kafka-staging-write", marks=pytest.mark.extended

@@ -45,8 +45,8 @@ pytestmark = [
 ]
 
 JOB = Path(__file__).with_name("job.py")
-#: The input: ROWS ids over 2 partitions, read ROWS_PER_BATCH at a time (8 batches per query).
-ROWS, ROWS_PER_BATCH = 200, 25
+#: The input: ROWS ids over 2 partitions, read ROWS_PER_BATCH at a time (5 batches per query).
+ROWS, ROWS_PER_BATCH = 125, 25
 
 
 @dataclass

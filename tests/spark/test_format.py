@@ -33,9 +33,11 @@ def drive(tmp_path: Path, kind: str, options: dict[str, str]) -> tuple[int, str]
     "step",
     # The steps only format() reaches this way; after the decision: the PostgreSQL case below;
     # between two commits: tests/connect/test_connect_format.py.
+    # Both out of the default run (30-minute budget): format() under a driver kill stays there with
+    # PostgreSQL (below) and under Spark Connect (tests/connect/test_connect_format.py).
     [
-        "recovered",  # planning batch 1, before its tasks
-        "recorded_committed",  # the log says committed, Spark's commit log does not
+        pytest.param("recovered", marks=pytest.mark.extended),  # planning batch 1
+        pytest.param("recorded_committed", marks=pytest.mark.extended),  # Spark's log lags
     ],
 )
 def test_format_with_a_fake_sink_is_exactly_once_across_a_driver_kill(
