@@ -1,27 +1,30 @@
 """Fencing the earlier producers of a partition slot, by ``init_transactions``.
 
-Every partition slot of a sink identity has one stable ``transactional.id``
-(:func:`transactional_id`). ``init_transactions`` of a
+Every partition slot of a sink identity has ``producer_lanes`` stable
+``transactional.id`` values, one per lane (:func:`transactional_id`, and
+:mod:`._lanes` for which lane a Python worker uses). ``init_transactions`` of a
 new producer with that id bumps the producer epoch: the broker aborts the
 transaction an earlier instance left open, and any later write or commit of
 that instance fails. That is the whole abort strategy of the connector:
 
-* a task retry (``attempt > 0``) begins on a new producer, which fences the
-  earlier attempts of its slot before it writes;
+* a task retry (``attempt > 0``) fences every lane of its slot
+  (:func:`fence_lanes`) and begins on a new producer, so the earlier attempts of
+  its partition, whatever worker ran them, are disabled before it writes;
 * at recovery, and before a retried task reads the markers, the coordinator
   fences slots through :func:`list_in_doubt` and :func:`fence_slot`, so that
   no transaction left by a crash holds back ``read_committed`` consumers and
   no zombie can commit after the replay check.
 
 Kafka cannot list the open transactions of a ``transactional.id`` prefix
-cheaply and portably, so every slot the identity ever used is fenced; fencing
-an idle slot is harmless.
+cheaply and portably, so every lane of every slot the identity ever used is
+fenced; fencing an idle one is harmless.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import KafkaException
 
@@ -32,14 +35,27 @@ from . import _pool
 from ._errors import retry_locally
 from ._options import KafkaOptions
 
-__all__ = ["build_producer", "fence_slot", "init_producer", "list_in_doubt", "transactional_id"]
+__all__ = [
+    "build_producer",
+    "fence_lanes",
+    "fence_slot",
+    "init_producer",
+    "list_in_doubt",
+    "transactional_id",
+]
 
 _log = logging.getLogger("twophase.connectors.kafka")
 
 
-def transactional_id(options: KafkaOptions, identity: str, slot: int) -> str:
-    """Return the slot's ``transactional.id``: ``<transactional_id_prefix><identity>-<slot>``."""
-    return f"{options.transactional_id_prefix}{identity}-{slot}"
+def transactional_id(options: KafkaOptions, identity: str, slot: int, lane: int = 0) -> str:
+    """Return the ``transactional.id`` of a slot's lane.
+
+    ``<transactional_id_prefix><identity>-<slot>`` for lane 0 (the id of every
+    slot before lanes existed, so recovery still fences what an older version
+    left open), ``...-<slot>.<lane>`` for the others.
+    """
+    base = f"{options.transactional_id_prefix}{identity}-{slot}"
+    return base if lane == 0 else f"{base}.{lane}"
 
 
 def build_producer(options: KafkaOptions, transactional_id: str) -> _pool.PooledProducer:
@@ -86,14 +102,16 @@ def init_producer(
 def list_in_doubt(options: KafkaOptions, context: RecoveryContext) -> list[TransactionHandle]:
     """Name every partition slot the identity may have left a transaction in.
 
-    One handle per slot ``0 .. partition_slots - 1``: the ``transactional.id``
-    as ``transaction_id``, the newest unfinished batch (-1 when none) and
-    ``attempt=-1`` (the slot is fenced whatever attempt used it last).
+    One handle per lane of every slot ``0 .. partition_slots - 1``: the
+    ``transactional.id`` as ``transaction_id``, the newest unfinished batch (-1
+    when none) and ``attempt=-1`` (the lane is fenced whatever attempt used it
+    last).
     """
     batch = max(context.unfinished_batches) if context.unfinished_batches else -1
     return [
-        TransactionHandle(transactional_id(options, context.identity, slot), batch, slot, -1)
+        TransactionHandle(transactional_id(options, context.identity, slot, lane), batch, slot, -1)
         for slot in range(context.partition_slots)
+        for lane in range(options.producer_lanes)
     ]
 
 
@@ -110,3 +128,25 @@ def fence_slot(options: KafkaOptions, handle: TransactionHandle) -> None:
         handle.batch_id,
         time.monotonic() - started,
     )
+
+
+def fence_lanes(options: KafkaOptions, context: TaskContext, skip_lane: int) -> None:
+    """Fence every lane of the task's slot but ``skip_lane``, all at once (a retry's first step).
+
+    An earlier attempt of the partition ran in some worker, on that worker's
+    lane: fencing them all disables it wherever it ran. Raises the mapped
+    error of the first lane that could not be fenced.
+    """
+    lanes = [lane for lane in range(options.producer_lanes) if lane != skip_lane]
+    if not lanes:
+        return
+    slot = context.partition_id
+    ids = [transactional_id(options, context.identity, slot, lane) for lane in lanes]
+
+    def fence(tid: str) -> None:
+        _pool.discard_idle(tid)
+        init_producer(options, tid, context).close()
+
+    with ThreadPoolExecutor(len(ids), thread_name_prefix="twophase-fence") as pool:
+        for future in [pool.submit(fence, tid) for tid in ids]:
+            future.result()

@@ -26,7 +26,10 @@ from ._config import (
 )
 from ._errors import ErrorContext
 
-__all__ = ["KafkaOptions", "arguments_from_spark_options"]
+__all__ = ["MAX_PRODUCER_LANES", "KafkaOptions", "arguments_from_spark_options"]
+
+#: Upper bound of ``producer_lanes``: recovery fences ``partition slots * lanes`` ids.
+MAX_PRODUCER_LANES = 64
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,8 @@ class KafkaOptions:
         a :class:`._config.SecretConfig`, so that the ``repr`` of the options
         masks passwords and other secrets.
     topic, control_topic, create_control_topic, control_topic_partitions, \
-control_topic_replication_factor, transactional_id_prefix, operation_timeout, local_retries
+control_topic_replication_factor, transactional_id_prefix, producer_lanes, operation_timeout, \
+local_retries
         As the :class:`KafkaSink` arguments of the same names.
     conf_key
         Hashable form of ``producer_config``: the producer pool's key.
@@ -62,6 +66,7 @@ control_topic_replication_factor, transactional_id_prefix, operation_timeout, lo
     control_topic_partitions: int = 1
     control_topic_replication_factor: int = -1
     transactional_id_prefix: str = "twophase-"
+    producer_lanes: int = 4
     operation_timeout: float = 30.0
     local_retries: int = 3
     conf_key: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
@@ -82,6 +87,12 @@ control_topic_replication_factor, transactional_id_prefix, operation_timeout, lo
             isinstance(prefix, str) and not any(c.isspace() for c in prefix),
             f"transactional_id_prefix must be a string without whitespace, got {prefix!r}",
             "transactional_id_prefix",
+        )
+        lanes = self.producer_lanes
+        self._check(
+            isinstance(lanes, int) and 1 <= lanes <= MAX_PRODUCER_LANES,
+            f"producer_lanes must be an int from 1 to {MAX_PRODUCER_LANES}, got {lanes!r}",
+            "producer_lanes",
         )
         self._check(
             self.control_topic_partitions >= 1,

@@ -72,6 +72,15 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     transactional_id_prefix
         Prefix of every ``transactional.id``; grant the principal WRITE and
         DESCRIBE on it as a PREFIXED TransactionalId ACL.
+    producer_lanes
+        Transactional ids per partition slot (1-64, default 4): each Python
+        worker on a host claims a lane of its own, so a slot's producer stays
+        initialised in every worker that runs it, whichever Spark picks. Set
+        it to the Python workers a host runs at once (its task slots) or more;
+        with fewer, workers share lanes and re-initialise producers when they
+        alternate. Recovery and task retries fence every lane, so the ids in
+        use are at most ``partitions * producer_lanes``. Lower it only after
+        a clean stop: recovery fences the lanes the setting names.
     transaction_timeout_ms
         ``transaction.timeout.ms`` (default 60000): the broker aborts a
         transaction that stays open longer, so a crashed task holds back
@@ -137,6 +146,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         control_topic_partitions: int = 1,
         control_topic_replication_factor: int = -1,
         transactional_id_prefix: str = "twophase-",
+        producer_lanes: int = 4,
         transaction_timeout_ms: int | None = None,
         operation_timeout: float = 30.0,
         local_retries: int = 3,
@@ -159,6 +169,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
             control_topic_partitions=control_topic_partitions,
             control_topic_replication_factor=control_topic_replication_factor,
             transactional_id_prefix=transactional_id_prefix,
+            producer_lanes=producer_lanes,
             operation_timeout=operation_timeout,
             local_retries=local_retries,
         )
@@ -229,9 +240,9 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         """The configured ``transaction.timeout.ms``."""
         return self.options.transaction_timeout_ms
 
-    def transactional_id(self, identity: str, slot: int) -> str:
-        """Return the ``transactional.id`` of partition ``slot`` of ``identity``."""
-        return _fencing.transactional_id(self.options, identity, slot)
+    def transactional_id(self, identity: str, slot: int, lane: int = 0) -> str:
+        """Return the ``transactional.id`` of a lane of partition ``slot`` of ``identity``."""
+        return _fencing.transactional_id(self.options, identity, slot, lane)
 
     # ============================================ coordinator hooks (driver)
     def open(self, context: SinkContext) -> None:
@@ -247,11 +258,12 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         plan_records(schema, default_topic=self.topic, sink=self.name, batch_id=batch_id)
 
     def list_in_doubt(self, context: RecoveryContext) -> list[TransactionHandle]:
-        """Name every partition slot the identity ever used, to be fenced.
+        """Name every lane of every partition slot the identity ever used, to be fenced.
 
         Kafka cannot list open transactions by ``transactional.id`` prefix, so
-        every slot ``0 .. partition_slots - 1`` is returned (``attempt=-1``, the
-        transactional id as ``transaction_id``); no broker is contacted.
+        every lane of every slot ``0 .. partition_slots - 1`` is returned
+        (``attempt=-1``, the transactional id as ``transaction_id``); no broker
+        is contacted.
         """
         return _fencing.list_in_doubt(self.options, context)
 

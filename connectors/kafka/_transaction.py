@@ -28,7 +28,8 @@ from twophase.errors import (
 
 from . import _pool
 from ._errors import ErrorContext, is_fenced, kafka_error_of, map_kafka_error, retry_locally
-from ._fencing import init_producer, transactional_id
+from ._fencing import fence_lanes, init_producer, transactional_id
+from ._lanes import lane_of_this_process
 from ._markers import CONTROL_PARTITION, encode_marker, marker_key, new_nonce
 from ._options import KafkaOptions
 from ._records import RecordPlan, plan_records, produce_one, produce_rows
@@ -88,9 +89,11 @@ class KafkaTransaction:
     def begin(cls, options: KafkaOptions, context: TaskContext) -> KafkaTransaction:
         """Open the partition's transaction on this worker's producer of the slot.
 
-        A first attempt reuses the pooled producer when there is one (no
-        ``init_transactions`` round trip); a retry always initialises a new
-        producer, which fences every earlier instance of the slot at once.
+        The slot's id is that of this worker's lane (:mod:`._lanes`). A first
+        attempt reuses the pooled producer when there is one (no
+        ``init_transactions`` round trip); a retry fences every lane of the
+        slot and initialises a new producer, so that no earlier attempt of the
+        partition, in whatever worker, can write or commit any more.
 
         Parameters
         ----------
@@ -104,11 +107,16 @@ class KafkaTransaction:
         KafkaTransaction
             The open transaction.
         """
-        tid = transactional_id(options, context.identity, context.partition_id)
+        lane = lane_of_this_process(
+            f"{options.transactional_id_prefix}{context.identity}", options.producer_lanes
+        )
+        tid = transactional_id(options, context.identity, context.partition_id, lane)
         entry: _pool.PooledProducer | None = None
         if context.attempt == 0:
             entry = _pool.take(tid, options.conf_key)
         else:
+            # An earlier attempt ran on some worker's lane: disable it, wherever it is.
+            fence_lanes(options, context, skip_lane=lane)
             _pool.discard_idle(tid)
         reused = entry is not None
         if entry is None:

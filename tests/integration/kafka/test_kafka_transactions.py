@@ -211,7 +211,8 @@ def test_crashed_task_transaction_is_fenced_at_recovery_not_left_to_the_timeout(
     started = time.monotonic()
     runner.restart()
     metrics = runner.run_batch(1, partitions(range(30, 60)))
-    assert metrics.recovered_aborted == 3  # every slot the identity used was fenced
+    # every lane of every slot the identity used was fenced
+    assert metrics.recovered_aborted == 3 * sink.options.producer_lanes
     assert_exactly_once(values(read_topic(sink.topic)), range(60))
     assert time.monotonic() - started < 30, "recovery waited for the transaction timeout"
     # The orphan's producer is a zombie now: it cannot commit.

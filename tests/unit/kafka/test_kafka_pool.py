@@ -178,12 +178,32 @@ def test_the_steady_state_reuses_the_producer_without_init_transactions() -> Non
     assert calls.count("flush") == 3
 
 
-def test_a_retry_always_fences_with_a_new_producer() -> None:
+def test_a_retry_fences_every_lane_of_its_slot_and_writes_on_a_new_producer() -> None:
     run_partition(SINK)
+    first = StubProducer.instances[0]
     run_partition(SINK, TaskContext("orders", CTX.identity, 5, 2, 1))
-    assert len(StubProducer.instances) == 2
-    assert StubProducer.instances[0].closed
-    assert StubProducer.instances[1].calls[0] == "init"
+    retry = StubProducer.instances[1:]
+    lanes = SINK.options.producer_lanes
+    # every lane of slot 2 initialised once by the retry: the earlier attempt, in whatever
+    # worker (lane) it ran, is fenced; nothing of another slot is touched
+    ids = sorted(p.conf["transactional.id"] for p in retry)
+    assert ids == sorted(SINK.transactional_id(CTX.identity, 2, lane) for lane in range(lanes))
+    assert all(p.calls[0] == "init" for p in retry)
+    assert first.closed  # the pooled producer of the earlier attempt is not reused
+    writer = [p for p in retry if "commit" in p.calls]
+    assert len(writer) == 1
+    assert not writer[0].closed
+    assert all(p.closed for p in retry if p is not writer[0])
+
+
+def test_one_lane_is_the_id_of_the_slot_as_before_lanes() -> None:
+    sink = KafkaSink("orders", bootstrap_servers="b:9092", topic="t", producer_lanes=1)
+    run_partition(sink, TaskContext("orders", CTX.identity, 5, 2, 1))
+    assert [p.conf["transactional.id"] for p in StubProducer.instances] == [
+        f"twophase-{CTX.identity}-2"
+    ]
+    handles = sink.list_in_doubt(RecoveryContext(CTX.identity, 3, (5,)))
+    assert [h.transaction_id for h in handles] == [f"twophase-{CTX.identity}-{s}" for s in range(3)]
 
 
 def test_the_marker_goes_to_partition_0_of_the_control_topic_with_tombstones() -> None:
@@ -230,19 +250,22 @@ def test_a_commit_the_broker_refuses_is_aborted_and_reported() -> None:
     assert StubProducer.instances[0].calls.count("abort") == 1
 
 
-def test_list_in_doubt_names_every_slot_ever_used() -> None:
+def test_list_in_doubt_names_every_lane_of_every_slot_ever_used() -> None:
     handles = SINK.list_in_doubt(RecoveryContext(CTX.identity, 3, (7,)))
     assert [h.transaction_id for h in handles] == [
-        f"twophase-{CTX.identity}-{slot}" for slot in range(3)
+        f"twophase-{CTX.identity}-{slot}" + ("" if lane == 0 else f".{lane}")
+        for slot in range(3)
+        for lane in range(4)
     ]
+    assert [h.partition_id for h in handles] == [slot for slot in range(3) for _ in range(4)]
     assert {h.batch_id for h in handles} == {7}
     assert all(pickle.loads(pickle.dumps(h)) == h for h in handles)
 
 
 def test_recover_and_abort_fences_the_slot_with_init_transactions() -> None:
-    run_partition(SINK)
+    txn = run_partition(SINK)
     handles = SINK.list_in_doubt(RecoveryContext(CTX.identity, 3))
-    (handle,) = [h for h in handles if h.partition_id == 2]
+    (handle,) = [h for h in handles if h.transaction_id == txn.transactional_id]
     SINK.recover_and_abort(handle)
     fencer = StubProducer.instances[-1]
     assert fencer.conf["transactional.id"] == handle.transaction_id
