@@ -33,6 +33,7 @@ from twophase.errors import ConfigurationError
 
 from . import _pool
 from ._errors import retry_locally
+from ._lanes import lane_of_this_process
 from ._options import KafkaOptions
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "fence_slot",
     "init_producer",
     "list_in_doubt",
+    "task_producer",
     "transactional_id",
 ]
 
@@ -119,8 +121,7 @@ def fence_slot(options: KafkaOptions, handle: TransactionHandle) -> None:
     """Fence one slot of :func:`list_in_doubt`: abort its open transaction, disable its zombies."""
     tid = handle.transaction_id
     started = time.monotonic()
-    init_producer(options, tid, None).close()
-    _pool.discard_idle(tid)  # older instances in this process are fenced now
+    _fence(options, tid, None)
     _log.info(
         "sink %s: fenced %s (batch %s) in %.3f s",
         options.sink,
@@ -143,10 +144,34 @@ def fence_lanes(options: KafkaOptions, context: TaskContext, skip_lane: int) -> 
     slot = context.partition_id
     ids = [transactional_id(options, context.identity, slot, lane) for lane in lanes]
 
-    def fence(tid: str) -> None:
-        _pool.discard_idle(tid)
-        init_producer(options, tid, context).close()
-
     with ThreadPoolExecutor(len(ids), thread_name_prefix="twophase-fence") as pool:
-        for future in [pool.submit(fence, tid) for tid in ids]:
+        for future in [pool.submit(_fence, options, tid, context) for tid in ids]:
             future.result()
+
+
+def _fence(options: KafkaOptions, tid: str, context: TaskContext | None) -> None:
+    """Initialise and close a producer of ``tid``: every other instance is fenced."""
+    init_producer(options, tid, context).close()
+    _pool.discard_idle(tid)  # older instances in this process are fenced now
+
+
+def task_producer(
+    options: KafkaOptions, context: TaskContext
+) -> tuple[str, _pool.PooledProducer | None]:
+    """Return the id a task's transaction runs under, and its pooled producer if it may reuse one.
+
+    The id is that of the slot in this worker's lane (:mod:`._lanes`). A first
+    attempt takes the pooled producer of that id, if any. A retry gets None,
+    after every lane of its slot was fenced: an earlier attempt ran in some
+    worker's lane, and is disabled wherever it ran. With None the caller
+    initialises a new producer, which fences the id's other instances.
+    """
+    lane = lane_of_this_process(
+        f"{options.transactional_id_prefix}{context.identity}", options.producer_lanes
+    )
+    tid = transactional_id(options, context.identity, context.partition_id, lane)
+    if context.attempt == 0:
+        return tid, _pool.take(tid, options.conf_key)
+    fence_lanes(options, context, skip_lane=lane)
+    _pool.discard_idle(tid)
+    return tid, None

@@ -28,8 +28,7 @@ from twophase.errors import (
 
 from . import _pool
 from ._errors import ErrorContext, is_fenced, kafka_error_of, map_kafka_error, retry_locally
-from ._fencing import fence_lanes, init_producer, transactional_id
-from ._lanes import lane_of_this_process
+from ._fencing import init_producer, task_producer
 from ._markers import CONTROL_PARTITION, encode_marker, marker_key, new_nonce
 from ._options import KafkaOptions
 from ._records import RecordPlan, plan_records, produce_one, produce_rows
@@ -107,17 +106,7 @@ class KafkaTransaction:
         KafkaTransaction
             The open transaction.
         """
-        lane = lane_of_this_process(
-            f"{options.transactional_id_prefix}{context.identity}", options.producer_lanes
-        )
-        tid = transactional_id(options, context.identity, context.partition_id, lane)
-        entry: _pool.PooledProducer | None = None
-        if context.attempt == 0:
-            entry = _pool.take(tid, options.conf_key)
-        else:
-            # An earlier attempt ran on some worker's lane: disable it, wherever it is.
-            fence_lanes(options, context, skip_lane=lane)
-            _pool.discard_idle(tid)
+        tid, entry = task_producer(options, context)
         reused = entry is not None
         if entry is None:
             entry = init_producer(options, tid, context)
