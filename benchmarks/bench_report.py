@@ -322,6 +322,12 @@ def write(results: dict[str, Any], report: Path) -> None:
         f"- **Run**: `{results['command']}`, {results['generated']}, commit {results['commit']}, "
         f"{results.get('seconds', 0) / 60:.0f} min wall time"
         + (" (quick: tiny sizes, 1 repetition: not representative)" if results["quick"] else "")
+        + (
+            "; the comparisons it did not run are kept from earlier runs, and each section "
+            "below says when, by what and at which commit it was measured"
+            if any(c.get("command") != results["command"] for c in comps.values())
+            else ""
+        )
         + ".",
         f"- **Machine**: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Linux "
         f"{m['kernel']}; Kafka broker, PostgreSQL and Spark (`local[2]`) on the same machine.",
@@ -367,6 +373,7 @@ def write(results: dict[str, Any], report: Path) -> None:
             f"Measured {cmp['started']} in {cmp['seconds']:.0f} s; load average before "
             f"{cmp['load_before']}, after {cmp['load_after']}"
             + (f"; by `{cmp['command']}`" if other_run else "")
+            + (f", commit {cmp['commit']}" if cmp.get("commit") else "")
             + (" (quick)" if cmp["quick"] else "")
             + ". Parameters: "
             + "; ".join(f"{k} = `{v}`" for k, v in cmp["params"].items())

@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 cmp = module.run(env, args.quick)
                 entry = cmp.finish()
                 entry["command"] = results["command"]
+                entry["commit"] = results["commit"]
                 results["comparisons"][name] = entry
                 log(f"=== {name}: {entry['seconds']:.0f} s")
             except Exception as exc:
