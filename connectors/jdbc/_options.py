@@ -14,6 +14,8 @@ from typing import Literal
 
 from twophase.errors import ConfigurationError
 
+from .._settings import check_number
+
 __all__ = ["PostgresOptions", "QualifiedName", "WriteMode"]
 
 WriteMode = Literal["append", "upsert", "cdc"]
@@ -201,22 +203,20 @@ class PostgresOptions:
         _check_identifier(self.marker_table.name, "marker_table")
         if self.merge_schema is not None:
             _check_identifier(self.merge_schema, "merge_schema")
-        if self.marker_retention < 2:
-            raise ConfigurationError(
-                "marker_retention must be >= 2 batches (a replay needs the markers of the "
-                "last unfinished batch)",
-                setting="marker_retention",
-            )
+        check_number(
+            self.marker_retention,
+            "marker_retention",
+            minimum=2,
+            integer=True,
+            unit=" batches (a replay needs the markers of the last unfinished batch)",
+        )
         for name in ("lock_timeout", "statement_timeout", "idle_in_transaction_timeout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ConfigurationError(f"{name} must be >= 0 seconds", setting=name)
-        if self.connect_timeout < 1:
-            raise ConfigurationError(
-                "connect_timeout must be >= 1 second", setting="connect_timeout"
-            )
-        if self.max_partitions is not None and self.max_partitions < 1:
-            raise ConfigurationError("max_partitions must be >= 1", setting="max_partitions")
+            check_number(getattr(self, name), name, minimum=0, unit=" seconds")
+        check_number(
+            self.connect_timeout, "connect_timeout", minimum=1, integer=True, unit=" seconds"
+        )
+        if self.max_partitions is not None:
+            check_number(self.max_partitions, "max_partitions", minimum=1, integer=True)
 
     def session_settings(self) -> tuple[tuple[str, str], ...]:
         """Return the ``SET`` values every session of the sink runs with.

@@ -16,6 +16,7 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import ConfigurationError
 
+from .._settings import check_number
 from ._config import (
     SecretConfig,
     client_config,
@@ -88,33 +89,40 @@ local_retries
             f"transactional_id_prefix must be a string without whitespace, got {prefix!r}",
             "transactional_id_prefix",
         )
-        lanes = self.producer_lanes
-        self._check(
-            isinstance(lanes, int) and 1 <= lanes <= MAX_PRODUCER_LANES,
-            f"producer_lanes must be an int from 1 to {MAX_PRODUCER_LANES}, got {lanes!r}",
+        check_number(
+            self.producer_lanes,
             "producer_lanes",
+            minimum=1,
+            maximum=MAX_PRODUCER_LANES,
+            integer=True,
+            sink=name,
         )
-        self._check(
-            self.control_topic_partitions >= 1,
-            "control_topic_partitions must be >= 1",
+        check_number(
+            self.control_topic_partitions,
             "control_topic_partitions",
+            minimum=1,
+            integer=True,
+            sink=name,
         )
         replication = self.control_topic_replication_factor
-        self._check(
-            replication >= 1 or replication == -1,
-            "control_topic_replication_factor must be >= 1, or -1 for the broker default",
-            "control_topic_replication_factor",
-        )
-        self._check(
-            self.operation_timeout > 0,
-            f"operation_timeout must be > 0 seconds, got {self.operation_timeout!r}",
+        if replication != -1:
+            check_number(
+                replication,
+                "control_topic_replication_factor",
+                minimum=1,
+                integer=True,
+                unit=", or -1 for the broker default",
+                sink=name,
+            )
+        check_number(
+            self.operation_timeout,
             "operation_timeout",
+            minimum=0,
+            above=True,
+            unit=" seconds",
+            sink=name,
         )
-        self._check(
-            self.local_retries >= 1,
-            f"local_retries must be >= 1, got {self.local_retries!r}",
-            "local_retries",
-        )
+        check_number(self.local_retries, "local_retries", minimum=1, integer=True, sink=name)
         if not isinstance(self.producer_config, SecretConfig):
             object.__setattr__(self, "producer_config", SecretConfig(self.producer_config))
         object.__setattr__(self, "operation_timeout", float(self.operation_timeout))

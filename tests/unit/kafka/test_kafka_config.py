@@ -224,6 +224,18 @@ def test_from_spark_options_refuses_settings_given_twice() -> None:
         ({"control_topic_replication_factor": 0}, "control_topic_replication_factor"),
         ({"operation_timeout": 0}, "operation_timeout"),
         ({"local_retries": 0}, "local_retries"),
+        # bool is an int to Python, and a string is not a number: both are refused by name
+        ({"producer_lanes": True}, "producer_lanes"),
+        ({"producer_lanes": "4"}, "producer_lanes"),
+        ({"producer_lanes": 0}, "producer_lanes"),
+        ({"producer_lanes": 2.0}, "producer_lanes"),
+        ({"control_topic_partitions": "3"}, "control_topic_partitions"),
+        ({"control_topic_replication_factor": "-1"}, "control_topic_replication_factor"),
+        ({"control_topic_replication_factor": True}, "control_topic_replication_factor"),
+        ({"operation_timeout": "30"}, "operation_timeout"),
+        ({"operation_timeout": float("nan")}, "operation_timeout"),
+        ({"local_retries": "3"}, "local_retries"),
+        ({"local_retries": None}, "local_retries"),
     ],
 )
 def test_sink_arguments_are_validated(kwargs: dict[str, Any], setting: str) -> None:
