@@ -1,60 +1,38 @@
-"""What the two PostgreSQL sinks share: settings, the handle, and the common hooks.
+"""What the sinks of every dialect and both protocols share: settings and the common hooks.
 
-:class:`PostgresSinkMixin` comes first in the bases of both sinks (``_sink.py``)
-and implements, once, the hooks whose PostgreSQL side does not depend on the
-protocol: ``open`` (its common checks), ``check_schema``,
-``begin_transaction``, ``write`` and ``abort``. Each sink adds only how a
-partition's transaction ends and what the driver does with it.
+:class:`JdbcSinkMixin` comes first in the bases of every JDBC sink (``_sink.py``)
+and implements, once, the hooks that do not depend on the protocol: ``open``
+(its common checks), ``check_schema``, ``begin_transaction``, ``write`` and
+``abort``. It runs no SQL: the sink's dialect (:mod:`._dialect`) builds the
+parts that do. Each protocol's sink adds only how a partition's transaction
+ends and what the driver does with it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
 from twophase import CommitProtocol, SinkContext, TaskContext, TransactionHandle
 
-from ._checks import PostgresChecker
 from ._config import ConnectionConfig
-from ._gid import check_identity
+from ._dialect import Checker, Dialect, Writer
 from ._options import PostgresOptions
-from ._transaction import PostgresTransaction
-from ._writer import PostgresWriter
 
-__all__ = ["PostgresHandle", "PostgresSinkMixin"]
+__all__ = ["JdbcSinkMixin"]
 
-
-@dataclass(frozen=True)
-class PostgresHandle(TransactionHandle):
-    """The handle of one partition's prepared transaction. Frozen and picklable.
-
-    Attributes
-    ----------
-    transaction_id
-        The gid, ``tp:<identity>:<batch>:<partition>:<attempt>``.
-    batch_id, partition_id, attempt
-        Where it came from.
-    xid
-        The server's 64-bit transaction id, recorded in the commit decision so
-        that a gid that vanished can be told committed or rolled back
-        (``txid_status``). None for handles rebuilt from ``pg_prepared_xacts``.
-    rows
-        Rows written by the transaction (informational).
-    """
-
-    xid: int | None = None
-    rows: int = 0
+TxnT = TypeVar("TxnT")
 
 
-class PostgresSinkMixin:
-    """Settings and protocol-independent hooks of both PostgreSQL sinks.
+class JdbcSinkMixin(Generic[TxnT]):
+    """Settings and protocol-independent hooks of every JDBC sink.
 
     Put it before :class:`twophase.TwoPhaseCommitSink` or
-    :class:`twophase.MarkerCommitSink` in the bases; the remaining keywords
-    of ``__init__`` go to that base class. Picklable: options and connection
-    parameters only (connections live in a per-process pool).
+    :class:`twophase.MarkerCommitSink` in the bases, and set :attr:`dialect`;
+    the remaining keywords of ``__init__`` go to that base class. Picklable:
+    options and connection parameters only (connections live in a per-process
+    pool).
 
     Parameters
     ----------
@@ -65,10 +43,16 @@ class PostgresSinkMixin:
     **base
         ``name``, ``checkpoint_location``, ``retry`` (and ``staging``), for the
         base class.
+
+    Attributes
+    ----------
+    dialect
+        The database (a class attribute of each concrete sink).
     """
 
     name: str
     protocol: ClassVar[CommitProtocol]
+    dialect: ClassVar[Dialect[Any, Any]]
 
     def __init__(self, options: PostgresOptions, connection: ConnectionConfig, **base: Any) -> None:
         super().__init__(**base)
@@ -79,8 +63,8 @@ class PostgresSinkMixin:
             # then applies a key's changes in order, whatever the user's partitioning.
             self.key_by = tuple(options.key_columns)
         prepare = self.protocol is CommitProtocol.COORDINATED
-        self._writer = PostgresWriter(options, connection, prepare=prepare)
-        self._checker = PostgresChecker(options, connection)
+        self._writer: Writer[TxnT] = self.dialect.writer(options, connection, prepare=prepare)
+        self._checker: Checker = self.dialect.checker(options, connection)
 
     def __repr__(self) -> str:
         o = self.options
@@ -96,10 +80,11 @@ class PostgresSinkMixin:
 
     # ================================================ coordinator hooks (driver)
     def open(self, context: SinkContext) -> None:
-        """Check the identity's gid length, the table and the sink user's privileges."""
-        check_identity(context.identity)
-        self._checker.check_target(
-            coordinated=self.protocol is CommitProtocol.COORDINATED, sink=self.name
+        """Check the identity's transaction ids, the table and the sink user's privileges."""
+        self._checker.check_open(
+            context.identity,
+            coordinated=self.protocol is CommitProtocol.COORDINATED,
+            sink=self.name,
         )
 
     def check_schema(self, schema: pa.Schema, batch_id: int) -> None:
@@ -107,14 +92,14 @@ class PostgresSinkMixin:
         self._checker.check_schema(schema, sink=self.name, batch_id=batch_id)
 
     # ============================================ participant hooks (executor)
-    def begin_transaction(self, context: TaskContext) -> PostgresTransaction:
-        """Take a pooled connection, ``BEGIN`` and read the table's columns."""
+    def begin_transaction(self, context: TaskContext) -> TxnT:
+        """Open the partition's transaction on a pooled connection and read the table."""
         return self._writer.begin(context)
 
-    def write(self, txn: PostgresTransaction, batch: pa.RecordBatch) -> None:
-        """``COPY`` the rows into the table (append) or the staging table (upsert/CDC)."""
+    def write(self, txn: TxnT, batch: pa.RecordBatch) -> None:
+        """Load the rows into the table (append) or the staging table (upsert/CDC)."""
         self._writer.write(txn, batch)
 
-    def abort(self, txn: PostgresTransaction) -> None:
-        """``ROLLBACK``, or ``ROLLBACK PREPARED`` once prepared; the connection goes back."""
+    def abort(self, txn: TxnT) -> None:
+        """Roll the transaction back, open or prepared; the connection goes back."""
         self._writer.rollback(txn)

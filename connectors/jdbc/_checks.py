@@ -17,14 +17,13 @@ from twophase.errors import ConfigurationError
 
 from . import _sql
 from ._catalog import (
-    ServerInfo,
     TableInfo,
     describe_table,
     has_privileges,
     schema_can_create,
-    server_info,
 )
 from ._client import PostgresClient
+from ._gid import check_identity
 from ._plan import create_table_fields, plan_write
 
 __all__ = ["PostgresChecker"]
@@ -35,25 +34,29 @@ _log = logging.getLogger("twophase.connectors.jdbc")
 class PostgresChecker(PostgresClient):
     """Driver-side checks of the PostgreSQL sinks.
 
-    Picklable (options and connection parameters only).
+    Picklable (options and connection parameters only). It is the PostgreSQL
+    dialect's :class:`~._dialect.Checker`.
     """
 
-    def server(self, **context: Any) -> ServerInfo:
-        """Read the server's version and ``max_prepared_transactions``.
+    # ------------------------------------------------------------------ open
+    def check_open(self, identity: str, *, coordinated: bool, **context: Any) -> None:
+        """Check that the identity's gids fit, then the table and the privileges.
 
         Parameters
         ----------
+        identity
+            The sink identity.
+        coordinated
+            The coordinated protocol.
         **context
             Error context.
-
-        Returns
-        -------
-        ServerInfo
-            The values.
         """
-        return self.run("reading the server settings", server_info, **context)
+        try:
+            check_identity(identity)
+        except ConfigurationError as exc:
+            raise exc.with_context(**context) from None
+        self.check_target(coordinated=coordinated, **context)
 
-    # ------------------------------------------------------------------ open
     def check_target(self, *, coordinated: bool, **context: Any) -> TableInfo | None:
         """Check the table and the privileges at start (None: missing, will be created).
 

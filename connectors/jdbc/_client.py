@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import psycopg2
 
+from ._catalog import ServerInfo, server_info
 from ._config import ConnectionConfig
 from ._errors import connection_error, is_connection_error, map_error
 from ._options import PostgresOptions
@@ -120,3 +121,18 @@ class PostgresClient:
         result, conn = self.session(doing, fn, **context)
         self.pool().release(conn)
         return result
+
+    def server(self, **context: Any) -> ServerInfo:
+        """Read the server's version and ``max_prepared_transactions``.
+
+        Parameters
+        ----------
+        **context
+            Error context.
+
+        Returns
+        -------
+        ServerInfo
+            The values.
+        """
+        return self.run("reading the server settings", server_info, **context)

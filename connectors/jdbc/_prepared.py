@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
 from psycopg2 import sql
 
+from twophase import TransactionHandle
 from twophase.errors import ConfigurationError, FatalError, RetriableError
 
 from . import _sql
@@ -26,6 +29,7 @@ from ._gid import GID_PREFIX, gid_prefix, parse_gid
 from ._transaction import PostgresTransaction
 
 __all__ = [
+    "PostgresHandle",
     "PreparedTransactions",
     "committed_or_raise",
     "partition_limit",
@@ -36,6 +40,31 @@ _log = logging.getLogger("twophase.connectors.jdbc")
 
 #: SQLSTATE of ``COMMIT/ROLLBACK PREPARED`` with a gid that is not prepared.
 _UNKNOWN_GID = "42704"
+
+#: Prepared transactions of other sinks older than this are reported by ``open()``.
+_STALE_AFTER_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class PostgresHandle(TransactionHandle):
+    """The handle of one partition's prepared transaction. Frozen and picklable.
+
+    Attributes
+    ----------
+    transaction_id
+        The gid, ``tp:<identity>:<batch>:<partition>:<attempt>``.
+    batch_id, partition_id, attempt
+        Where it came from.
+    xid
+        The server's 64-bit transaction id, recorded in the commit decision so
+        that a gid that vanished can be told committed or rolled back
+        (``txid_status``). None for handles rebuilt from ``pg_prepared_xacts``.
+    rows
+        Rows written by the transaction (informational).
+    """
+
+    xid: int | None = None
+    rows: int = 0
 
 
 def partition_limit(max_prepared: int, max_partitions: int | None) -> int:
@@ -90,9 +119,154 @@ def prepare_transaction(txn: PostgresTransaction, fences: sql.Composable) -> Non
 class PreparedTransactions(PostgresClient):
     """Driver-side statements on prepared transactions (also run by a retried task).
 
-    Picklable (options and connection parameters only).
+    Picklable (options and connection parameters only). It is the PostgreSQL
+    dialect's :class:`~._dialect.PreparedStore`.
     """
 
+    # ------------------------------------------------- the PreparedStore protocol
+    def capacity(self, **context: Any) -> int:
+        """Refuse a server that cannot prepare; size batches to its free slots.
+
+        Parameters
+        ----------
+        **context
+            Error context.
+
+        Returns
+        -------
+        int
+            How many partitions one batch may have (:func:`partition_limit`).
+
+        Raises
+        ------
+        ConfigurationError
+            ``max_prepared_transactions = 0`` (with the server's hint), or
+            ``max_partitions`` above it.
+        """
+        server = self.server(**context)
+        if server.max_prepared_transactions == 0:
+            self.probe(**context)  # raises with the server's message and hint
+        max_partitions = self.options.max_partitions
+        if max_partitions is not None and max_partitions > server.max_prepared_transactions:
+            raise ConfigurationError(
+                f"max_partitions={max_partitions} is more than the server's "
+                f"max_prepared_transactions={server.max_prepared_transactions}",
+                setting="max_partitions",
+                **context,
+            )
+        limit = partition_limit(server.max_prepared_transactions, max_partitions)
+        _log.debug(
+            "sink %s: opened on %s (PostgreSQL %s, max_prepared_transactions=%d, %d in use); "
+            "at most %d partitions per batch",
+            context.get("sink"),
+            self.connection.describe(),
+            server.describe_version(),
+            server.max_prepared_transactions,
+            server.prepared_in_use,
+            limit,
+        )
+        return limit
+
+    def ensure_ready(self, identity: str, **context: Any) -> None:
+        """Create the fence row; warn of other sinks' prepared transactions over 10 minutes old.
+
+        Parameters
+        ----------
+        identity
+            The sink identity.
+        **context
+            Error context.
+        """
+        self.ensure_fences(identity, **context)
+        stale = self.stale(identity, _STALE_AFTER_SECONDS, **context)
+        if stale:
+            _log.warning(
+                "sink %s: %d prepared transaction(s) of other twophase sinks are older than "
+                "10 minutes (%s%s); they hold locks and slots and block VACUUM. If their "
+                "queries are gone (a reset checkpoint), roll them back by hand: see "
+                "docs/jdbc.md",
+                context.get("sink"),
+                len(stale),
+                ", ".join(stale[:3]),
+                ", ..." if len(stale) > 3 else "",
+            )
+
+    def prepare(self, txn: PostgresTransaction) -> PostgresHandle:
+        """Refuse a fenced attempt and ``PREPARE TRANSACTION`` (executor).
+
+        Parameters
+        ----------
+        txn
+            The open, finished transaction.
+
+        Returns
+        -------
+        PostgresHandle
+            The handle, with gid and xid.
+        """
+        prepare_transaction(txn, self.fences)
+        c = txn.context
+        return PostgresHandle(txn.gid, c.batch_id, c.partition_id, c.attempt, txn.xid, txn.rows)
+
+    def commit_prepared(self, handle: PostgresHandle, **context: Any) -> str:
+        """``COMMIT PREPARED``; a gid no longer prepared is resolved by its xid.
+
+        Parameters
+        ----------
+        handle
+            The handle.
+        **context
+            Error context.
+
+        Returns
+        -------
+        str
+            As :meth:`commit`.
+        """
+        return self.commit(handle.transaction_id, handle.xid, **context)
+
+    def rollback_prepared(self, handle: PostgresHandle, **context: Any) -> None:
+        """``ROLLBACK PREPARED``; a gid that is not this connector's is refused.
+
+        Parameters
+        ----------
+        handle
+            The handle.
+        **context
+            Error context.
+
+        Raises
+        ------
+        ConfigurationError
+            The gid is not one of this connector's.
+        """
+        if parse_gid(handle.transaction_id) is None:
+            raise ConfigurationError(
+                f"{handle.transaction_id!r} is not a gid of this connector", **context
+            )
+        self.rollback(handle.transaction_id, **context)
+
+    def in_doubt(self, identity: str, **context: Any) -> Sequence[PostgresHandle]:
+        """Read ``pg_prepared_xacts``: gids of exactly this identity, in this database.
+
+        Parameters
+        ----------
+        identity
+            The sink identity.
+        **context
+            Error context.
+
+        Returns
+        -------
+        list of PostgresHandle
+            Without xid.
+        """
+        return [
+            PostgresHandle(gid, batch, partition, attempt)
+            for gid, batch, partition, attempt in self.find(identity, **context)
+        ]
+
+    # ------------------------------------------------------------ statements
     def probe(self, **context: Any) -> None:
         """Check that the server accepts ``PREPARE TRANSACTION``; fail with its own hint.
 

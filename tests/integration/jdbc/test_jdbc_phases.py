@@ -23,7 +23,7 @@ from twophase.connectors.jdbc import (
     list_prepared_transactions,
     postgres_sink,
 )
-from twophase.connectors.jdbc._base import PostgresHandle
+from twophase.connectors.jdbc._prepared import PostgresHandle
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._options import PostgresOptions, QualifiedName
 from twophase.errors import AbortRequiredError, ConfigurationError, FatalError

@@ -11,7 +11,7 @@ import pytest
 
 from twophase import SinkContext
 from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink, postgres_sink
-from twophase.connectors.jdbc._base import PostgresHandle
+from twophase.connectors.jdbc._prepared import PostgresHandle
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._options import PostgresOptions, QualifiedName
 from twophase.connectors.jdbc._prepared import partition_limit

@@ -1,0 +1,147 @@
+"""What a database supplies to the JDBC family: the dialect interfaces.
+
+The sink classes (:mod:`._sink`) are written once, for every SQL database with
+transactions. They plan nothing and run no SQL themselves: each hook hands its
+work to one of four parts that a :class:`Dialect` builds from the sink's
+options and connection parameters.
+
+* :class:`Writer` -- the executor side both protocols share: open a
+  transaction, load record batches into it, finish it (merge upserts and CDC),
+  roll it back.
+* :class:`Checker` -- the driver's checks at ``open`` and before each batch:
+  the identity, the table, the privileges, the batch schema.
+* :class:`PreparedStore` -- the coordinated protocol: the server's capacity for
+  prepared transactions, the zombie fence, prepare (executor), commit and
+  roll back by transaction id and list this identity's in-doubt transactions
+  (driver).
+* :class:`MarkerStore` -- the markers protocol: the marker table, read on the
+  driver, written in the partition's own transaction on the executor.
+
+A dialect object is stateless and picklable (a module-level instance), and so
+is every part it builds (options and connection parameters only; connections
+live in per-process pools). ``docs/jdbc.md`` ("Adding a dialect") walks
+through what each part must guarantee.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
+
+import pyarrow as pa
+
+from twophase import Marker, TaskContext, TransactionHandle
+
+__all__ = ["Checker", "Dialect", "MarkerStore", "PreparedStore", "Writer"]
+
+TxnT = TypeVar("TxnT")
+TxnT_contra = TypeVar("TxnT_contra", contravariant=True)
+HandleT = TypeVar("HandleT", bound=TransactionHandle)
+
+
+class Writer(Protocol[TxnT]):
+    """The executor side of both protocols, up to the end of the writes."""
+
+    def begin(self, context: TaskContext) -> TxnT:
+        """Open the partition's transaction (and, for the markers protocol, take its slot)."""
+        ...
+
+    def write(self, txn: TxnT, batch: pa.RecordBatch) -> None:
+        """Load one record batch into the transaction."""
+        ...
+
+    def finish(self, txn: TxnT) -> None:
+        """End the loads; merge staged rows into the table (upsert, CDC)."""
+        ...
+
+    def rollback(self, txn: TxnT) -> None:
+        """Roll the transaction back, open or prepared; idempotent."""
+        ...
+
+
+class Checker(Protocol):
+    """The driver's checks of the target."""
+
+    def check_open(self, identity: str, *, coordinated: bool, **context: Any) -> None:
+        """Check the identity's transaction ids, the table and the user's privileges."""
+        ...
+
+    def check_schema(self, schema: pa.Schema, **context: Any) -> None:
+        """Create the table if asked, then check a batch's schema against it."""
+        ...
+
+
+class PreparedStore(Protocol[TxnT_contra, HandleT]):
+    """The coordinated protocol's statements on prepared transactions."""
+
+    def capacity(self, **context: Any) -> int:
+        """Refuse a server that cannot prepare; return how many partitions a batch may have."""
+        ...
+
+    def ensure_ready(self, identity: str, **context: Any) -> None:
+        """Create the fence for this identity; warn of other sinks' stale transactions."""
+        ...
+
+    def prepare(self, txn: TxnT_contra) -> HandleT:
+        """Refuse a fenced attempt, prepare the finished transaction (executor)."""
+        ...
+
+    def fence(self, identity: str, epoch: int, batch_id: int, **context: Any) -> bool:
+        """Fence every attempt up to ``(epoch, batch_id)``; False while a prepared one holds it."""
+        ...
+
+    def commit_prepared(self, handle: HandleT, **context: Any) -> str:
+        """Commit by transaction id; idempotent. Returns what happened, for the log."""
+        ...
+
+    def rollback_prepared(self, handle: HandleT, **context: Any) -> None:
+        """Roll back by transaction id; an unknown id is success, a foreign one refused."""
+        ...
+
+    def in_doubt(self, identity: str, **context: Any) -> Sequence[HandleT]:
+        """List exactly this identity's prepared transactions."""
+        ...
+
+
+class MarkerStore(Protocol[TxnT_contra]):
+    """Return the markers protocol's marker table."""
+
+    def ensure(self, identity: str, **context: Any) -> None:
+        """Create the marker table if missing; prune this identity's old markers."""
+        ...
+
+    def read(self, identity: str, batch: int, **context: Any) -> list[Marker]:
+        """Return the committed markers of one batch."""
+        ...
+
+    def commit_with_marker(self, txn: TxnT_contra, marker: Marker) -> None:
+        """Insert the marker row in the transaction and commit it (executor)."""
+        ...
+
+
+class Dialect(Protocol[TxnT, HandleT]):
+    """One database: builds the four parts the sink classes drive.
+
+    Attributes
+    ----------
+    name
+        The database's name for messages and ``repr`` (``"PostgreSQL"``).
+    """
+
+    name: str
+
+    def writer(self, options: Any, connection: Any, *, prepare: bool) -> Writer[TxnT]:
+        """Return the executor side (``prepare``: the transaction will be prepared)."""
+        ...
+
+    def checker(self, options: Any, connection: Any) -> Checker:
+        """Return the driver's checks."""
+        ...
+
+    def prepared(self, options: Any, connection: Any) -> PreparedStore[TxnT, HandleT]:
+        """Return the coordinated protocol's statements."""
+        ...
+
+    def markers(self, options: Any, connection: Any) -> MarkerStore[TxnT]:
+        """Return the markers protocol's marker table."""
+        ...
