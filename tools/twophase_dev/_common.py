@@ -24,6 +24,7 @@ __all__ = [
     "LOOPBACK",
     "DevInfraError",
     "ManagedProcess",
+    "PortRaceError",
     "cache_root",
     "clean_stale_work_dirs",
     "free_ports",
@@ -46,6 +47,10 @@ class DevInfraError(RuntimeError):
 
     The message says what failed, where the log is and, when known, how to fix it.
     """
+
+
+class PortRaceError(Exception):
+    """A picked port was taken by someone else between picking and binding (the caller retries)."""
 
 
 def cache_root() -> Path:
@@ -493,6 +498,32 @@ def write_owner(work_dir: Path, service_pid: int | None) -> None:
     tmp = work_dir / (_OWNER_FILE + ".tmp")
     tmp.write_text(json.dumps(data))
     tmp.replace(work_dir / _OWNER_FILE)
+
+
+def owner_service_pid(work_dir: Path) -> int | None:
+    """Return the live server pid that the owner file of ``work_dir`` names, if any.
+
+    A server restarted by a handle other than the one ``twophase-dev up`` recorded (a chaos test
+    that attached to it) has a new pid; its owner file names it.
+
+    Parameters
+    ----------
+    work_dir : pathlib.Path
+        A directory made by :func:`make_work_dir`.
+
+    Returns
+    -------
+    int or None
+        The pid, if that process is alive and mentions ``work_dir`` in its command line.
+    """
+    try:
+        data = json.loads((work_dir / _OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    pid = data.get("service_pid") if isinstance(data, dict) else None
+    if isinstance(pid, int) and process_mentions(pid, str(work_dir)):
+        return pid
+    return None
 
 
 def _owned_by_live_process(work_dir: Path) -> bool:

@@ -24,6 +24,7 @@ from twophase_dev._common import (
     LOOPBACK,
     DevInfraError,
     ManagedProcess,
+    PortRaceError,
     free_ports,
     make_work_dir,
     port_is_free,
@@ -469,7 +470,7 @@ class KafkaBroker:
                     self._format_storage(classpath)
                 self._launch(classpath)
                 return
-            except _PortRaceError:
+            except PortRaceError:
                 if attempt == attempts:
                     raise DevInfraError(
                         f"Kafka could not bind its ports after {attempts} attempts; "
@@ -485,7 +486,7 @@ class KafkaBroker:
             assert port is not None
             if not port_is_free(port):
                 if not self._fixed_ports:
-                    raise _PortRaceError()
+                    raise PortRaceError()
                 raise DevInfraError(
                     f"Kafka {name} {port} on {LOOPBACK} is already in use by another process "
                     f"(see 'ss -ltnp | grep :{port}'); pick another port or omit it to get a "
@@ -510,7 +511,7 @@ class KafkaBroker:
                 return
             log = tail(self.log_file, 40) + "\n" + tail(self.stdout_file, 20)
             if "Address already in use" in log and not self._fixed_ports:
-                raise _PortRaceError()
+                raise PortRaceError()
             raise DevInfraError(
                 f"Kafka exited during startup (exit {self._process.returncode()}). "
                 f"Log {self.log_file}:\n{log}"
@@ -653,7 +654,3 @@ class KafkaBroker:
         if not self.managed:
             state = "external"
         return f"KafkaBroker(bootstrap_servers={self.port and self.bootstrap_servers!r}, {state})"
-
-
-class _PortRaceError(Exception):
-    """A picked port was taken by someone else between picking and binding."""

@@ -26,6 +26,7 @@ from twophase_dev._common import (
     LOOPBACK,
     DevInfraError,
     ManagedProcess,
+    PortRaceError,
     free_ports,
     make_work_dir,
     port_is_free,
@@ -540,7 +541,7 @@ class PostgresServer:
             try:
                 self._launch(bin_dir, user)
                 break
-            except _PortRaceError:
+            except PortRaceError:
                 if attempt == attempts:
                     raise DevInfraError(
                         f"PostgreSQL could not bind a port after {attempts} attempts; "
@@ -574,7 +575,7 @@ class PostgresServer:
                 return
             log = tail(self.log_file, 30)
             if "could not bind" in log and "already in use" in log and not self._fixed_port:
-                raise _PortRaceError()
+                raise PortRaceError()
             raise DevInfraError(
                 f"PostgreSQL exited during startup (exit {self._process.returncode()}). "
                 f"Log {self.log_file}:\n{log}"
@@ -732,7 +733,3 @@ class PostgresServer:
             f"PostgresServer(port={self.port}, max_prepared_transactions="
             f"{self.max_prepared_transactions}, {state})"
         )
-
-
-class _PortRaceError(Exception):
-    """A picked port was taken by someone else between picking and binding."""

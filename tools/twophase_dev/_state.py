@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from twophase_dev._cluster import SparkCluster
-from twophase_dev._common import DevInfraError, cache_root, clean_stale_work_dirs, file_lock
+from twophase_dev._common import (
+    DevInfraError,
+    cache_root,
+    clean_stale_work_dirs,
+    file_lock,
+    owner_service_pid,
+)
 from twophase_dev._kafka import KafkaBroker
 from twophase_dev._postgres import PostgresServer
 
@@ -79,6 +85,18 @@ def _handle(record: Mapping[str, Any]) -> Service:
     return PostgresServer.from_record(record)
 
 
+def _adopt_restarted(record: dict[str, Any]) -> dict[str, Any]:
+    """Point ``record`` at the server's current pid if another handle restarted it meanwhile."""
+    work_dir = record.get("work_dir")
+    pid = record.get("pid")
+    if not work_dir or not isinstance(pid, int):
+        return record
+    current = owner_service_pid(Path(work_dir))
+    if current is not None and current != pid:
+        return {**record, "pid": current}
+    return record
+
+
 class DevState:
     """The services recorded by ``twophase-dev up`` in one state directory.
 
@@ -125,7 +143,10 @@ class DevState:
                 "it lists"
             ) from exc
         services = data.get("services", {}) if isinstance(data, dict) else {}
-        return {str(k): dict(v) for k, v in services.items() if isinstance(v, dict)}
+        # A chaos test that attached to a service and restarted it changed its pid, not this file.
+        return {
+            str(k): _adopt_restarted(dict(v)) for k, v in services.items() if isinstance(v, dict)
+        }
 
     def _save(self, records: Mapping[str, Mapping[str, Any]]) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
