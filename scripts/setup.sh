@@ -3,7 +3,7 @@
 #
 # Installs only what is missing, so a second run takes seconds:
 #   1. system packages: Java 17+ (Kafka 4 and Spark 4 need it), Maven (resolves the Kafka and
-#      Spark jars), PostgreSQL server binaries (the tests run throwaway clusters);
+#      Spark jars), PostgreSQL and MariaDB server binaries (the tests run throwaway servers);
 #   2. the .venv virtualenv (Python >= 3.10) with twophase installed editable plus the dev extra,
 #      and the development tools (tools/: twophase_dev, the twophase-dev command) editable too;
 #   3. the Kafka broker and Spark Kafka connector jars, downloaded once into ~/.m2 and cached.
@@ -65,11 +65,17 @@ packages=()
 java_ok || packages+=("$(first_available openjdk-17-jdk-headless openjdk-21-jdk-headless default-jdk-headless)")
 command -v mvn >/dev/null 2>&1 || packages+=(maven)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || packages+=(postgresql)
+# MariaDB: the -core packages hold mariadbd, mariadb-install-db and the mariadb client without
+# mariadb-server's system service, so nothing starts on port 3306 (twophase_dev runs its own).
+if [[ ! -x /usr/sbin/mariadbd || ! -x /usr/bin/mariadb-install-db ]]; then
+    packages+=(mariadb-server-core)
+fi
+command -v mariadb >/dev/null 2>&1 || packages+=(mariadb-client-core)
 if [[ ! -x .venv/bin/python && -z "$BASE_PYTHON" ]]; then packages+=(python3 python3-venv); fi
 if ((${#packages[@]})); then
     apt_install "${packages[@]}"
 else
-    log "system packages: Java, Maven and PostgreSQL already installed"
+    log "system packages: Java, Maven, PostgreSQL and MariaDB already installed"
 fi
 java_ok || { log "error: Java 17 or newer is still not the default 'java'"; exit 1; }
 
@@ -88,9 +94,9 @@ fi
 # tools/pyproject.toml and constraints, same checkout location, imports work).
 stamp_file=.venv/.twophase-setup-stamp
 stamp="$(cat pyproject.toml tools/pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1) $ROOT"
+imports="twophase_dev, twophase.connectors, pyspark, confluent_kafka, psycopg2, pymysql, pytest"
 if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]] \
-    && "$PY" -c 'import twophase_dev, twophase.connectors, pyspark, confluent_kafka, psycopg2, pytest' \
-        >/dev/null 2>&1; then
+    && "$PY" -c "import $imports" >/dev/null 2>&1; then
     log "virtualenv: up to date ($("$PY" -V))"
 else
     log "pip install -e '.[dev]' -e ./tools into .venv"

@@ -1,16 +1,19 @@
-"""Local infrastructure for developing and testing twophase: Kafka, PostgreSQL, Spark's Kafka jars.
+"""Local infrastructure for developing and testing twophase: Kafka, PostgreSQL, MariaDB, Spark jars.
 
 This package is the project's own tooling, a separate distribution (``tools/pyproject.toml``,
 ``twophase-dev``) that is not part of the ``twophase`` wheel. The core (``twophase/*.py``) and the
 connectors never import it; the test suite (``tests/conftest.py``), the examples and the
 ``twophase-dev`` command do. It needs ``confluent-kafka``, ``psycopg2-binary``, PySpark, Java 17+,
-Maven and the PostgreSQL server binaries (``bash scripts/setup.sh`` installs all of them).
+Maven and the PostgreSQL and MariaDB server binaries (``bash scripts/setup.sh`` installs all of
+them); ``PyMySQL`` for MariaDB.
 
 What it provides:
 
 - :class:`KafkaBroker`: a single-node KRaft broker on 127.0.0.1 (free ports, throwaway data).
 - :class:`PostgresServer`: a throwaway PostgreSQL cluster on 127.0.0.1 with
   ``max_prepared_transactions`` of your choice (0 included) and ``restart()`` for chaos tests.
+- :class:`MariaDBServer`: a throwaway MariaDB server on 127.0.0.1 (binary log on or off) whose
+  prepared XA transactions survive ``restart()`` and ``kill()``.
 - :func:`spark_session` / :func:`spark_kafka_jars`: a local SparkSession with Spark's Kafka
   connector on the classpath.
 - :class:`SparkCluster` / :func:`cluster_session`: a Spark standalone cluster (a master and two
@@ -44,16 +47,19 @@ from twophase_dev._cluster import (
 from twophase_dev._common import DevInfraError, clean_stale_work_dirs, free_ports
 from twophase_dev._connect import CONNECT_ENV_MARKER, SparkConnectServer
 from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
+from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
 from twophase_dev._postgres import PostgresServer, find_postgres_bin_dir
 from twophase_dev._spark import spark_kafka_jars, spark_session, spark_test_conf
 from twophase_dev._state import (
     ENV_KAFKA_BOOTSTRAP,
+    ENV_MARIADB_URL,
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,
     ENV_SPARK_MASTER,
     DevState,
     attach_kafka,
+    attach_mariadb,
     attach_postgres,
     attach_spark_cluster,
     state_home,
@@ -63,6 +69,7 @@ __all__ = [
     "CLUSTER_ENV_MARKER",
     "CONNECT_ENV_MARKER",
     "ENV_KAFKA_BOOTSTRAP",
+    "ENV_MARIADB_URL",
     "ENV_PG_DSN",
     "ENV_PG_NOPREP_DSN",
     "ENV_SPARK_MASTER",
@@ -71,6 +78,7 @@ __all__ = [
     "DevInfraError",
     "DevState",
     "KafkaBroker",
+    "MariaDBServer",
     "MavenArtifact",
     "MavenError",
     "PostgresServer",
@@ -78,11 +86,13 @@ __all__ = [
     "SparkConnectServer",
     "SparkWorker",
     "attach_kafka",
+    "attach_mariadb",
     "attach_postgres",
     "attach_spark_cluster",
     "clean_stale_work_dirs",
     "cluster_conf",
     "cluster_session",
+    "find_mariadb_binaries",
     "find_postgres_bin_dir",
     "free_ports",
     "kafka_classpath",

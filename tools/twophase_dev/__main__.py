@@ -2,10 +2,10 @@
 
 Commands::
 
-    up [--kafka] [--postgres] [--postgres-no-prepared] [--spark-cluster]
+    up [--kafka] [--postgres] [--postgres-no-prepared] [--mariadb] [--spark-cluster]
        [--max-prepared-transactions N]
-        start the services (Kafka and PostgreSQL if none is named); a running one is kept
-    down [--kafka] [--postgres] [--postgres-no-prepared] [--spark-cluster]
+        start the services (Kafka, PostgreSQL and MariaDB if none is named); a running one is kept
+    down [--kafka] [--postgres] [--postgres-no-prepared] [--mariadb] [--spark-cluster]
         stop what 'up' started (all if none is named) and delete its data; logs are kept
     status [--json]      show what 'up' started and whether it still runs
     cluster up|down|status [--json]
@@ -52,6 +52,9 @@ def _add_selectors(parser: argparse.ArgumentParser) -> None:
         help="a second PostgreSQL cluster with max_prepared_transactions=0",
     )
     parser.add_argument(
+        "--mariadb", action="store_true", help="the MariaDB server (binary log on, XA)"
+    )
+    parser.add_argument(
         "--spark-cluster",
         action="store_true",
         help="a Spark standalone cluster: a master and two 1-core workers (also: 'cluster up')",
@@ -61,11 +64,11 @@ def _add_selectors(parser: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="twophase-dev",
-        description="Local Kafka, PostgreSQL and Spark jars for twophase's tests and examples.",
+        description="Local Kafka, PostgreSQL, MariaDB and Spark jars for twophase's tests.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    up = sub.add_parser("up", help="start services (Kafka and PostgreSQL by default)")
+    up = sub.add_parser("up", help="start services (Kafka, PostgreSQL and MariaDB by default)")
     _add_selectors(up)
     up.add_argument(
         "--max-prepared-transactions",
@@ -111,7 +114,8 @@ def _status(state: DevState, as_json: bool) -> int:
     for name, record in services.items():
         flag = "running" if record["running"] else "NOT RUNNING (stale, removed at next up/down)"
         print(f"{name}: {flag}")
-        for key in ("pid", "bootstrap_servers", "dsn", "max_prepared_transactions", "master_url"):
+        keys = ("pid", "bootstrap_servers", "dsn", "url", "binlog", "max_prepared_transactions")
+        for key in (*keys, "master_url"):
             if key in record:
                 print(f"  {key}: {record[key]}")
         print(f"  data: {record.get('work_dir')}")
@@ -184,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("--max-prepared-transactions must be >= 0", file=sys.stderr)
                 return 2
             report = state.up(
-                _selected(args, ("postgres", "kafka")),
+                _selected(args, ("postgres", "mariadb", "kafka")),
                 max_prepared_transactions=args.max_prepared_transactions,
             )
             _print_report(report)

@@ -29,16 +29,19 @@ from twophase_dev._common import (
     owner_service_pid,
 )
 from twophase_dev._kafka import KafkaBroker
+from twophase_dev._mariadb import MariaDBServer
 from twophase_dev._postgres import PostgresServer
 
 __all__ = [
     "ENV_KAFKA_BOOTSTRAP",
+    "ENV_MARIADB_URL",
     "ENV_PG_DSN",
     "ENV_PG_NOPREP_DSN",
     "ENV_SPARK_MASTER",
     "SERVICES",
     "DevState",
     "attach_kafka",
+    "attach_mariadb",
     "attach_postgres",
     "attach_spark_cluster",
     "state_home",
@@ -46,14 +49,15 @@ __all__ = [
 
 #: Services ``up`` knows, in start order. ``spark-cluster`` (a Spark standalone master and two
 #: workers) is only started when named (``up --spark-cluster`` or ``cluster up``).
-SERVICES = ("postgres", "postgres-no-prepared", "kafka", "spark-cluster")
+SERVICES = ("postgres", "postgres-no-prepared", "mariadb", "kafka", "spark-cluster")
 #: Environment variables through which tests reuse running services instead of starting their own.
 ENV_KAFKA_BOOTSTRAP = "TWOPHASE_KAFKA_BOOTSTRAP"
+ENV_MARIADB_URL = "TWOPHASE_MARIADB_URL"
 ENV_PG_DSN = "TWOPHASE_PG_DSN"
 ENV_PG_NOPREP_DSN = "TWOPHASE_PG_NOPREP_DSN"
 ENV_SPARK_MASTER = "TWOPHASE_SPARK_MASTER"
 
-Service = KafkaBroker | PostgresServer | SparkCluster
+Service = KafkaBroker | MariaDBServer | PostgresServer | SparkCluster
 
 
 def state_home() -> Path:
@@ -82,6 +86,8 @@ def _handle(record: Mapping[str, Any]) -> Service:
         return KafkaBroker.from_record(record)
     if record.get("kind") == "spark-cluster":
         return SparkCluster.from_record(record)
+    if record.get("kind") == "mariadb":
+        return MariaDBServer.from_record(record)
     return PostgresServer.from_record(record)
 
 
@@ -199,7 +205,7 @@ class DevState:
     # ---------------------------------------------------------------- operations
 
     def up(self, services: Sequence[str], *, max_prepared_transactions: int = 64) -> Report:
-        """Start the given services unless they already run.
+        """Start the given services unless they already run (a running one is never restarted).
 
         Parameters
         ----------
@@ -252,6 +258,8 @@ class DevState:
             return KafkaBroker(log_dir=log_dir, detach=True)
         if name == "spark-cluster":
             return SparkCluster(log_dir=log_dir, detach=True)
+        if name == "mariadb":
+            return MariaDBServer(log_dir=log_dir, detach=True)
         mpt = 0 if name == "postgres-no-prepared" else max_prepared_transactions
         return PostgresServer(max_prepared_transactions=mpt, log_dir=log_dir, detach=True)
 
@@ -304,7 +312,7 @@ class DevState:
         -------
         dict of str to str
             ``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_PG_DSN``, ``TWOPHASE_PG_NOPREP_DSN``,
-            ``TWOPHASE_SPARK_MASTER`` for the services that run.
+            ``TWOPHASE_MARIADB_URL``, ``TWOPHASE_SPARK_MASTER`` for the services that run.
         """
         env = {}
         for name, handle in self.running().items():
@@ -312,6 +320,8 @@ class DevState:
                 env[ENV_KAFKA_BOOTSTRAP] = handle.bootstrap_servers
             elif isinstance(handle, SparkCluster):
                 env[ENV_SPARK_MASTER] = handle.master_url
+            elif isinstance(handle, MariaDBServer):
+                env[ENV_MARIADB_URL] = handle.url
             elif name == "postgres":
                 env[ENV_PG_DSN] = handle.dsn
             else:
@@ -323,14 +333,14 @@ class DevState:
 
         Parameters
         ----------
-        kind : {"kafka", "postgres", "spark-cluster"}
+        kind : {"kafka", "postgres", "mariadb", "spark-cluster"}
             Service kind.
         port : int
             Its client port (the master's port for a Spark cluster).
 
         Returns
         -------
-        KafkaBroker or PostgresServer or SparkCluster or None
+        KafkaBroker or MariaDBServer or PostgresServer or SparkCluster or None
             A handle that can restart or stop it.
         """
         for record in self.records().values():
@@ -421,6 +431,40 @@ def attach_postgres(
     return server
 
 
+def attach_mariadb(url: str, *, home: Path | None = None) -> MariaDBServer:
+    """Return a handle for the server at ``url`` (e.g. ``$TWOPHASE_MARIADB_URL``).
+
+    Parameters
+    ----------
+    url : str
+        ``mysql://user[:password]@host:port/database`` of a user who may create tables there.
+    home : pathlib.Path, optional
+        State directory to look in; :func:`state_home` by default.
+
+    Returns
+    -------
+    MariaDBServer
+        The recorded handle if ``twophase-dev up`` started that server (so it can be restarted),
+        else an :meth:`~MariaDBServer.external` one.
+
+    Raises
+    ------
+    DevInfraError
+        If the server cannot be reached.
+    """
+    import pymysql
+
+    try:
+        server = MariaDBServer.external(url)
+    except (pymysql.err.Error, ValueError) as exc:
+        raise DevInfraError(f"cannot connect to MariaDB at {url}: {exc}".strip()) from exc
+    if server.port is not None and server.host in ("127.0.0.1", "localhost"):
+        found = DevState(home).find("mariadb", server.port)
+        if isinstance(found, MariaDBServer):
+            return found
+    return server
+
+
 def attach_spark_cluster(master_url: str, *, home: Path | None = None) -> SparkCluster:
     """Return a handle for the cluster at ``master_url`` (e.g. ``$TWOPHASE_SPARK_MASTER``).
 
@@ -464,6 +508,8 @@ def _describe(record: Mapping[str, Any]) -> str:
             f"master {record.get('master_url')}, {len(workers)} workers of "
             f"{record.get('worker_cores')} core(s) (pids {pids})"
         )
+    elif record.get("kind") == "mariadb":
+        where = f"{record.get('url')}, binlog {'on' if record.get('binlog') else 'off'}"
     else:
         where = (
             f"{record.get('dsn')}, max_prepared_transactions="
