@@ -9,6 +9,8 @@ only starts its server when a test asks for it.
   ``$TWOPHASE_PG_DSN``.
 - ``postgres_server_no_prepared``: a second cluster with ``max_prepared_transactions=0`` (the JDBC
   fallback mode); reuses ``$TWOPHASE_PG_NOPREP_DSN``.
+- ``mariadb_server``: MariaDB (binary log on) for XA; reuses ``$TWOPHASE_MARIADB_URL``; the tests
+  that use it skip when MariaDB is not installed.
 - ``s3_endpoint``: an S3-compatible server (moto's, a process of its own) for the coordinator log on
   S3; reuses ``$TWOPHASE_S3_ENDPOINT`` (credentials then come from the usual ``AWS_*`` variables).
 - ``spark``: a ``local[2]`` SparkSession with Spark's Kafka connector on the classpath.
@@ -21,7 +23,7 @@ only starts its server when a test asks for it.
 Servers started here are stopped at the end of the session; if the session is killed, the kernel
 stops them (parent-death signal) and their throwaway directories are removed by the next session.
 Their logs are kept under pytest's temporary directory (``kafka-logs*``, ``postgres-logs*``,
-``spark-cluster-logs*``, ``s3-logs*``).
+``mariadb-logs*``, ``spark-cluster-logs*``, ``s3-logs*``).
 """
 
 from __future__ import annotations
@@ -43,16 +45,21 @@ import pytest
 
 from twophase_dev import (
     ENV_KAFKA_BOOTSTRAP,
+    ENV_MARIADB_URL,
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,
     ENV_SPARK_MASTER,
+    DevInfraError,
     KafkaBroker,
+    MariaDBServer,
     PostgresServer,
     SparkCluster,
     attach_kafka,
+    attach_mariadb,
     attach_postgres,
     attach_spark_cluster,
     clean_stale_work_dirs,
+    find_mariadb_binaries,
     free_ports,
     spark_session,
 )
@@ -120,6 +127,32 @@ def postgres_server_no_prepared(
 ) -> Iterator[PostgresServer]:
     """A second PostgreSQL cluster with ``max_prepared_transactions = 0``."""
     yield from _postgres(tmp_path_factory, ENV_PG_NOPREP_DSN, 0)
+
+
+def _mariadb_or_skip() -> None:
+    """Skip the calling test when the MariaDB server binaries are not installed."""
+    try:
+        find_mariadb_binaries()
+    except DevInfraError as exc:
+        pytest.skip(f"MariaDB is not installed: {exc}")
+
+
+@pytest.fixture(scope="session")
+def mariadb_server(
+    tmp_path_factory: pytest.TempPathFactory, _stale_dirs_cleaned: None
+) -> Iterator[MariaDBServer]:
+    """MariaDB with the binary log on (``url``, ``connect()``, ``restart()``, ``kill()``)."""
+    url = os.environ.get(ENV_MARIADB_URL)
+    if url:
+        yield attach_mariadb(url)
+        return
+    _mariadb_or_skip()
+    server = MariaDBServer(log_dir=tmp_path_factory.mktemp("mariadb-logs"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,11 @@ from twophase_dev import (
     DevInfraError,
     DevState,
     KafkaBroker,
+    MariaDBServer,
     PostgresServer,
+    attach_mariadb,
     attach_postgres,
+    find_mariadb_binaries,
     free_ports,
 )
 from twophase_dev._common import process_alive
@@ -34,7 +37,7 @@ def dev_home(tmp_path: Path) -> Iterator[Path]:
     """A private state directory; whatever the test left running is stopped afterwards."""
     home = tmp_path / "dev-home"
     yield home
-    DevState(home).down(["kafka", "postgres", "postgres-no-prepared"])
+    DevState(home).down(["kafka", "postgres", "postgres-no-prepared", "mariadb"])
 
 
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -93,6 +96,60 @@ def test_up_is_idempotent_and_down_stops_what_up_started(dev_home: Path) -> None
     assert _cli(dev_home, "env").returncode == 1
 
 
+def _mariadb_or_skip() -> None:
+    try:
+        find_mariadb_binaries()
+    except DevInfraError as exc:
+        pytest.skip(f"MariaDB is not installed: {exc}")
+
+
+def test_mariadb_up_is_idempotent_and_survives_a_restart_by_an_attached_handle(
+    dev_home: Path,
+) -> None:
+    _mariadb_or_skip()
+    first = _cli(dev_home, "up", "--mariadb")
+    assert first.returncode == 0, first.stderr
+    assert "mariadb: started" in first.stdout
+    pid = _pid(dev_home, "mariadb")
+    work_dir = Path(DevState(dev_home).records()["mariadb"]["work_dir"])
+
+    second = _cli(dev_home, "up", "--mariadb")
+    assert second.returncode == 0, second.stderr
+    assert "mariadb: already running" in second.stdout
+    assert _pid(dev_home, "mariadb") == pid
+
+    env = _cli(dev_home, "env")
+    assert env.returncode == 0, env.stderr
+    exports = dict(
+        line.removeprefix("export ").split("=", 1) for line in env.stdout.splitlines() if line
+    )
+    assert set(exports) == {"TWOPHASE_MARIADB_URL"}
+    url = exports["TWOPHASE_MARIADB_URL"]
+    assert url.startswith("mysql://root@127.0.0.1:")
+    assert url.endswith("/twophase")
+    server = attach_mariadb(url, home=dev_home)
+    assert server.managed, "a server started by 'up' must be found again (restartable)"
+    assert server.binlog
+
+    # A chaos test crashes and restarts it through its own handle: the state follows the new pid
+    # instead of calling the server stale (which would delete its data at the next 'up').
+    server.restart(mode="kill")
+    assert server.pid != pid
+    status = _cli(dev_home, "status")
+    assert "mariadb: running" in status.stdout, status.stdout
+    third = _cli(dev_home, "up", "--mariadb")
+    assert "mariadb: already running" in third.stdout, third.stdout + third.stderr
+    assert _pid(dev_home, "mariadb") == server.pid
+    assert work_dir.exists()
+
+    down = _cli(dev_home, "down", "--mariadb")
+    assert down.returncode == 0, down.stderr
+    assert "mariadb: stopped" in down.stdout
+    _wait_gone(server.pid or 0)
+    assert not work_dir.exists()
+    assert "nothing recorded" in _cli(dev_home, "status").stdout
+
+
 def test_stale_record_of_a_killed_server_is_replaced(dev_home: Path) -> None:
     assert _cli(dev_home, "up", "--postgres-no-prepared").returncode == 0
     pid = _pid(dev_home, "postgres-no-prepared")
@@ -133,6 +190,14 @@ def _own_work_dirs() -> set[Path]:
     return mine
 
 
+def _installed_mariadb() -> bool:
+    try:
+        find_mariadb_binaries()
+    except DevInfraError:
+        return False
+    return True
+
+
 def test_taken_port_is_reported_clearly() -> None:
     before = _own_work_dirs()
     (port,) = free_ports(1)
@@ -143,6 +208,9 @@ def test_taken_port_is_reported_clearly() -> None:
             PostgresServer(port=port).start()
         with pytest.raises(DevInfraError, match=f"port {port} on 127.0.0.1 is already in use"):
             KafkaBroker(port=port).start()
+        if _installed_mariadb():
+            with pytest.raises(DevInfraError, match=f"port {port} on 127.0.0.1 is already in use"):
+                MariaDBServer(port=port).start()
     assert _own_work_dirs() <= before, "a failed start left its work directory behind"
 
 
