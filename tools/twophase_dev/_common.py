@@ -31,6 +31,7 @@ __all__ = [
     "make_work_dir",
     "port_is_free",
     "tail",
+    "work_dir_in_use",
 ]
 
 #: The only address the local services listen on.
@@ -526,7 +527,20 @@ def owner_service_pid(work_dir: Path) -> int | None:
     return None
 
 
-def _owned_by_live_process(work_dir: Path) -> bool:
+def work_dir_in_use(work_dir: Path) -> bool:
+    """Tell whether a live process owns ``work_dir`` (its creator, or the server it names).
+
+    Parameters
+    ----------
+    work_dir : pathlib.Path
+        A directory made by :func:`make_work_dir`.
+
+    Returns
+    -------
+    bool
+        ``True`` if it must not be deleted (also for a directory younger than a minute without an
+        owner file, which may be being created).
+    """
     try:
         data: dict[str, Any] = json.loads((work_dir / _OWNER_FILE).read_text())
     except (OSError, ValueError):
@@ -566,7 +580,7 @@ def clean_stale_work_dirs(parent: Path | None = None) -> list[Path]:
     except OSError:
         return removed
     for work_dir in candidates:
-        if not work_dir.is_dir() or _owned_by_live_process(work_dir):
+        if not work_dir.is_dir() or work_dir_in_use(work_dir):
             continue
         shutil.rmtree(work_dir, ignore_errors=True)
         if not work_dir.exists():

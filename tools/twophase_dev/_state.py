@@ -27,6 +27,7 @@ from twophase_dev._common import (
     clean_stale_work_dirs,
     file_lock,
     owner_service_pid,
+    work_dir_in_use,
 )
 from twophase_dev._kafka import KafkaBroker
 from twophase_dev._mariadb import MariaDBServer
@@ -183,13 +184,17 @@ class DevState:
         records = self.records()
         for name, record in list(records.items()):
             handle = _handle(record)
+            work_dir = record.get("work_dir")
             if handle.is_running():
+                continue
+            if record.get("own_work_dir", True) and work_dir and work_dir_in_use(Path(work_dir)):
+                # Being restarted by the process that owns it now (a chaos test): not stale.
+                notes.append(f"{name}: not running right now, its directory is in use; kept")
                 continue
             if isinstance(handle, SparkCluster):
                 # The master is gone; workers, executors or Python workers may not be.
                 with contextlib.suppress(DevInfraError):
                     handle.stop()
-            work_dir = record.get("work_dir")
             if record.get("own_work_dir", True) and work_dir:
                 shutil.rmtree(work_dir, ignore_errors=True)
             del records[name]
