@@ -18,7 +18,7 @@ from twophase import CommitProtocol, SinkContext, TaskContext, TransactionHandle
 
 from ._config import ConnectionConfig
 from ._dialect import Checker, Dialect, Writer
-from ._options import PostgresOptions
+from ._options import JdbcOptions
 
 __all__ = ["JdbcSinkMixin"]
 
@@ -54,7 +54,7 @@ class JdbcSinkMixin(Generic[TxnT]):
     protocol: ClassVar[CommitProtocol]
     dialect: ClassVar[Dialect[Any, Any]]
 
-    def __init__(self, options: PostgresOptions, connection: ConnectionConfig, **base: Any) -> None:
+    def __init__(self, options: JdbcOptions, connection: ConnectionConfig, **base: Any) -> None:
         super().__init__(**base)
         self.options = options
         self.connection = connection

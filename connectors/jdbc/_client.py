@@ -16,7 +16,7 @@ import psycopg2
 from ._catalog import ServerInfo, server_info
 from ._config import ConnectionConfig
 from ._errors import connection_error, is_connection_error, map_error
-from ._options import PostgresOptions
+from ._options import JdbcOptions
 from ._pool import ConnectionPool, pool_for
 
 __all__ = ["PostgresClient"]
@@ -37,7 +37,7 @@ class PostgresClient:
         Connection parameters.
     """
 
-    def __init__(self, options: PostgresOptions, connection: ConnectionConfig) -> None:
+    def __init__(self, options: JdbcOptions, connection: ConnectionConfig) -> None:
         self.options = options
         self.connection = connection
 

@@ -11,7 +11,7 @@ from twophase.errors import ConfigurationError
 
 from ._checks import PostgresChecker
 from ._config import ConnectionConfig
-from ._options import PostgresOptions, QualifiedName, WriteMode
+from ._options import JdbcOptions, QualifiedName, WriteMode
 from ._prepared import PreparedTransactions, partition_limit
 from ._sink import PostgresMarkerSink, PostgresTwoPhaseSink
 
@@ -138,7 +138,7 @@ def postgres_sink(
             f"protocol must be 'auto', 'coordinated' or 'markers'; got {protocol!r}",
             setting="protocol",
         )
-    options = PostgresOptions(
+    options = JdbcOptions(
         table=QualifiedName.parse(table, "table"),
         mode=mode,
         key_columns=tuple(key_columns),

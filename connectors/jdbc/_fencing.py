@@ -49,7 +49,7 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import AbortRequiredError, FatalError
 
-from ._options import PostgresOptions, QualifiedName
+from ._options import JdbcOptions, QualifiedName
 
 __all__ = [
     "application_name",
@@ -194,7 +194,7 @@ _CREATE_FENCES = (
 _FENCE_LOCK_WAIT = "500ms"
 
 
-def fence_table(options: PostgresOptions) -> QualifiedName:
+def fence_table(options: JdbcOptions) -> QualifiedName:
     """Return the fence table of a sink: ``twophase_fences`` beside the marker table."""
     return QualifiedName(options.marker_table.schema, FENCE_TABLE)
 

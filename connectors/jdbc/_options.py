@@ -1,6 +1,6 @@
 """The sink's settings, validated once where the sink is built.
 
-:class:`PostgresOptions` is what every other module of the connector reads:
+:class:`JdbcOptions` is what every other module of the connector reads:
 the writer, the fencing, the driver-side checks. It is frozen and picklable,
 and travels to the executors inside the sink. The connection parameters are
 kept apart, in :mod:`._config`, so that their secrets stay hidden.
@@ -16,7 +16,7 @@ from twophase.errors import ConfigurationError
 
 from .._settings import check_number
 
-__all__ = ["PostgresOptions", "QualifiedName", "WriteMode"]
+__all__ = ["JdbcOptions", "QualifiedName", "WriteMode"]
 
 WriteMode = Literal["append", "upsert", "cdc"]
 _MODES: tuple[str, ...] = ("append", "upsert", "cdc")
@@ -93,15 +93,12 @@ class QualifiedName:
         return ".".join(self.parts())
 
 
-_MAX_NAME = 63  # NAMEDATALEN - 1: PostgreSQL truncates longer identifiers silently
-
-
-def _check_identifier(value: str, setting: str) -> str:
+def _check_identifier(value: str, setting: str, database: str, limit: int) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{setting} must be a non-empty string", setting=setting)
-    if len(value.encode()) > _MAX_NAME:
+    if len(value.encode()) > limit:
         raise ConfigurationError(
-            f"{setting}={value!r} is longer than PostgreSQL's 63-byte identifier limit",
+            f"{setting}={value!r} is longer than {database}'s {limit}-byte identifier limit",
             setting=setting,
         )
     if "\x00" in value:
@@ -110,11 +107,11 @@ def _check_identifier(value: str, setting: str) -> str:
 
 
 @dataclass(frozen=True)
-class PostgresOptions:
-    """What the PostgreSQL sink writes, and how; validated on construction.
+class JdbcOptions:
+    """What a JDBC sink writes, and how; validated on construction.
 
-    Built by :func:`~twophase.connectors.jdbc.postgres_sink` from its
-    keywords, which are documented there. Picklable.
+    Built by the dialect's factory (:func:`~twophase.connectors.jdbc.postgres_sink`)
+    from its keywords, which are documented there. Picklable.
 
     Attributes
     ----------
@@ -149,6 +146,9 @@ class PostgresOptions:
         tables (default: the target table's schema).
     application_name
         ``application_name`` of the sessions (shown in ``pg_stat_activity``).
+    database, max_identifier_bytes
+        The dialect's name and identifier limit, for the checks (PostgreSQL
+        truncates names over 63 bytes silently: they are refused).
     """
 
     table: QualifiedName
@@ -168,6 +168,8 @@ class PostgresOptions:
     max_partitions: int | None = None
     merge_schema: str | None = None
     application_name: str = "twophase"
+    database: str = "PostgreSQL"
+    max_identifier_bytes: int = 63
 
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
@@ -175,7 +177,7 @@ class PostgresOptions:
                 f"mode must be one of {', '.join(_MODES)}; got {self.mode!r}", setting="mode"
             )
         for key in self.key_columns:
-            _check_identifier(key, "key_columns")
+            self._identifier(key, "key_columns")
         if len(set(self.key_columns)) != len(self.key_columns):
             raise ConfigurationError("key_columns has duplicates", setting="key_columns")
         if self.mode in ("upsert", "cdc") and not self.key_columns:
@@ -183,13 +185,13 @@ class PostgresOptions:
                 f"mode={self.mode!r} needs key_columns (the columns of a unique index)",
                 setting="key_columns",
             )
-        _check_identifier(self.cdc_op_column, "cdc_op_column")
+        self._identifier(self.cdc_op_column, "cdc_op_column")
         if self.mode == "cdc" and self.cdc_op_column in self.key_columns:
             raise ConfigurationError(
                 "cdc_op_column cannot be one of the key columns", setting="cdc_op_column"
             )
         if self.order_column is not None:
-            _check_identifier(self.order_column, "order_column")
+            self._identifier(self.order_column, "order_column")
             if self.mode == "append":
                 raise ConfigurationError(
                     "order_column only applies to mode='upsert' or 'cdc'",
@@ -199,10 +201,10 @@ class PostgresOptions:
                 raise ConfigurationError(
                     "order_column and cdc_op_column must differ", setting="order_column"
                 )
-        _check_identifier(self.table.name, "table")
-        _check_identifier(self.marker_table.name, "marker_table")
+        self._identifier(self.table.name, "table")
+        self._identifier(self.marker_table.name, "marker_table")
         if self.merge_schema is not None:
-            _check_identifier(self.merge_schema, "merge_schema")
+            self._identifier(self.merge_schema, "merge_schema")
         check_number(
             self.marker_retention,
             "marker_retention",
@@ -217,6 +219,9 @@ class PostgresOptions:
         )
         if self.max_partitions is not None:
             check_number(self.max_partitions, "max_partitions", minimum=1, integer=True)
+
+    def _identifier(self, value: str, setting: str) -> None:
+        _check_identifier(value, setting, self.database, self.max_identifier_bytes)
 
     def session_settings(self) -> tuple[tuple[str, str], ...]:
         """Return the ``SET`` values every session of the sink runs with.

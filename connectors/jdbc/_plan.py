@@ -17,7 +17,7 @@ from twophase.errors import ConfigurationError
 
 from ._catalog import TableInfo
 from ._encode import ColumnPlan
-from ._options import PostgresOptions
+from ._options import JdbcOptions
 from ._sql import RESERVED_COLUMNS
 from ._typemap import column_kind, compatibility_problem, postgres_type
 
@@ -66,7 +66,7 @@ def _is_string(arrow_type: pa.DataType) -> bool:
 
 
 def plan_write(
-    schema: pa.Schema, table: TableInfo, options: PostgresOptions, table_name: str
+    schema: pa.Schema, table: TableInfo, options: JdbcOptions, table_name: str
 ) -> WritePlan:
     """Check the input schema against the table and plan the write.
 
@@ -174,7 +174,7 @@ def plan_write(
     return WritePlan(tuple(plans), op_index, tuple(types))
 
 
-def create_table_fields(schema: pa.Schema, options: PostgresOptions) -> list[tuple[str, str, bool]]:
+def create_table_fields(schema: pa.Schema, options: JdbcOptions) -> list[tuple[str, str, bool]]:
     """Return the columns ``create_table=True`` creates for an input schema.
 
     Parameters

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._checks import PostgresChecker
 from ._config import ConnectionConfig
 from ._markers import MarkerTable
-from ._options import PostgresOptions
+from ._options import JdbcOptions
 from ._prepared import PreparedTransactions
 from ._writer import PostgresWriter
 
@@ -29,22 +29,20 @@ class PostgresDialect:
     name = "PostgreSQL"
 
     def writer(
-        self, options: PostgresOptions, connection: ConnectionConfig, *, prepare: bool
+        self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
     ) -> PostgresWriter:
         """Return the executor side: ``BEGIN``, ``COPY``, merge, ``ROLLBACK``."""
         return PostgresWriter(options, connection, prepare=prepare)
 
-    def checker(self, options: PostgresOptions, connection: ConnectionConfig) -> PostgresChecker:
+    def checker(self, options: JdbcOptions, connection: ConnectionConfig) -> PostgresChecker:
         """Return the driver's checks (catalog and privileges)."""
         return PostgresChecker(options, connection)
 
-    def prepared(
-        self, options: PostgresOptions, connection: ConnectionConfig
-    ) -> PreparedTransactions:
+    def prepared(self, options: JdbcOptions, connection: ConnectionConfig) -> PreparedTransactions:
         """Return the statements on prepared transactions (``pg_prepared_xacts``)."""
         return PreparedTransactions(options, connection)
 
-    def markers(self, options: PostgresOptions, connection: ConnectionConfig) -> MarkerTable:
+    def markers(self, options: JdbcOptions, connection: ConnectionConfig) -> MarkerTable:
         """Return the marker table."""
         return MarkerTable(options, connection)
 

@@ -32,7 +32,7 @@ from ._base import JdbcSinkMixin
 from ._catalog import ServerInfo
 from ._config import ConnectionConfig
 from ._dialect import MarkerStore, PreparedStore
-from ._options import PostgresOptions
+from ._options import JdbcOptions
 from ._postgres import POSTGRES
 from ._prepared import PostgresHandle, partition_limit
 from ._transaction import PostgresTransaction
@@ -72,7 +72,7 @@ class JdbcTwoPhaseSink(
         :class:`twophase.TwoPhaseCommitSink`.
     """
 
-    def __init__(self, options: PostgresOptions, connection: ConnectionConfig, **base: Any) -> None:
+    def __init__(self, options: JdbcOptions, connection: ConnectionConfig, **base: Any) -> None:
         super().__init__(options, connection, **base)
         self._prepared: PreparedStore[TxnT, HandleT] = self.dialect.prepared(options, connection)
 
@@ -146,7 +146,7 @@ class JdbcMarkerSink(JdbcSinkMixin[TxnT], MarkerCommitSink[TxnT]):
         :class:`twophase.MarkerCommitSink`.
     """
 
-    def __init__(self, options: PostgresOptions, connection: ConnectionConfig, **base: Any) -> None:
+    def __init__(self, options: JdbcOptions, connection: ConnectionConfig, **base: Any) -> None:
         super().__init__(options, connection, **base)
         self._markers: MarkerStore[TxnT] = self.dialect.markers(options, connection)
         self.max_transactions_per_batch = options.max_partitions
@@ -202,7 +202,7 @@ class PostgresTwoPhaseSink(JdbcTwoPhaseSink[PostgresTransaction, PostgresHandle]
     def __init__(
         self,
         name: str,
-        options: PostgresOptions,
+        options: JdbcOptions,
         connection: ConnectionConfig,
         *,
         server: ServerInfo | None = None,
@@ -246,7 +246,7 @@ class PostgresMarkerSink(JdbcMarkerSink[PostgresTransaction]):
     def __init__(
         self,
         name: str,
-        options: PostgresOptions,
+        options: JdbcOptions,
         connection: ConnectionConfig,
         *,
         staging: bool = False,

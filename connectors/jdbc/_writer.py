@@ -30,7 +30,7 @@ from ._encode import encode_csv
 from ._errors import sqlstate
 from ._fencing import application_name, take_slot
 from ._gid import format_gid
-from ._options import PostgresOptions, QualifiedName
+from ._options import JdbcOptions, QualifiedName
 from ._plan import plan_write
 from ._prepared import PreparedTransactions
 from ._transaction import PostgresTransaction
@@ -56,7 +56,7 @@ class PostgresWriter(PostgresClient):
     """
 
     def __init__(
-        self, options: PostgresOptions, connection: ConnectionConfig, *, prepare: bool
+        self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
     ) -> None:
         super().__init__(options, connection)
         self.prepare = prepare

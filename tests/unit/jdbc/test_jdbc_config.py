@@ -13,7 +13,7 @@ from twophase import SinkContext
 from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink, postgres_sink
 from twophase.connectors.jdbc._prepared import PostgresHandle
 from twophase.connectors.jdbc._config import ConnectionConfig
-from twophase.connectors.jdbc._options import PostgresOptions, QualifiedName
+from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
 from twophase.connectors.jdbc._prepared import partition_limit
 from twophase.errors import ConfigurationError, RetriableError
 
@@ -81,7 +81,7 @@ def test_bad_dsn_error_withholds_quoted_fragments() -> None:
 
 
 def test_sink_repr_and_pickle_never_show_the_password() -> None:
-    options = PostgresOptions(table=QualifiedName(None, "t"))
+    options = JdbcOptions(table=QualifiedName(None, "t"))
     for cls in (PostgresTwoPhaseSink, PostgresMarkerSink):
         sink = cls("s", options, ConnectionConfig(host="h", password=SECRET))
         assert SECRET not in repr(sink)
