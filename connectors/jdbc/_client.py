@@ -1,33 +1,61 @@
 """Statements on a pooled connection, with one retry when a pooled connection died idle.
 
-:class:`PostgresClient` is what the executor side (:mod:`._writer`) and the
-driver side (:mod:`._checks`, :mod:`._prepared`, :mod:`._markers`) have in
-common: the sink's options and connection parameters (so it pickles with the
-sink), the process-wide pool they select, and one way to run statements on it.
+:class:`JdbcClient` is what the executor side and the driver side of every
+dialect have in common: the sink's options and connection parameters (so it
+pickles with the sink), the process-wide pool they select, and one way to run
+statements on it. A dialect's client names its driver (:class:`~._pool.Driver`),
+how its errors map onto :mod:`twophase.errors` (:class:`ErrorMap`) and the
+settings of its sessions. :class:`PostgresClient` is PostgreSQL's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Protocol, TypeVar
 
-import psycopg2
+from twophase.errors import TwoPhaseError
 
+from . import _errors
 from ._catalog import ServerInfo, server_info
 from ._config import ConnectionConfig
-from ._errors import connection_error, is_connection_error, map_error
 from ._options import JdbcOptions
-from ._pool import ConnectionPool, pool_for
+from ._pool import PSYCOPG2, ConnectionPool, Driver, pool_for
 
-__all__ = ["PostgresClient"]
+__all__ = ["ErrorMap", "JdbcClient", "PostgresClient"]
 
 T = TypeVar("T")
 
 
-class PostgresClient:
+class ErrorMap(Protocol):
+    """How one driver's errors map onto :mod:`twophase.errors`."""
+
+    @property
+    def error(self) -> tuple[type[BaseException], ...]:
+        """The driver's base exception class(es), caught around statements."""
+        ...
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """Whether the session is gone."""
+        ...
+
+    def map_error(
+        self, exc: BaseException, doing: str, *, secrets: Iterable[str] = (), **context: Any
+    ) -> TwoPhaseError:
+        """Return the twophase error for a failed statement."""
+        ...
+
+    def connection_error(
+        self, exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
+    ) -> TwoPhaseError:
+        """Return the error for a failed connect: it names the server, never a secret."""
+        ...
+
+
+class JdbcClient:
     """Options and connection parameters, and statements run on their pool.
 
-    Picklable: values only.
+    Picklable: values only. Subclasses set :attr:`driver` and :attr:`errors`
+    and may override :meth:`session_settings`.
 
     Parameters
     ----------
@@ -37,9 +65,22 @@ class PostgresClient:
         Connection parameters.
     """
 
+    driver: ClassVar[Driver]
+    errors: ClassVar[ErrorMap]
+
     def __init__(self, options: JdbcOptions, connection: ConnectionConfig) -> None:
         self.options = options
         self.connection = connection
+
+    def session_settings(self) -> tuple[tuple[str, str], ...]:
+        """Return the settings every session of the sink starts with.
+
+        Returns
+        -------
+        tuple of (name, value)
+            Applied by the driver when a connection opens.
+        """
+        return ()
 
     def pool(self) -> ConnectionPool:
         """Return the process-wide pool for the sink's server and settings.
@@ -50,7 +91,7 @@ class PostgresClient:
             The pool.
         """
         return pool_for(
-            self.connection, self.options.session_settings(), self.options.connect_timeout
+            self.connection, self.session_settings(), self.options.connect_timeout, self.driver
         )
 
     def session(self, doing: str, fn: Callable[[Any], T], **context: Any) -> tuple[T, Any]:
@@ -78,24 +119,28 @@ class PostgresClient:
         """
         pool = self.pool()
         secrets = self.connection.secrets
+        errors = self.errors
         for try_number in (0, 1):
             try:
                 conn, reused = pool.acquire()
-            except psycopg2.Error as exc:
-                raise connection_error(
+            except errors.error as exc:
+                raise errors.connection_error(
                     exc, self.connection.describe(), secrets=secrets, **context
                 ) from None
             try:
-                with conn.cursor() as cur:
+                cur = conn.cursor()
+                try:
                     return fn(cur), conn
-            except psycopg2.Error as exc:
-                if is_connection_error(exc):
+                finally:
+                    cur.close()
+            except errors.error as exc:
+                if errors.is_connection_error(exc):
                     pool.discard(conn, flush=True)
                     if reused and try_number == 0:
                         continue  # it died while idle (server restart): once more, fresh
                 else:
                     pool.release(conn, rollback=True)
-                raise map_error(exc, doing, secrets=secrets, **context) from exc
+                raise errors.map_error(exc, doing, secrets=secrets, **context) from exc
             except BaseException:
                 pool.release(conn, rollback=True)
                 raise
@@ -121,6 +166,54 @@ class PostgresClient:
         result, conn = self.session(doing, fn, **context)
         self.pool().release(conn)
         return result
+
+
+class _PostgresErrors:
+    """psycopg2's errors, mapped by :mod:`._errors`."""
+
+    @property
+    def error(self) -> tuple[type[BaseException], ...]:
+        import psycopg2
+
+        return (psycopg2.Error,)
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        return _errors.is_connection_error(exc)
+
+    def map_error(
+        self, exc: BaseException, doing: str, *, secrets: Iterable[str] = (), **context: Any
+    ) -> TwoPhaseError:
+        return _errors.map_error(exc, doing, secrets=secrets, **context)
+
+    def connection_error(
+        self, exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
+    ) -> TwoPhaseError:
+        return _errors.connection_error(exc, where, secrets=secrets, **context)
+
+
+class PostgresClient(JdbcClient):
+    """The PostgreSQL dialect's client: psycopg2, and the sink's session settings.
+
+    Parameters
+    ----------
+    options
+        The sink's options.
+    connection
+        Connection parameters.
+    """
+
+    driver = PSYCOPG2
+    errors = _PostgresErrors()
+
+    def session_settings(self) -> tuple[tuple[str, str], ...]:
+        """Return the timeouts, ``TimeZone=UTC``, ``DateStyle`` and ``application_name``.
+
+        Returns
+        -------
+        tuple of (name, value)
+            See :meth:`~._options.JdbcOptions.session_settings`.
+        """
+        return self.options.session_settings()
 
     def server(self, **context: Any) -> ServerInfo:
         """Read the server's version and ``max_prepared_transactions``.

@@ -156,7 +156,7 @@ class ConnectionConfig:
         params = dict(self._params)
         host = params.get("host") or params.get("hostaddr") or "default-host"
         port = params.get("port") or "default-port"
-        dbname = params.get("dbname") or "default-db"
+        dbname = params.get("dbname") or params.get("database") or "default-db"
         user = params.get("user")
         return f"{user + '@' if user else ''}{host}:{port}/{dbname}"
 

@@ -34,7 +34,7 @@ from twophase.errors import DataError
 
 from ._typemap import ColumnKind
 
-__all__ = ["ColumnPlan", "encode_csv", "render_column"]
+__all__ = ["ColumnPlan", "encode_csv", "hex_text", "json_text", "render_column"]
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _WRITE_OPTIONS = pacsv.WriteOptions(
@@ -123,7 +123,7 @@ def render_column(array: pa.Array, kind: str, name: str = "?") -> pa.Array:
     if kind == ColumnKind.ARRAY:
         return _array_literal(array)
     if kind == ColumnKind.JSON:
-        return _json_column(array, name)
+        return json_text(array, name)
     return _plain(array)
 
 
@@ -160,6 +160,24 @@ def _is(name: str, arrow_type: pa.DataType) -> bool:
 
 def _bytea_hex(array: pa.Array) -> pa.Array:
     r"""Render binary values in bytea hex format, ``\x`` then two digits per byte."""
+    return hex_text(array, b"\\x")
+
+
+def hex_text(array: pa.Array, prefix: bytes = b"") -> pa.Array:
+    r"""Render binary values as ``prefix`` then two hex digits per byte, with numpy.
+
+    Parameters
+    ----------
+    array
+        A binary column (nulls stay null).
+    prefix
+        Written before each value's digits (``b"\x"`` for PostgreSQL's bytea).
+
+    Returns
+    -------
+    pyarrow.Array
+        A large string array.
+    """
     array = array.cast(pa.large_binary())
     n = len(array)
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + n + 1]
@@ -171,14 +189,15 @@ def _bytea_hex(array: pa.Array) -> pa.Array:
         if data_buffer is not None
         else np.empty(0, dtype=np.uint8)
     )
-    new_offsets = 2 * rel + 2 * np.arange(n + 1, dtype=np.int64)
+    width = len(prefix)
+    new_offsets = 2 * rel + width * np.arange(n + 1, dtype=np.int64)
     out = np.empty(int(new_offsets[-1]), dtype=np.uint8)
     heads = new_offsets[:-1]
-    out[heads] = ord("\\")
-    out[heads + 1] = ord("x")
+    for i, byte in enumerate(prefix):
+        out[heads + i] = byte
     if len(data):
         rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(rel))
-        dest = 2 * np.arange(len(data), dtype=np.int64) + 2 * rows + 2
+        dest = 2 * np.arange(len(data), dtype=np.int64) + width * rows + width
         out[dest] = _HEX[data >> 4]
         out[dest + 1] = _HEX[data & 0x0F]
     text = pa.LargeStringArray.from_buffers(
@@ -241,8 +260,26 @@ def _array_literal(array: pa.Array) -> pa.Array:
 
 
 # --------------------------------------------------------------------- JSON
-def _json_column(array: pa.Array, name: str) -> pa.Array:
-    """Structs, maps and lists as JSON text, one Python call per row."""
+def json_text(array: pa.Array, name: str) -> pa.Array:
+    """Render structs, maps and lists as JSON text, one Python call per row.
+
+    Parameters
+    ----------
+    array
+        The column (a string column is returned as it is).
+    name
+        The column name, for errors.
+
+    Returns
+    -------
+    pyarrow.Array
+        JSON text per row; nulls stay null.
+
+    Raises
+    ------
+    DataError
+        A value JSON cannot hold (NaN), naming the column.
+    """
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         return array
     arrow_type = array.type

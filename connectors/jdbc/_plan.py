@@ -9,6 +9,7 @@ inside the transaction that writes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -19,9 +20,43 @@ from ._catalog import TableInfo
 from ._encode import ColumnPlan
 from ._options import JdbcOptions
 from ._sql import RESERVED_COLUMNS
-from ._typemap import column_kind, compatibility_problem, postgres_type
+from ._typemap import TableColumn, column_kind, compatibility_problem, postgres_type
 
-__all__ = ["WritePlan", "create_table_fields", "plan_write"]
+__all__ = ["POSTGRES_TYPES", "TypeRules", "WritePlan", "create_table_fields", "plan_write"]
+
+
+@dataclass(frozen=True)
+class TypeRules:
+    """A dialect's type mapping, as the write plan uses it.
+
+    Attributes
+    ----------
+    database
+        The database's name, for messages.
+    compatibility_problem
+        ``(arrow_type, column) -> str | None``: why the values cannot go into
+        the column (None: they can).
+    column_kind
+        ``(arrow_type, column or None) -> str``: how the values are rendered.
+    sql_type
+        ``(arrow_type, key) -> str``: the type ``create_table=True`` creates
+        (``key``: the column is part of the primary key); raises TypeError
+        when there is none.
+    """
+
+    database: str
+    compatibility_problem: Callable[[pa.DataType, TableColumn], str | None]
+    column_kind: Callable[[pa.DataType, TableColumn | None], str]
+    sql_type: Callable[[pa.DataType, bool], str]
+
+
+#: PostgreSQL's rules (:mod:`._typemap`).
+POSTGRES_TYPES = TypeRules(
+    "PostgreSQL",
+    compatibility_problem,
+    column_kind,
+    lambda arrow_type, _key: postgres_type(arrow_type),
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +101,11 @@ def _is_string(arrow_type: pa.DataType) -> bool:
 
 
 def plan_write(
-    schema: pa.Schema, table: TableInfo, options: JdbcOptions, table_name: str
+    schema: pa.Schema,
+    table: TableInfo,
+    options: JdbcOptions,
+    table_name: str,
+    types: TypeRules = POSTGRES_TYPES,
 ) -> WritePlan:
     """Check the input schema against the table and plan the write.
 
@@ -80,6 +119,8 @@ def plan_write(
         The sink's options.
     table_name
         The table's name for messages.
+    types
+        The dialect's type mapping.
 
     Returns
     -------
@@ -101,7 +142,7 @@ def plan_write(
         seen.add(name)
         if name in RESERVED_COLUMNS:
             raise ConfigurationError(
-                f"column name {name!r} is reserved by the PostgreSQL sink", column=name
+                f"column name {name!r} is reserved by the {types.database} sink", column=name
             )
     op_index: int | None = None
     if options.mode == "cdc":
@@ -124,7 +165,7 @@ def plan_write(
     if not data:
         raise ConfigurationError("the input has no column to write")
     plans: list[ColumnPlan] = []
-    types: list[tuple[str, str]] = []
+    written_types: list[tuple[str, str]] = []
     for name in data:
         column = table.column(name)
         if column is None:
@@ -134,13 +175,13 @@ def plan_write(
                 f"column {name!r} of the input does not exist in table {table_name}{hint}",
                 column=name,
             )
-        problem = compatibility_problem(schema.field(name).type, column)
+        problem = types.compatibility_problem(schema.field(name).type, column)
         if problem is not None:
             raise ConfigurationError(problem, column=name)
         plans.append(
-            ColumnPlan(names.index(name), name, column_kind(schema.field(name).type, column))
+            ColumnPlan(names.index(name), name, types.column_kind(schema.field(name).type, column))
         )
-        types.append((name, column.type_name))
+        written_types.append((name, column.type_name))
     written = set(data)
     for column in table.columns:
         required = column.not_null and not column.has_default and not column.generated
@@ -167,14 +208,16 @@ def plan_write(
     ):
         raise ConfigurationError(
             f"mode={options.mode!r} needs a unique index or primary key on exactly "
-            f"({', '.join(options.key_columns)}) of table {table_name} (ON CONFLICT uses it); "
+            f"({', '.join(options.key_columns)}) of table {table_name} (the merge uses it); "
             "create one, or let create_table=True create the table with that primary key",
             setting="key_columns",
         )
-    return WritePlan(tuple(plans), op_index, tuple(types))
+    return WritePlan(tuple(plans), op_index, tuple(written_types))
 
 
-def create_table_fields(schema: pa.Schema, options: JdbcOptions) -> list[tuple[str, str, bool]]:
+def create_table_fields(
+    schema: pa.Schema, options: JdbcOptions, types: TypeRules = POSTGRES_TYPES
+) -> list[tuple[str, str, bool]]:
     """Return the columns ``create_table=True`` creates for an input schema.
 
     Parameters
@@ -184,6 +227,8 @@ def create_table_fields(schema: pa.Schema, options: JdbcOptions) -> list[tuple[s
     options
         The sink's options (the CDC op column is not created; key columns are
         NOT NULL).
+    types
+        The dialect's type mapping.
 
     Returns
     -------
@@ -193,12 +238,14 @@ def create_table_fields(schema: pa.Schema, options: JdbcOptions) -> list[tuple[s
     fields = []
     for name in options.data_columns(schema.names):
         field = schema.field(name)
+        key = name in options.key_columns
         try:
-            pg_type = postgres_type(field.type)
+            sql_type = types.sql_type(field.type, key)
         except TypeError:
             raise ConfigurationError(
-                f"column {name!r} has Arrow type {field.type}, which has no PostgreSQL counterpart",
+                f"column {name!r} has Arrow type {field.type}, which has no {types.database} "
+                "counterpart",
                 column=name,
             ) from None
-        fields.append((name, pg_type, not field.nullable or name in options.key_columns))
+        fields.append((name, sql_type, not field.nullable or key))
     return fields

@@ -1,11 +1,13 @@
-"""Connections kept per process and reused across batches.
+"""Connections kept per process and reused across batches, for every dialect.
 
-One :class:`ConnectionPool` per (connection parameters, session settings) in
-each process, shared by every sink of that process (see "Connections" in
-``docs/jdbc.md``). Connections run in autocommit mode; a connection is only
-put back when the session is idle and not in a transaction, anything else is
-closed. The pools notice a ``fork()`` and never reuse a parent's connection in
-a child.
+One :class:`ConnectionPool` per (driver, connection parameters, session
+settings) in each process, shared by every sink of that process (see
+"Connections" in ``docs/jdbc.md``). Connections run in autocommit mode; a
+connection is only put back when the session is idle and not in a
+transaction, anything else is closed. The pools notice a ``fork()`` and never
+reuse a parent's connection in a child. What differs between databases -- how
+to connect, and how to tell an idle session -- is the dialect's
+:class:`Driver`.
 """
 
 from __future__ import annotations
@@ -14,13 +16,97 @@ import atexit
 import contextlib
 import os
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from ._config import ConnectionConfig
 
-__all__ = ["ConnectionPool", "close_connections", "pool_for"]
+__all__ = ["ConnectionPool", "Driver", "Psycopg2Driver", "close_connections", "pool_for"]
 
 _MAX_IDLE = 8
+
+
+class Driver(Protocol):
+    """How one DB-API driver opens a session and tells its state.
+
+    Attributes
+    ----------
+    name
+        The driver's name (part of the pool's key).
+    """
+
+    name: str
+
+    def connect(
+        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], connect_timeout: int
+    ) -> Any:
+        """Open an autocommit session with the settings applied; raise the driver's error."""
+        ...
+
+    def is_closed(self, conn: Any) -> bool:
+        """Whether the connection is known to be closed."""
+        ...
+
+    def is_idle(self, conn: Any) -> bool:
+        """Whether the session is in autocommit mode with no transaction open."""
+        ...
+
+    def rollback(self, conn: Any) -> None:
+        """Roll back whatever transaction the session has open (nothing if idle)."""
+        ...
+
+
+class Psycopg2Driver:
+    """PostgreSQL through psycopg2 (libpq)."""
+
+    name = "psycopg2"
+
+    def connect(
+        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], connect_timeout: int
+    ) -> Any:
+        """Connect with libpq; ``set_config`` the session settings."""
+        import psycopg2
+
+        kwargs = config.connect_kwargs()
+        kwargs.setdefault("connect_timeout", str(connect_timeout))
+        conn = psycopg2.connect(**kwargs)
+        try:
+            conn.autocommit = True
+            if settings:
+                with conn.cursor() as cur:
+                    # Values go as parameters; names are fixed by the connector.
+                    cur.execute(
+                        "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings),
+                        [part for pair in settings for part in pair],
+                    )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def is_closed(self, conn: Any) -> bool:
+        """Whether libpq closed the connection."""
+        return bool(conn.closed)
+
+    def is_idle(self, conn: Any) -> bool:
+        """Autocommit and ``TRANSACTION_STATUS_IDLE``."""
+        import psycopg2.extensions as ext
+
+        return bool(
+            not conn.closed
+            and conn.autocommit
+            and conn.info.transaction_status == ext.TRANSACTION_STATUS_IDLE
+        )
+
+    def rollback(self, conn: Any) -> None:
+        """``ROLLBACK`` unless the session is idle."""
+        import psycopg2.extensions as ext
+
+        if not conn.closed and conn.info.transaction_status != ext.TRANSACTION_STATUS_IDLE:
+            with conn.cursor() as cur:
+                cur.execute("ROLLBACK")
+
+
+PSYCOPG2 = Psycopg2Driver()
 
 
 class ConnectionPool:
@@ -34,11 +120,13 @@ class ConnectionPool:
     config
         Connection parameters.
     settings
-        ``(name, value)`` pairs set on every new session (``set_config``).
+        ``(name, value)`` pairs set on every new session.
     connect_timeout
-        Seconds libpq waits for a connection, unless the parameters set it.
+        Seconds to wait for a connection, unless the parameters set it.
     max_idle
         Idle connections kept; more are closed when given back.
+    driver
+        The DB-API driver (default: psycopg2).
     """
 
     def __init__(
@@ -47,7 +135,9 @@ class ConnectionPool:
         settings: tuple[tuple[str, str], ...],
         connect_timeout: int,
         max_idle: int = _MAX_IDLE,
+        driver: Driver = PSYCOPG2,
     ) -> None:
+        self.driver = driver
         self.config = config
         self.settings = settings
         self.connect_timeout = connect_timeout
@@ -61,31 +151,15 @@ class ConnectionPool:
 
         Returns
         -------
-        psycopg2.extensions.connection
+        Any
             The connection; the caller owns it.
 
         Raises
         ------
-        psycopg2.Error
-            The server is unreachable or refuses the connection.
+        Exception
+            The driver's error: the server is unreachable or refuses the connection.
         """
-        import psycopg2
-
-        kwargs = self.config.connect_kwargs()
-        kwargs.setdefault("connect_timeout", str(self.connect_timeout))
-        conn = psycopg2.connect(**kwargs)
-        try:
-            conn.autocommit = True
-            if self.settings:
-                with conn.cursor() as cur:
-                    # Values go as parameters; names are fixed by the connector.
-                    cur.execute(
-                        "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in self.settings),
-                        [part for pair in self.settings for part in pair],
-                    )
-        except BaseException:
-            conn.close()
-            raise
+        conn = self.driver.connect(self.config, self.settings, self.connect_timeout)
         self.opened += 1
         return conn
 
@@ -102,7 +176,7 @@ class ConnectionPool:
         with self._lock:
             while self._idle:
                 conn = self._idle.pop()
-                if not conn.closed:
+                if not self.driver.is_closed(conn):
                     return conn, True
         return self.connect(), False
 
@@ -117,22 +191,13 @@ class ConnectionPool:
             First roll back whatever transaction the session has open (a
             connection whose ``ROLLBACK`` fails is closed).
         """
-        import psycopg2
-        import psycopg2.extensions as ext
-
         if rollback:
             try:
-                if not conn.closed and conn.info.transaction_status != ext.TRANSACTION_STATUS_IDLE:
-                    with conn.cursor() as cur:
-                        cur.execute("ROLLBACK")
-            except psycopg2.Error:
+                self.driver.rollback(conn)
+            except Exception:
                 self.discard(conn)
                 return
-        healthy = (
-            not conn.closed
-            and conn.autocommit
-            and conn.info.transaction_status == ext.TRANSACTION_STATUS_IDLE
-        )
+        healthy = self.driver.is_idle(conn)
         if healthy:
             with self._lock:
                 if len(self._idle) < self.max_idle:
@@ -192,9 +257,12 @@ _INHERITED: list[ConnectionPool] = []
 
 
 def pool_for(
-    config: ConnectionConfig, settings: tuple[tuple[str, str], ...], connect_timeout: int
+    config: ConnectionConfig,
+    settings: tuple[tuple[str, str], ...],
+    connect_timeout: int,
+    driver: Driver = PSYCOPG2,
 ) -> ConnectionPool:
-    """Return the process-wide pool for these parameters and settings.
+    """Return the process-wide pool for this driver, these parameters and settings.
 
     Parameters
     ----------
@@ -204,6 +272,8 @@ def pool_for(
         Session settings.
     connect_timeout
         Seconds to wait for a connection.
+    driver
+        The DB-API driver.
 
     Returns
     -------
@@ -211,7 +281,7 @@ def pool_for(
         Shared by every sink of this process with the same arguments.
     """
     global _POOLS_PID
-    key = (config.key, settings, connect_timeout)
+    key = (driver.name, config.key, settings, connect_timeout)
     with _POOLS_LOCK:
         if os.getpid() != _POOLS_PID:
             _INHERITED.extend(_POOLS.values())
@@ -219,17 +289,17 @@ def pool_for(
             _POOLS_PID = os.getpid()
         pool = _POOLS.get(key)
         if pool is None:
-            pool = _POOLS[key] = ConnectionPool(config, settings, connect_timeout)
+            pool = _POOLS[key] = ConnectionPool(config, settings, connect_timeout, driver=driver)
         return pool
 
 
 def close_connections() -> None:
-    """Close the idle connections every PostgreSQL sink of this process keeps between batches.
+    """Close the idle connections every JDBC sink of this process keeps between batches.
 
     Sinks keep one pool per server and settings in each Python process (driver,
     Python workers), reused across batches and sinks. Call this in tests (after
     a test's server is stopped, or between tests that must not share
-    connections) and where a long-lived process is done with PostgreSQL; it runs
+    connections) and where a long-lived process is done with its databases; it runs
     at exit anyway. The next batch opens new connections. Connections in use
     are not touched.
     """

@@ -51,6 +51,7 @@ __all__ = [
     "column_kind",
     "compatibility_problem",
     "postgres_type",
+    "unwrap",
 ]
 
 
@@ -122,10 +123,10 @@ def _is(predicate: str, arrow_type: pa.DataType) -> bool:
     return bool(function is not None and function(arrow_type))
 
 
-def _unwrap(arrow_type: pa.DataType) -> pa.DataType:
+def unwrap(arrow_type: pa.DataType) -> pa.DataType:
     """Map the Arrow variants that carry the same values onto one type."""
     if pa.types.is_dictionary(arrow_type):
-        return _unwrap(arrow_type.value_type)
+        return unwrap(arrow_type.value_type)
     if pa.types.is_large_string(arrow_type) or _is("is_string_view", arrow_type):
         return pa.string()
     if pa.types.is_large_binary(arrow_type) or _is("is_binary_view", arrow_type):
@@ -142,17 +143,17 @@ def _unwrap(arrow_type: pa.DataType) -> pa.DataType:
 
 
 def _is_list(arrow_type: pa.DataType) -> bool:
-    return bool(pa.types.is_list(_unwrap(arrow_type)))
+    return bool(pa.types.is_list(unwrap(arrow_type)))
 
 
 def _is_nested(arrow_type: pa.DataType) -> bool:
-    t = _unwrap(arrow_type)
+    t = unwrap(arrow_type)
     return bool(pa.types.is_list(t) or pa.types.is_struct(t) or pa.types.is_map(t))
 
 
 def _scalar_type(arrow_type: pa.DataType) -> str | None:
     """Return the PostgreSQL type of a scalar Arrow type, or None for nested types."""
-    t = _unwrap(arrow_type)
+    t = unwrap(arrow_type)
     if pa.types.is_boolean(t):
         return "boolean"
     if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
@@ -215,10 +216,10 @@ def postgres_type(arrow_type: pa.DataType) -> str:
     scalar = _scalar_type(arrow_type)
     if scalar is not None:
         return scalar
-    t = _unwrap(arrow_type)
+    t = unwrap(arrow_type)
     if pa.types.is_list(t):
         element = t.value_type
-        if not _is_nested(element) and not pa.types.is_null(_unwrap(element)):
+        if not _is_nested(element) and not pa.types.is_null(unwrap(element)):
             inner = _scalar_type(element)
             if inner is not None:
                 return f"{inner}[]"
@@ -254,7 +255,7 @@ _STRING_TARGETS = frozenset(
 
 def _scalar_targets(arrow_type: pa.DataType) -> frozenset[str] | None:
     """Return the base types a scalar Arrow type may be written into (None: nested)."""
-    t = _unwrap(arrow_type)
+    t = unwrap(arrow_type)
     if pa.types.is_boolean(t):
         return frozenset({"bool"})
     if pa.types.is_integer(t):
@@ -279,7 +280,7 @@ def _scalar_targets(arrow_type: pa.DataType) -> frozenset[str] | None:
 
 
 def _timestamp_hint(arrow_type: pa.DataType, column: TableColumn) -> str:
-    t = _unwrap(arrow_type)
+    t = unwrap(arrow_type)
     if pa.types.is_timestamp(t) and t.tz is not None and column.base_type == "timestamp":
         return (
             ": the data has a time zone (Spark TimestampType) and the column has none, so "
@@ -314,7 +315,7 @@ def compatibility_problem(arrow_type: pa.DataType, column: TableColumn) -> str |
             f"column {column.name!r} is generated (or an identity column GENERATED ALWAYS) "
             "and cannot be written; drop it from the input"
         )
-    t = _unwrap(arrow_type)
+    t = unwrap(arrow_type)
     if pa.types.is_null(t):
         return None
     targets = _scalar_targets(t)
@@ -328,7 +329,7 @@ def compatibility_problem(arrow_type: pa.DataType, column: TableColumn) -> str |
         elif column.category == "A" and not _is_nested(element):
             element_targets = _scalar_targets(element)
             ok = element_targets is not None and (
-                column.element_type in element_targets or pa.types.is_null(_unwrap(element))
+                column.element_type in element_targets or pa.types.is_null(unwrap(element))
             )
         else:
             ok = False
@@ -366,7 +367,7 @@ def column_kind(arrow_type: pa.DataType, column: TableColumn | None) -> str:
     str
         One of the :class:`ColumnKind` constants.
     """
-    t = _unwrap(arrow_type)
+    t = unwrap(arrow_type)
     if pa.types.is_binary(t):
         return ColumnKind.BYTEA
     if pa.types.is_duration(t):
