@@ -1,18 +1,22 @@
-"""Exactly-once sinks into PostgreSQL for PySpark Structured Streaming.
+"""Exactly-once sinks into transactional databases for PySpark Structured Streaming.
 
-Two commit protocols, chosen from the server by :func:`postgres_sink`:
+A family of dialects, each with both commit protocols:
 
-* :class:`PostgresTwoPhaseSink` (``coordinated``) -- ``PREPARE TRANSACTION`` on the
-  executors, ``COMMIT PREPARED`` from the driver once every partition is
-  prepared: a batch becomes visible entirely or not at all. Needs
-  ``max_prepared_transactions > 0``.
-* :class:`PostgresMarkerSink` (``markers``) -- every partition commits on its
+* **PostgreSQL** (psycopg2), built by :func:`postgres_sink`, which picks the
+  protocol from the server: :class:`PostgresTwoPhaseSink` (``coordinated``) --
+  ``PREPARE TRANSACTION`` on the executors, ``COMMIT PREPARED`` from the
+  driver once every partition is prepared: a batch becomes visible entirely or
+  not at all (needs ``max_prepared_transactions > 0``); or
+  :class:`PostgresMarkerSink` (``markers``) -- every partition commits on its
   executor with a marker row holding the partition's fingerprint; replays skip
-  committed partitions. Works on any server.
+  committed partitions. Rows go in with ``COPY``; ``mode`` is ``"append"``,
+  ``"upsert"`` or ``"cdc"``. See ``docs/jdbc.md``.
+* **MariaDB and MySQL** (PyMySQL), built by :func:`mariadb_sink`:
+  :class:`MariaDBTwoPhaseSink` (``coordinated``, XA transactions) or
+  :class:`MariaDBMarkerSink` (``markers``). See ``docs/mariadb.md``.
 
-Rows go in with ``COPY`` from Arrow batches; ``mode`` is ``"append"``,
-``"upsert"`` or ``"cdc"``. See ``docs/jdbc.md`` for the options, the type
-mapping and the operating notes.
+Each dialect's driver is imported when one of its names is first used, so
+the PostgreSQL sinks need only psycopg2 and the MariaDB sinks only PyMySQL.
 
 Examples
 --------
@@ -23,18 +27,58 @@ Examples
 ...     "checkpointLocation", "/chk/events").start()
 """
 
-from ._admin import PreparedTransaction, list_prepared_transactions
-from ._factory import postgres_sink
-from ._format import register_postgres_format
+from __future__ import annotations
+
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from ._pool import close_connections
-from ._sink import PostgresMarkerSink, PostgresTwoPhaseSink
+
+if _TYPE_CHECKING:
+    from ._admin import PreparedTransaction, list_prepared_transactions
+    from ._factory import postgres_sink
+    from ._format import register_postgres_format
+    from ._mariadb._dialect import MariaDBMarkerSink, MariaDBTwoPhaseSink
+    from ._mariadb._factory import mariadb_sink
+    from ._postgres import PostgresMarkerSink, PostgresTwoPhaseSink
+
+#: Where each public name lives (imported on first use: a dialect's driver is
+#: only needed when the dialect is used).
+_LAZY = {
+    "MariaDBMarkerSink": "._mariadb._dialect",
+    "MariaDBTwoPhaseSink": "._mariadb._dialect",
+    "PostgresMarkerSink": "._postgres",
+    "PostgresTwoPhaseSink": "._postgres",
+    "PreparedTransaction": "._admin",
+    "list_prepared_transactions": "._admin",
+    "mariadb_sink": "._mariadb._factory",
+    "postgres_sink": "._factory",
+    "register_postgres_format": "._format",
+}
 
 __all__ = [
+    "MariaDBMarkerSink",
+    "MariaDBTwoPhaseSink",
     "PostgresMarkerSink",
     "PostgresTwoPhaseSink",
     "PreparedTransaction",
     "close_connections",
     "list_prepared_transactions",
+    "mariadb_sink",
     "postgres_sink",
     "register_postgres_format",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -12,7 +12,7 @@ from typing import Any
 from psycopg2 import sql
 
 from ._options import QualifiedName
-from ._typemap import TableColumn
+from ._typemap import TableColumn, TableInfo
 
 __all__ = [
     "ServerInfo",
@@ -76,46 +76,6 @@ def server_info(cur: Any) -> ServerInfo:
     )
     version, mpt, in_use, database = cur.fetchone()
     return ServerInfo(version, mpt, in_use, database)
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    """A table's columns and unique keys.
-
-    Attributes
-    ----------
-    oid
-        The table's oid.
-    kind
-        ``pg_class.relkind``: ``r`` table, ``p`` partitioned table...
-    columns
-        The columns, in table order.
-    unique_keys
-        The column sets of every usable unique index (for ``ON CONFLICT``).
-    """
-
-    oid: int
-    kind: str
-    columns: tuple[TableColumn, ...]
-    unique_keys: tuple[frozenset[str], ...]
-
-    def column(self, name: str) -> TableColumn | None:
-        """Return the column of that exact name, if any.
-
-        Parameters
-        ----------
-        name
-            Column name (case-sensitive).
-
-        Returns
-        -------
-        TableColumn or None
-            The column.
-        """
-        for col in self.columns:
-            if col.name == name:
-                return col
-        return None
 
 
 _DESCRIBE = """

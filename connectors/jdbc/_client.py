@@ -10,16 +10,18 @@ settings of its sessions. :class:`PostgresClient` is PostgreSQL's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from twophase.errors import TwoPhaseError
 
 from . import _errors
-from ._catalog import ServerInfo, server_info
 from ._config import ConnectionConfig
 from ._options import JdbcOptions
 from ._pool import PSYCOPG2, ConnectionPool, Driver, pool_for
+
+if TYPE_CHECKING:
+    from ._catalog import ServerInfo
 
 __all__ = ["ErrorMap", "JdbcClient", "PostgresClient"]
 
@@ -39,9 +41,16 @@ class ErrorMap(Protocol):
         ...
 
     def map_error(
-        self, exc: BaseException, doing: str, *, secrets: Iterable[str] = (), **context: Any
+        self,
+        exc: BaseException,
+        doing: str,
+        *,
+        secrets: Iterable[str] = (),
+        columns: Sequence[tuple[str, str]] = (),
+        hint: str | None = None,
+        **context: Any,
     ) -> TwoPhaseError:
-        """Return the twophase error for a failed statement."""
+        """Return the twophase error for a failed statement (``columns``: to name the column)."""
         ...
 
     def connection_error(
@@ -181,9 +190,16 @@ class _PostgresErrors:
         return _errors.is_connection_error(exc)
 
     def map_error(
-        self, exc: BaseException, doing: str, *, secrets: Iterable[str] = (), **context: Any
+        self,
+        exc: BaseException,
+        doing: str,
+        *,
+        secrets: Iterable[str] = (),
+        columns: Sequence[tuple[str, str]] = (),
+        hint: str | None = None,
+        **context: Any,
     ) -> TwoPhaseError:
-        return _errors.map_error(exc, doing, secrets=secrets, **context)
+        return _errors.map_error(exc, doing, secrets=secrets, columns=columns, hint=hint, **context)
 
     def connection_error(
         self, exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
@@ -228,4 +244,6 @@ class PostgresClient(JdbcClient):
         ServerInfo
             The values.
         """
+        from ._catalog import server_info  # psycopg2: not imported by other dialects
+
         return self.run("reading the server settings", server_info, **context)

@@ -12,8 +12,8 @@ from twophase.errors import ConfigurationError
 from ._checks import PostgresChecker
 from ._config import ConnectionConfig
 from ._options import JdbcOptions, QualifiedName, WriteMode
+from ._postgres import PostgresMarkerSink, PostgresTwoPhaseSink
 from ._prepared import PreparedTransactions, partition_limit
-from ._sink import PostgresMarkerSink, PostgresTwoPhaseSink
 
 __all__ = ["Protocol", "postgres_sink"]
 

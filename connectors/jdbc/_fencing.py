@@ -26,7 +26,8 @@ partition slot) that every attempt takes right after ``BEGIN``:
   (lower ``(epoch, attempt)``) is a zombie: its backend is terminated, which
   rolls its transaction back and frees the lock. A newer holder means this
   attempt is the zombie: it stops at once.
-* **check before committing** (:func:`newer_or_sibling_marker`): under the lock,
+* **check before committing** (:func:`._markers.newer_or_sibling_marker`, shared by
+  every dialect): under the lock,
   ``commit_with_marker`` looks for a marker of the same (identity, batch,
   partition) committed by another attempt of the same run or by any attempt of a
   newer run. One found means another attempt already committed this partition
@@ -47,7 +48,7 @@ from typing import Any
 from psycopg2 import sql
 
 from twophase import TaskContext
-from twophase.errors import AbortRequiredError, FatalError
+from twophase.errors import FatalError
 
 from ._options import JdbcOptions, QualifiedName
 
@@ -56,7 +57,6 @@ __all__ = [
     "create_fence_table",
     "fence_attempts",
     "fence_table",
-    "newer_or_sibling_marker",
     "refuse_if_fenced",
     "slot_key",
     "take_slot",
@@ -129,57 +129,6 @@ def take_slot(cur: Any, context: TaskContext) -> None:
                 name,
             )
     cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", key)  # waits at most lock_timeout
-
-
-def newer_or_sibling_marker(cur: Any, table: Any, context: TaskContext) -> None:
-    """Refuse to commit when another attempt already committed this partition.
-
-    Runs under the slot's lock, before the marker is inserted.
-
-    Raises
-    ------
-    AbortRequiredError
-        Another attempt of this run committed the partition (the task retry finds
-        its marker and skips the partition).
-    FatalError
-        An attempt of a newer run committed it: this attempt is a zombie.
-    """
-    cur.execute(
-        sql.SQL(
-            "SELECT epoch, attempt FROM {} WHERE identity = %s AND batch_id = %s "
-            "AND partition_id = %s AND epoch >= %s AND NOT (epoch = %s AND attempt = %s) "
-            "ORDER BY epoch DESC, attempt DESC LIMIT 1"
-        ).format(table),
-        (
-            context.identity,
-            context.batch_id,
-            context.partition_id,
-            context.epoch,
-            context.epoch,
-            context.attempt,
-        ),
-    )
-    row = cur.fetchone()
-    if row is None:
-        return
-    epoch, attempt = int(row[0]), int(row[1])
-    where: dict[str, Any] = {
-        "sink": context.sink_name,
-        "batch_id": context.batch_id,
-        "partition_id": context.partition_id,
-    }
-    if epoch > context.epoch:
-        raise FatalError(
-            f"attempt {context.attempt} (run {context.epoch}) is a zombie: run {epoch} already "
-            f"committed partition {context.partition_id} of this batch; not writing it again",
-            **where,
-        )
-    raise AbortRequiredError(
-        f"attempt {attempt} of this run already committed partition {context.partition_id} "
-        f"of this batch while attempt {context.attempt} was writing it; not writing it twice "
-        "(the task's next attempt finds that marker and skips the partition)",
-        **where,
-    )
 
 
 # ------------------------------------------------------- the coordinated protocol

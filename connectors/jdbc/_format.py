@@ -14,7 +14,7 @@ import twophase
 from twophase.errors import ConfigurationError
 
 from ._factory import postgres_sink
-from ._sink import PostgresSink
+from ._postgres import PostgresSink
 
 __all__ = ["postgres_sink_from_options", "register_postgres_format"]
 

@@ -1,66 +1,60 @@
-"""The markers protocol's SQL: the marker table, and the commit that writes a marker.
+"""The markers protocol's marker table, and the commit that writes a marker, for every dialect.
 
 The executor inserts a partition's marker row in the partition's own
 transaction and commits both (:meth:`MarkerTable.commit_with_marker`); the
 driver creates and prunes the table and reads the markers of a replayed
 batch. Marker table layout and pruning: "Marker table" in ``docs/jdbc.md``.
+
+The statements are the same on every database (both drivers take ``%s``
+parameters); a dialect's subclass says how to quote the table, which column
+types to create it with, and how to tell a duplicate-key error and a
+``COMMIT`` that rolled back instead (:class:`PostgresMarkerTable`,
+:class:`~._mariadb._markers.MariaDBMarkerTable`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
-import psycopg2
-from psycopg2 import sql
+from twophase import Fingerprint, Marker, TaskContext
+from twophase.errors import AbortRequiredError, FatalError, RetriableError
 
-from twophase import Fingerprint, Marker
-from twophase.errors import AbortRequiredError, RetriableError
+from ._client import JdbcClient, PostgresClient
+from ._errors import sqlstate
+from ._transaction import JdbcTransaction
 
-from . import _sql
-from ._client import PostgresClient
-from ._errors import is_connection_error, sqlstate
-from ._fencing import newer_or_sibling_marker
-from ._transaction import PostgresTransaction
-
-__all__ = ["MarkerTable"]
+__all__ = ["MarkerTable", "PostgresMarkerTable", "newer_or_sibling_marker"]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
 
-# The primary key also refuses a second identical marker, so that a partition
-# can never be recorded twice with the same rows.
-_CREATE = sql.SQL(
-    "CREATE TABLE IF NOT EXISTS {} ("
-    "identity text NOT NULL, "
-    "batch_id bigint NOT NULL, "
-    "partition_id integer NOT NULL, "
-    "attempt integer NOT NULL, "
-    "fingerprint text NOT NULL, "
-    "committed_at timestamptz NOT NULL DEFAULT now(), "
-    "epoch bigint NOT NULL DEFAULT 0, "
-    "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint))"
-)
-# Marker tables made before the zombie fence have no epoch: add it (old rows rank lowest).
-_ADD_EPOCH = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0")
 # Parameters: identity, batch, partition, attempt, fingerprint, epoch.
-_INSERT = sql.SQL(
+_INSERT = (
     "INSERT INTO {} (identity, batch_id, partition_id, attempt, fingerprint, epoch) "
     "VALUES (%s, %s, %s, %s, %s, %s)"
 )
 # Parameters: identity, batch.
-_SELECT = sql.SQL(
+_SELECT = (
     "SELECT partition_id, attempt, fingerprint FROM {} "
     "WHERE identity = %s AND batch_id = %s ORDER BY partition_id, attempt"
 )
 # Parameters: identity, batch, partition, attempt.
-_EXISTS = sql.SQL(
-    "SELECT EXISTS (SELECT 1 FROM {} WHERE identity = %s AND batch_id = %s "
-    "AND partition_id = %s AND attempt = %s)"
+_EXISTS = (
+    "SELECT 1 FROM {} WHERE identity = %s AND batch_id = %s "
+    "AND partition_id = %s AND attempt = %s LIMIT 1"
 )
 # Parameters: identity.
-_NEWEST = sql.SQL("SELECT max(batch_id) FROM {} WHERE identity = %s")
+_NEWEST = "SELECT max(batch_id) FROM {} WHERE identity = %s"
 # Parameters: identity, oldest batch to keep.
-_PRUNE = sql.SQL("DELETE FROM {} WHERE identity = %s AND batch_id < %s")
+_PRUNE = "DELETE FROM {} WHERE identity = %s AND batch_id < %s"
+# Marker tables made before the zombie fence have no epoch: add it (old rows rank lowest).
+_ADD_EPOCH = "ALTER TABLE {} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0"
+# Parameters: identity, batch, partition, epoch, epoch, attempt.
+_SIBLING = (
+    "SELECT epoch, attempt FROM {} WHERE identity = %s AND batch_id = %s "
+    "AND partition_id = %s AND epoch >= %s AND NOT (epoch = %s AND attempt = %s) "
+    "ORDER BY epoch DESC, attempt DESC LIMIT 1"
+)
 
 _DUPLICATE_HINT = (
     "This partition's rows are already recorded as committed for this batch: "
@@ -68,22 +62,104 @@ _DUPLICATE_HINT = (
 )
 
 
-class MarkerTable(PostgresClient):
+def newer_or_sibling_marker(cur: Any, table: str, context: TaskContext) -> None:
+    """Refuse to commit when another attempt already committed this partition.
+
+    Runs under the slot's lock, before the marker is inserted (the markers
+    protocol's zombie fence, with the slot lock of the dialect's fencing).
+
+    Parameters
+    ----------
+    cur
+        The transaction's cursor.
+    table
+        The marker table, quoted.
+    context
+        The attempt.
+
+    Raises
+    ------
+    AbortRequiredError
+        Another attempt of this run committed the partition (the task retry finds
+        its marker and skips the partition).
+    FatalError
+        An attempt of a newer run committed it: this attempt is a zombie.
+    """
+    c = context
+    cur.execute(
+        _SIBLING.format(table),
+        (c.identity, c.batch_id, c.partition_id, c.epoch, c.epoch, c.attempt),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return
+    epoch, attempt = int(row[0]), int(row[1])
+    where: dict[str, Any] = {
+        "sink": c.sink_name,
+        "batch_id": c.batch_id,
+        "partition_id": c.partition_id,
+    }
+    if epoch > c.epoch:
+        raise FatalError(
+            f"attempt {c.attempt} (run {c.epoch}) is a zombie: run {epoch} already "
+            f"committed partition {c.partition_id} of this batch; not writing it again",
+            **where,
+        )
+    raise AbortRequiredError(
+        f"attempt {attempt} of this run already committed partition {c.partition_id} "
+        f"of this batch while attempt {c.attempt} was writing it; not writing it twice "
+        "(the task's next attempt finds that marker and skips the partition)",
+        **where,
+    )
+
+
+class MarkerTable(JdbcClient):
     """The marker table of the markers protocol: one row per committed partition transaction.
 
-    Picklable (options and connection parameters only).
+    The dialect's :class:`~._dialect.MarkerStore`; subclasses fill in the
+    database's parts. Picklable (options and connection parameters only).
+
+    Attributes
+    ----------
+    create_statement
+        ``CREATE TABLE IF NOT EXISTS {} (...)`` in the database's types; the
+        primary key (identity, batch, partition, attempt, fingerprint) also
+        refuses a second identical marker.
     """
 
-    @property
-    def table(self) -> sql.Identifier:
-        """The marker table's identifier.
+    create_statement: ClassVar[str]
 
-        Returns
-        -------
-        psycopg2.sql.Identifier
-            ``"schema"."table"`` or ``"table"``.
-        """
-        return _sql.ident(self.options.marker_table)
+    @property
+    def table(self) -> str:
+        """Return the marker table's quoted name."""
+        raise NotImplementedError
+
+    def is_duplicate(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a duplicate-key error."""
+        raise NotImplementedError
+
+    def commit(self, cur: Any) -> bool:
+        """Run ``COMMIT``; False when the server rolled back instead (a failed transaction)."""
+        cur.execute("COMMIT")
+        return True
+
+    def end_session(self, cur: Any) -> None:
+        """Reset what the session holds besides the transaction (nothing by default)."""
+
+    def create(self, cur: Any, table: str) -> None:
+        """Create the table if missing; add the ``epoch`` column to an older one."""
+        cur.execute(self.create_statement.format(table))
+        cur.execute(_ADD_EPOCH.format(table))
+
+    def _give_back(self, txn: JdbcTransaction, conn: Any) -> None:
+        """Return a failed transaction's connection, rolled back and reset, or close it."""
+        try:
+            with conn.cursor() as cur:
+                self.end_session(cur)
+        except Exception:
+            txn.pool.discard(conn)
+            return
+        txn.pool.release(conn, rollback=True)
 
     # ------------------------------------------------------------ driver
     def ensure(self, identity: str, **context: Any) -> None:
@@ -100,11 +176,7 @@ class MarkerTable(PostgresClient):
         retention = self.options.marker_retention
 
         def ensure(cur: Any) -> None:
-            cur.execute("SELECT to_regclass(%s)", (table.as_string(cur),))
-            if cur.fetchone()[0] is None:
-                cur.execute(_CREATE.format(table))
-            else:
-                cur.execute(_ADD_EPOCH.format(table))
+            self.create(cur, table)
             cur.execute(_NEWEST.format(table), (identity,))
             newest = cur.fetchone()[0]
             if newest is not None:
@@ -161,12 +233,12 @@ class MarkerTable(PostgresClient):
 
         def query(cur: Any) -> bool:
             cur.execute(_EXISTS.format(table), key)
-            return bool(cur.fetchone()[0])
+            return cur.fetchone() is not None
 
-        return self.run(f"reading markers from {self.options.marker_table}", query, **context)
+        return self.run("checking a marker", query, **context)
 
     # ---------------------------------------------------------- executor
-    def commit_with_marker(self, txn: PostgresTransaction, marker: Marker) -> None:
+    def commit_with_marker(self, txn: JdbcTransaction, marker: Marker) -> None:
         """Insert the marker row into the finished transaction, then ``COMMIT`` it.
 
         Every ``marker_retention`` batches, the transaction of partition 0
@@ -177,7 +249,7 @@ class MarkerTable(PostgresClient):
         Parameters
         ----------
         txn
-            The open transaction, merged (:meth:`PostgresWriter.finish`).
+            The open transaction, merged (the writer's ``finish``).
         marker
             The partition's marker.
 
@@ -208,25 +280,26 @@ class MarkerTable(PostgresClient):
                     cur.execute(
                         _PRUNE.format(table), (marker.identity, marker.batch_id - retention + 1)
                     )
-        except psycopg2.Error as exc:
-            hint = _DUPLICATE_HINT if sqlstate(exc) == "23505" else None
+        except txn.errors.error as exc:
+            hint = _DUPLICATE_HINT if self.is_duplicate(exc) else None
             raise txn.failure(
                 exc, f"writing the marker into {self.options.marker_table}", hint
             ) from exc
         self._commit(txn, marker)
 
-    def _commit(self, txn: PostgresTransaction, marker: Marker) -> None:
+    def _commit(self, txn: JdbcTransaction, marker: Marker) -> None:
         conn = txn.conn
+        errors = txn.errors
         try:
             with conn.cursor() as cur:
-                cur.execute("COMMIT")
-                status = cur.statusmessage
-        except psycopg2.Error as exc:
-            if not is_connection_error(exc):
+                committed = self.commit(cur)
+                self.end_session(cur)
+        except errors.error as exc:
+            if not errors.is_connection_error(exc):
                 txn.state = "rolled back"
                 error = txn.failure(exc, f"COMMIT of {txn.gid!r}")
                 txn.conn = None
-                txn.pool.release(conn, rollback=True)
+                self._give_back(txn, conn)
                 raise error from exc
             txn.pool.discard(conn, flush=True)
             txn.conn = None
@@ -243,10 +316,52 @@ class MarkerTable(PostgresClient):
             ) from exc
         txn.conn = None
         txn.pool.release(conn)
-        if status != "COMMIT":
+        if not committed:
             txn.state = "rolled back"
             raise AbortRequiredError(
                 f"COMMIT of {txn.gid!r} rolled back instead (the transaction had failed)",
                 **txn.where,
             )
         txn.state = "committed"
+
+
+def _pg_ident(*parts: str) -> str:
+    return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
+
+
+class PostgresMarkerTable(PostgresClient, MarkerTable):
+    """PostgreSQL's marker table."""
+
+    create_statement = (
+        "CREATE TABLE IF NOT EXISTS {} ("
+        "identity text NOT NULL, "
+        "batch_id bigint NOT NULL, "
+        "partition_id integer NOT NULL, "
+        "attempt integer NOT NULL, "
+        "fingerprint text NOT NULL, "
+        "committed_at timestamptz NOT NULL DEFAULT now(), "
+        "epoch bigint NOT NULL DEFAULT 0, "
+        "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint))"
+    )
+
+    @property
+    def table(self) -> str:
+        """Return ``"schema"."table"`` or ``"table"``."""
+        return _pg_ident(*self.options.marker_table.parts())
+
+    def is_duplicate(self, exc: BaseException) -> bool:
+        """SQLSTATE 23505."""
+        return sqlstate(exc) == "23505"
+
+    def create(self, cur: Any, table: str) -> None:
+        """Create the table if missing (CREATE needs no privilege when it exists); upgrade it."""
+        cur.execute("SELECT to_regclass(%s)", (table,))
+        if cur.fetchone()[0] is None:
+            cur.execute(self.create_statement.format(table))
+        else:
+            cur.execute(_ADD_EPOCH.format(table))
+
+    def commit(self, cur: Any) -> bool:
+        """``COMMIT``; psycopg2's status message says ``ROLLBACK`` for a failed transaction."""
+        cur.execute("COMMIT")
+        return bool(cur.statusmessage == "COMMIT")

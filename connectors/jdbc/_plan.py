@@ -16,13 +16,27 @@ import pyarrow as pa
 
 from twophase.errors import ConfigurationError
 
-from ._catalog import TableInfo
 from ._encode import ColumnPlan
 from ._options import JdbcOptions
-from ._sql import RESERVED_COLUMNS
-from ._typemap import TableColumn, column_kind, compatibility_problem, postgres_type
+from ._typemap import TableColumn, TableInfo, column_kind, compatibility_problem, postgres_type
 
-__all__ = ["POSTGRES_TYPES", "TypeRules", "WritePlan", "create_table_fields", "plan_write"]
+#: Staging-table column holding the CDC operation.
+OP_COLUMN = "__twophase_op"
+#: Staging-table column holding the row's position in the partition.
+SEQ_COLUMN = "__twophase_seq"
+#: Column names the input may not use.
+RESERVED_COLUMNS = frozenset({OP_COLUMN, SEQ_COLUMN})
+
+__all__ = [
+    "OP_COLUMN",
+    "POSTGRES_TYPES",
+    "RESERVED_COLUMNS",
+    "SEQ_COLUMN",
+    "TypeRules",
+    "WritePlan",
+    "create_table_fields",
+    "plan_write",
+]
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ class PreparedTransactions(PostgresClient):
     """
 
     # ------------------------------------------------- the PreparedStore protocol
-    def capacity(self, **context: Any) -> int:
+    def capacity(self, **context: Any) -> int | None:
         """Refuse a server that cannot prepare; size batches to its free slots.
 
         Parameters

@@ -7,9 +7,8 @@
   executor together with a marker row carrying the partition's fingerprint.
 
 Both are written once for every database; a concrete sink names its dialect
-(:mod:`._dialect`). The PostgreSQL sinks, :class:`PostgresTwoPhaseSink` and
-:class:`PostgresMarkerSink`, are built by :func:`~._factory.postgres_sink`, which
-picks one from the server.
+(:mod:`._dialect`): the PostgreSQL sinks are in :mod:`._postgres`, the MariaDB
+ones in :mod:`._mariadb._dialect`.
 """
 
 from __future__ import annotations
@@ -22,28 +21,17 @@ from twophase import (
     Marker,
     MarkerCommitSink,
     RecoveryContext,
-    RetryPolicy,
     SinkContext,
     TransactionHandle,
     TwoPhaseCommitSink,
 )
 
 from ._base import JdbcSinkMixin
-from ._catalog import ServerInfo
 from ._config import ConnectionConfig
 from ._dialect import MarkerStore, PreparedStore
 from ._options import JdbcOptions
-from ._postgres import POSTGRES
-from ._prepared import PostgresHandle, partition_limit
-from ._transaction import PostgresTransaction
 
-__all__ = [
-    "JdbcMarkerSink",
-    "JdbcTwoPhaseSink",
-    "PostgresMarkerSink",
-    "PostgresSink",
-    "PostgresTwoPhaseSink",
-]
+__all__ = ["JdbcMarkerSink", "JdbcTwoPhaseSink"]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
 
@@ -167,101 +155,3 @@ class JdbcMarkerSink(JdbcSinkMixin[TxnT], MarkerCommitSink[TxnT]):
         """
         self._writer.finish(txn)
         self._markers.commit_with_marker(txn, marker)
-
-
-class PostgresTwoPhaseSink(JdbcTwoPhaseSink[PostgresTransaction, PostgresHandle]):
-    """Exactly-once into PostgreSQL with ``PREPARE TRANSACTION`` (``coordinated``).
-
-    Build it with :func:`~twophase.connectors.jdbc.postgres_sink` (which
-    checks the server); the constructor is public for typing and for forcing
-    the protocol.
-
-    Every partition of a micro-batch writes its rows with ``COPY`` inside one
-    transaction and prepares it; once every partition has prepared, the driver
-    records the decision and commits them all with ``COMMIT PREPARED``. A batch
-    is either committed in full or not at all, whatever fails and whenever. A
-    gid no longer prepared at commit is resolved by its xid (``txid_status``).
-
-    Parameters
-    ----------
-    name
-        The sink name (part of every gid).
-    options
-        What to write and how.
-    connection
-        Connection parameters.
-    server
-        The server's capabilities, when already read (sets
-        :attr:`max_transactions_per_batch` now rather than in :meth:`open`).
-    checkpoint_location, retry
-        See :class:`twophase.TwoPhaseCommitSink`.
-    """
-
-    dialect = POSTGRES
-
-    def __init__(
-        self,
-        name: str,
-        options: JdbcOptions,
-        connection: ConnectionConfig,
-        *,
-        server: ServerInfo | None = None,
-        checkpoint_location: str | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(
-            options, connection, name=name, checkpoint_location=checkpoint_location, retry=retry
-        )
-        if server is not None and server.max_prepared_transactions > 0:
-            self.max_transactions_per_batch = partition_limit(
-                server.max_prepared_transactions, options.max_partitions
-            )
-
-
-class PostgresMarkerSink(JdbcMarkerSink[PostgresTransaction]):
-    """Exactly-once into PostgreSQL without prepared transactions (``markers``).
-
-    For servers with ``max_prepared_transactions = 0`` (PostgreSQL's default,
-    and most managed services): every partition commits its own transaction,
-    ``COPY`` and a marker row, on its executor. Build it with
-    :func:`~twophase.connectors.jdbc.postgres_sink`.
-
-    Parameters
-    ----------
-    name
-        The sink name.
-    options
-        What to write and how.
-    connection
-        Connection parameters.
-    staging
-        Stage each batch in the checkpoint first, so that replays are
-        deterministic even when the pipeline is not.
-    checkpoint_location, retry
-        See :class:`twophase.MarkerCommitSink`.
-    """
-
-    dialect = POSTGRES
-
-    def __init__(
-        self,
-        name: str,
-        options: JdbcOptions,
-        connection: ConnectionConfig,
-        *,
-        staging: bool = False,
-        checkpoint_location: str | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(
-            options,
-            connection,
-            name=name,
-            staging=staging,
-            checkpoint_location=checkpoint_location,
-            retry=retry,
-        )
-
-
-#: Either PostgreSQL sink, as returned by :func:`~twophase.connectors.jdbc.postgres_sink`.
-PostgresSink = PostgresTwoPhaseSink | PostgresMarkerSink

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from psycopg2 import sql
 
 from ._options import QualifiedName
+from ._plan import OP_COLUMN, SEQ_COLUMN
 
 __all__ = [
     "OP_COLUMN",
@@ -26,13 +27,6 @@ __all__ = [
     "merge_cdc",
     "merge_upsert",
 ]
-
-#: Staging-table column holding the CDC operation.
-OP_COLUMN = "__twophase_op"
-#: Staging-table column holding the row's position in the partition.
-SEQ_COLUMN = "__twophase_seq"
-
-RESERVED_COLUMNS = frozenset({OP_COLUMN, SEQ_COLUMN})
 
 
 def ident(name: QualifiedName) -> sql.Identifier:

@@ -12,22 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg2 import sql
-
 from twophase import TaskContext
 from twophase.errors import AbortRequiredError, TwoPhaseError
 
-from ._catalog import TableInfo
-from ._copy import CopyStream
-from ._errors import is_connection_error, map_error
+from ._client import ErrorMap, PostgresClient
 from ._plan import WritePlan
 from ._pool import ConnectionPool
+from ._typemap import TableInfo
 
-__all__ = ["PostgresTransaction"]
+__all__ = ["JdbcTransaction", "PostgresTransaction"]
 
 
-class PostgresTransaction:
-    """A partition's live transaction on an executor (never pickled).
+class JdbcTransaction:
+    """A partition's live transaction on an executor (never pickled), in any dialect.
 
     Attributes
     ----------
@@ -40,9 +37,13 @@ class PostgresTransaction:
     rows
         Rows written so far.
     xid
-        The server's 64-bit transaction id (coordinated), to tell later whether
-        a gid that disappeared was committed or rolled back.
+        PostgreSQL: the server's 64-bit transaction id (coordinated), to tell
+        later whether a gid that disappeared was committed or rolled back.
+    errors
+        How the dialect's driver errors map onto :mod:`twophase.errors`.
     """
+
+    errors: ErrorMap = PostgresClient.errors
 
     def __init__(
         self,
@@ -62,12 +63,12 @@ class PostgresTransaction:
         self.rows = 0
         self.xid = xid
         self.plan: WritePlan | None = None
-        self.staging: sql.Composable | None = None
+        self.staging: Any = None  # the staging table of upsert/CDC, once created
         self.seq = 0
-        self.copy: CopyStream | None = None
+        self.copy: Any = None  # PostgreSQL: the running COPY stream
 
     def __repr__(self) -> str:
-        return f"PostgresTransaction(gid={self.gid!r}, state={self.state!r}, rows={self.rows})"
+        return f"{type(self).__name__}(gid={self.gid!r}, state={self.state!r}, rows={self.rows})"
 
     @property
     def where(self) -> dict[str, Any]:
@@ -104,7 +105,7 @@ class PostgresTransaction:
         return self.conn
 
     def failure(self, exc: BaseException, doing: str, hint: str | None = None) -> TwoPhaseError:
-        """Map a psycopg2 error of this transaction, dropping a broken connection.
+        """Map a driver error of this transaction, dropping a broken connection.
 
         Parameters
         ----------
@@ -121,10 +122,10 @@ class PostgresTransaction:
             The exception to raise (``raise txn.failure(...) from exc``).
         """
         types = self.plan.column_types if self.plan is not None else ()
-        if is_connection_error(exc) and self.conn is not None:
+        if self.errors.is_connection_error(exc) and self.conn is not None:
             self.pool.discard(self.conn, flush=True)
             self.conn = None
-        return map_error(
+        return self.errors.map_error(
             exc,
             doing,
             secrets=self.pool.config.secrets,
@@ -132,3 +133,7 @@ class PostgresTransaction:
             hint=hint,
             **self.where,
         )
+
+
+class PostgresTransaction(JdbcTransaction):
+    """A partition's live PostgreSQL transaction (psycopg2)."""

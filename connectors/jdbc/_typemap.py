@@ -48,6 +48,7 @@ import pyarrow as pa
 __all__ = [
     "ColumnKind",
     "TableColumn",
+    "TableInfo",
     "column_kind",
     "compatibility_problem",
     "postgres_type",
@@ -90,6 +91,46 @@ class TableColumn:
     not_null: bool
     has_default: bool
     generated: bool = False
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A table's columns and unique keys.
+
+    Attributes
+    ----------
+    oid
+        The table's oid.
+    kind
+        ``pg_class.relkind``: ``r`` table, ``p`` partitioned table...
+    columns
+        The columns, in table order.
+    unique_keys
+        The column sets of every usable unique index (for ``ON CONFLICT``).
+    """
+
+    oid: int
+    kind: str
+    columns: tuple[TableColumn, ...]
+    unique_keys: tuple[frozenset[str], ...]
+
+    def column(self, name: str) -> TableColumn | None:
+        """Return the column of that exact name, if any.
+
+        Parameters
+        ----------
+        name
+            Column name (case-sensitive).
+
+        Returns
+        -------
+        TableColumn or None
+            The column.
+        """
+        for col in self.columns:
+            if col.name == name:
+                return col
+        return None
 
 
 class ColumnKind:

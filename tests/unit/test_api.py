@@ -321,16 +321,20 @@ def test_the_public_api_contract_names_every_private_module() -> None:
 
 def test_the_connectors_public_names_are_pinned() -> None:
     # What a user of each connector needs: the sinks (and the Kafka sink's transaction and
-    # settings, for subclasses), the PostgreSQL format and the prepared-transaction listing,
-    # and closing the clients each process pools, for users' tests. Nothing else.
+    # settings, for subclasses), one factory per database, the PostgreSQL format and the
+    # prepared-transaction listing, and closing the clients each process pools, for users'
+    # tests. Nothing else.
     from twophase.connectors import jdbc, kafka
 
     assert sorted(jdbc.__all__) == [
+        "MariaDBMarkerSink",
+        "MariaDBTwoPhaseSink",
         "PostgresMarkerSink",
         "PostgresTwoPhaseSink",
         "PreparedTransaction",
         "close_connections",
         "list_prepared_transactions",
+        "mariadb_sink",
         "postgres_sink",
         "register_postgres_format",
     ]

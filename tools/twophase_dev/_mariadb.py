@@ -651,8 +651,8 @@ class MariaDBServer:
     def rollback_prepared(self, xid_pattern: str = ".*") -> list[str]:
         """Roll back the prepared XA transactions whose gtrid matches a regular expression.
 
-        Only XA transactions with an empty branch qualifier and format id 1 (what ``XA START
-        'gtrid'`` makes) are matched.
+        Every format id and branch qualifier is matched (the xid is rolled back
+        as ``XA ROLLBACK X'gtrid', X'bqual', formatID``).
 
         Parameters
         ----------
@@ -669,10 +669,16 @@ class MariaDBServer:
         conn = self.connect(autocommit=True)
         try:
             with conn.cursor() as cur:
-                for xid in self.prepared_xids():
-                    if pattern.match(xid):
-                        cur.execute("XA ROLLBACK %s", (xid,))
-                        done.append(xid)
+                cur.execute("XA RECOVER")
+                for format_id, gtrid_length, _bqual_length, data in cur.fetchall():
+                    raw = data if isinstance(data, bytes) else str(data).encode()
+                    gtrid, bqual = raw[: int(gtrid_length)], raw[int(gtrid_length) :]
+                    name = gtrid.decode(errors="replace")
+                    if pattern.match(name):
+                        cur.execute(
+                            f"XA ROLLBACK X'{gtrid.hex()}', X'{bqual.hex()}', {int(format_id)}"
+                        )
+                        done.append(name)
         finally:
             conn.close()
         return done

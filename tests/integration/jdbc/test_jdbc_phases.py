@@ -23,9 +23,9 @@ from twophase.connectors.jdbc import (
     list_prepared_transactions,
     postgres_sink,
 )
-from twophase.connectors.jdbc._prepared import PostgresHandle
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
+from twophase.connectors.jdbc._prepared import PostgresHandle
 from twophase.errors import AbortRequiredError, ConfigurationError, FatalError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 

@@ -11,10 +11,9 @@ import pytest
 
 from twophase import SinkContext
 from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink, postgres_sink
-from twophase.connectors.jdbc._prepared import PostgresHandle
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
-from twophase.connectors.jdbc._prepared import partition_limit
+from twophase.connectors.jdbc._prepared import PostgresHandle, partition_limit
 from twophase.errors import ConfigurationError, RetriableError
 
 pytestmark = pytest.mark.unit

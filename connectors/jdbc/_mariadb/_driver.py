@@ -1,0 +1,329 @@
+"""MariaDB and MySQL through PyMySQL: connection URL, sessions, and errors mapped.
+
+PyMySQL is pure Python: it installs from a wheel anywhere Spark runs, with no
+compiler and no client library (``docs/mariadb.md`` says why it was chosen).
+Its errors carry the server's error number (``exc.args[0]``), mapped here onto
+:mod:`twophase.errors`:
+
+=========================================  =============================================
+error number / condition                   raised as
+=========================================  =============================================
+2000-2999 client: cannot connect, lost     :class:`~twophase.errors.RetriableError`
+1053 shutdown, 1927 connection killed      :class:`~twophase.errors.RetriableError`
+1040 too many connections, 1213 deadlock   :class:`~twophase.errors.RetriableError`
+1205 lock wait timeout                     :class:`~twophase.errors.AbortRequiredError`
+1969/3024 statement timeout, 1317 killed   :class:`~twophase.errors.AbortRequiredError`
+1048 NULL, 1062 duplicate, 1264 range,     :class:`~twophase.errors.DataError`
+1265/1292/1366/1406/1367 bad value,
+1451/1452 foreign key, 4025 CHECK
+1146 no table, 1054 no column, 1049 no     :class:`~twophase.errors.ConfigurationError`
+database, 1142/1143/1044/1227 privilege
+1045 access denied (authentication)        :class:`~twophase.errors.FatalError`
+anything else                              :class:`~twophase.errors.AbortRequiredError`
+=========================================  =============================================
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from twophase.errors import (
+    AbortRequiredError,
+    ConfigurationError,
+    DataError,
+    FatalError,
+    RetriableError,
+    TwoPhaseError,
+)
+
+from .._config import ConnectionConfig, redact
+
+__all__ = ["MARIADB_ERRORS", "PYMYSQL", "errno", "parse_url"]
+
+#: Keywords a MariaDB connection accepts (passed to ``pymysql.connect``).
+CONNECT_KEYS = frozenset(
+    {
+        "host",
+        "port",
+        "user",
+        "password",
+        "database",
+        "unix_socket",
+        "ssl_ca",
+        "ssl_cert",
+        "ssl_key",
+        "ssl_verify_cert",
+        "ssl_verify_identity",
+        "ssl_disabled",
+        "read_timeout",
+        "write_timeout",
+    }
+)
+_INT_KEYS = frozenset({"port", "read_timeout", "write_timeout"})
+_BOOL_KEYS = frozenset({"ssl_verify_cert", "ssl_verify_identity", "ssl_disabled"})
+
+_RETRIABLE = frozenset({1053, 1927, 1040, 1213, 1614, 1203, 1021, 1037, 1041})
+_ABORT = frozenset({1205, 1969, 3024, 1317, 1613})
+_DATA = frozenset(
+    {1048, 1062, 1264, 1265, 1292, 1366, 1406, 1367, 1451, 1452, 4025, 1690, 1411, 1586, 1263}
+)
+_CONFIG = frozenset({1146, 1054, 1049, 1142, 1143, 1044, 1227, 1109, 1064, 1136, 1471, 1370})
+_AUTH = frozenset({1045, 1698, 1251})
+# "Column 'x' cannot be null", "Out of range value for column 'x'", and
+# "Incorrect datetime value: '...' for column `db`.`table`.`x` at row 1".
+_COLUMN = re.compile(
+    r"column '((?:[^']|'')+)'|column (?:`(?:[^`]|``)+`\.)*`((?:[^`]|``)+)`", re.IGNORECASE
+)
+
+
+def errno(exc: BaseException) -> int | None:
+    """Return the server's (or the client's) error number of a PyMySQL error.
+
+    Parameters
+    ----------
+    exc
+        Any exception.
+
+    Returns
+    -------
+    int or None
+        ``1062`` for a duplicate key, ``2013`` for a lost connection...
+    """
+    args = getattr(exc, "args", ())
+    if args and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return args[0]
+    return None
+
+
+def parse_url(url: str) -> dict[str, str]:
+    """Read ``mysql://user:password@host:port/database?ssl_ca=...`` (or ``mariadb://``).
+
+    Parameters
+    ----------
+    url
+        The connection URL. User and password are percent-decoded.
+
+    Returns
+    -------
+    dict
+        Connection keywords (strings).
+
+    Raises
+    ------
+    ConfigurationError
+        Another scheme, or an unknown query parameter. The message never quotes
+        the URL, which may hold the password.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ConfigurationError(
+            "the url is not a valid mysql:// or mariadb:// URL (not quoted: it may hold the "
+            "password)",
+            setting="url",
+        ) from None
+    if parts.scheme not in ("mysql", "mariadb"):
+        raise ConfigurationError(
+            f"the url must start with mysql:// or mariadb://, not {parts.scheme or '(none)'}://",
+            setting="url",
+        )
+    params: dict[str, str] = {}
+    if parts.hostname:
+        params["host"] = parts.hostname
+    if port is not None:
+        params["port"] = str(port)
+    if parts.username:
+        params["user"] = urllib.parse.unquote(parts.username)
+    if parts.password is not None:
+        params["password"] = urllib.parse.unquote(parts.password)
+    database = urllib.parse.unquote(parts.path.lstrip("/"))
+    if database:
+        params["database"] = database
+    for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+        params[key] = value
+    check_keys(params)
+    return params
+
+
+def check_keys(params: Iterable[str]) -> None:
+    """Refuse connection keywords PyMySQL would not understand.
+
+    Parameters
+    ----------
+    params
+        The keywords.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the first unknown keyword and the accepted ones.
+    """
+    for key in params:
+        if key not in CONNECT_KEYS:
+            raise ConfigurationError(
+                f"unknown MariaDB connection parameter {key!r}; accepted: "
+                f"{', '.join(sorted(CONNECT_KEYS))}",
+                setting=key,
+            )
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+class PyMySQLDriver:
+    """MariaDB and MySQL through PyMySQL (the :class:`~.._pool.Driver` of the dialect)."""
+
+    name = "pymysql"
+
+    def connect(
+        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], connect_timeout: int
+    ) -> Any:
+        """Connect (utf8mb4, autocommit, ``READ COMMITTED``) and set the session's settings."""
+        import pymysql
+
+        kwargs: dict[str, Any] = {}
+        for key, value in config.connect_kwargs().items():
+            if key in _INT_KEYS:
+                kwargs[key] = int(value)
+            elif key in _BOOL_KEYS:
+                kwargs[key] = _truthy(value)
+            else:
+                kwargs[key] = value
+        conn = pymysql.connect(
+            **kwargs, charset="utf8mb4", autocommit=True, connect_timeout=connect_timeout
+        )
+        try:
+            with conn.cursor() as cur:
+                # Names and values come from the dialect, never from the user or the data.
+                if settings:
+                    cur.execute(
+                        "SET SESSION " + ", ".join(f"{name} = {value}" for name, value in settings)
+                    )
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def is_closed(self, conn: Any) -> bool:
+        """Whether PyMySQL closed the connection (a lost one is found at its next use)."""
+        return not conn.open
+
+    def is_idle(self, conn: Any) -> bool:
+        """Open, autocommit, and no transaction in progress (the server's status flag)."""
+        from pymysql.constants import SERVER_STATUS
+
+        if not conn.open:
+            return False
+        status = conn.server_status
+        return bool(
+            status & SERVER_STATUS.SERVER_STATUS_AUTOCOMMIT
+            and not status & SERVER_STATUS.SERVER_STATUS_IN_TRANS
+        )
+
+    def rollback(self, conn: Any) -> None:
+        """``ROLLBACK`` when a transaction is open; an XA branch is left to its owner."""
+        from pymysql.constants import SERVER_STATUS
+
+        if conn.open and conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+            conn.rollback()
+
+
+PYMYSQL = PyMySQLDriver()
+
+
+class MariaDBErrors:
+    """PyMySQL's errors mapped onto :mod:`twophase.errors` (the dialect's error map)."""
+
+    @property
+    def error(self) -> tuple[type[BaseException], ...]:
+        """``pymysql.Error``."""
+        import pymysql
+
+        return (pymysql.Error,)
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """Client errors 2000-2999 (lost, gone away, cannot connect), shutdown, killed."""
+        import pymysql
+
+        code = errno(exc)
+        if code is None:
+            return isinstance(exc, pymysql.InterfaceError)
+        return (
+            2000 <= code < 3000
+            or code in (1053, 1927)
+            or (code == 0 and isinstance(exc, pymysql.InterfaceError))
+        )
+
+    def map_error(
+        self,
+        exc: BaseException,
+        doing: str,
+        *,
+        secrets: Iterable[str] = (),
+        columns: Sequence[tuple[str, str]] = (),
+        hint: str | None = None,
+        **context: Any,
+    ) -> TwoPhaseError:
+        """Translate a PyMySQL error; the message has the server's text and error number."""
+        code = errno(exc)
+        server_text = _server_text(exc)
+        text = redact(f"{doing}: {server_text} (error {code})", secrets)
+        if hint:
+            text += f". {hint}"
+        column = context.pop("column", None) or _guess_column(server_text, columns)
+        setting = context.pop("setting", None)
+        cls: type[TwoPhaseError]
+        if code is None or self.is_connection_error(exc):
+            cls = RetriableError if self.is_connection_error(exc) else AbortRequiredError
+        elif code in _RETRIABLE:
+            cls = RetriableError
+        elif code in _ABORT:
+            cls = AbortRequiredError
+        elif code in _DATA:
+            cls = DataError
+        elif code in _CONFIG:
+            cls = ConfigurationError
+        elif code in _AUTH:
+            cls = FatalError
+        else:
+            cls = AbortRequiredError
+        return cls(text, column=column, setting=setting, **context)
+
+    def connection_error(
+        self, exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
+    ) -> TwoPhaseError:
+        """Map a failed connect: retriable, but authentication failures are fatal."""
+        code = errno(exc)
+        server_text = redact(_server_text(exc), secrets)
+        text = f"cannot connect to MariaDB at {where}: {server_text} (error {code})"
+        if code in _AUTH:
+            return FatalError(text, **context)
+        if code == 1049:
+            return ConfigurationError(text, setting="database", **context)
+        return RetriableError(text, **context)
+
+
+def _server_text(exc: BaseException) -> str:
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    return str(args[1]) if len(args) > 1 else str(exc)
+
+
+def _guess_column(text: str, columns: Iterable[tuple[str, str]]) -> str | None:
+    match = _COLUMN.search(text)
+    if match is None:
+        return None
+    if match.group(1):
+        name = match.group(1).replace("''", "'")
+    else:
+        name = match.group(2).replace("``", "`")
+    known = {c for c, _t in columns}
+    return name if not known or name in known else None
+
+
+MARIADB_ERRORS = MariaDBErrors()

@@ -1,0 +1,268 @@
+"""The zombie fences of both MariaDB protocols.
+
+A zombie is an attempt Spark gave up on whose process lives on and may still
+try to commit after Spark's retry did. ``(epoch, attempt)`` orders attempts,
+as in the PostgreSQL dialect (``docs/jdbc.md``).
+
+**The coordinated protocol.** PostgreSQL keeps a shared row lock through
+``PREPARE TRANSACTION``; MariaDB releases shared locks at ``XA PREPARE``
+(MDEV-26682), and keeps only exclusive ones. So every XA transaction inserts,
+right before preparing, its own row into ``twophase_prepared`` (exclusive
+until it commits or rolls back), then reads its identity's rank in
+``twophase_fences`` and refuses to prepare at or below it
+(:func:`refuse_if_fenced`). The driver (:func:`fence_attempts`) first raises
+the rank, then locks and deletes the ``twophase_prepared`` rows at or below it:
+a row still locked belongs to a transaction that read the old rank -- one
+that already prepared holds the lock until the coordinator's sweep rolls it
+back, and the fence is tried again. Committed rows are also the record that a
+transaction committed: ``XA COMMIT`` of an xid the server no longer knows is
+resolved by them (:mod:`._xa`).
+
+**The markers protocol.** One live attempt per partition slot, the newest:
+the slot is a named lock (``GET_LOCK``) that every attempt takes before
+``BEGIN``; each attempt also holds a lock named after its own rank, and
+registers the rank in ``twophase_slots``, so that an attempt that finds the
+slot taken can tell who holds it (``IS_USED_LOCK``). An older holder is a
+zombie: its connection is killed (a user may kill its own connections), which
+rolls its transaction back and frees the slot. A newer holder means this
+attempt is the zombie: it stops at once. Named locks belong to the session:
+:func:`release_slot` frees them before the connection goes back to its pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from twophase import TaskContext
+from twophase.errors import FatalError
+
+from .._options import JdbcOptions, QualifiedName
+from ._sql import quote
+
+__all__ = [
+    "FENCE_TABLE",
+    "PREPARED_TABLE",
+    "SLOTS_TABLE",
+    "create_fence_tables",
+    "create_slots_table",
+    "fence_attempts",
+    "in_schema",
+    "refuse_if_fenced",
+    "release_slot",
+    "take_slot",
+]
+
+_log = logging.getLogger("twophase.connectors.jdbc")
+
+FENCE_TABLE = "twophase_fences"
+PREPARED_TABLE = "twophase_prepared"
+SLOTS_TABLE = "twophase_slots"
+#: Seconds the driver's fence waits for a row lock before it gives up for this try.
+_FENCE_LOCK_WAIT = 1
+
+
+def in_schema(options: JdbcOptions, name: str) -> str:
+    """Return a fence table's quoted name, in the marker table's database."""
+    table = QualifiedName(options.marker_table.schema, name)
+    return ".".join(quote(p) for p in table.parts())
+
+
+# ------------------------------------------------------- the coordinated protocol
+def create_fence_tables(cur: Any, options: JdbcOptions, identity: str) -> None:
+    """Create the fence tables if missing and this identity's rank (nothing fenced yet)."""
+    fences = in_schema(options, FENCE_TABLE)
+    prepared = in_schema(options, PREPARED_TABLE)
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {fences} (identity VARCHAR(255) NOT NULL PRIMARY KEY, "
+        "epoch BIGINT NOT NULL, batch_id BIGINT NOT NULL, "
+        "fenced_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) "
+        "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    )
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {prepared} (identity VARCHAR(255) NOT NULL, "
+        "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, attempt INT NOT NULL, "
+        "epoch BIGINT NOT NULL, prepared_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        "PRIMARY KEY (identity, batch_id, partition_id, attempt, epoch)) "
+        "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    )
+    cur.execute(
+        f"INSERT IGNORE INTO {fences} (identity, epoch, batch_id) VALUES (%s, -1, -1)",
+        (identity,),
+    )
+
+
+def refuse_if_fenced(cur: Any, options: JdbcOptions, context: TaskContext) -> None:
+    """Record this XA transaction, then refuse to prepare a stale attempt.
+
+    Runs in the partition's XA transaction right before ``XA END``.
+
+    Raises
+    ------
+    FatalError
+        The coordinator finished this attempt's batch (or its run) without it:
+        this attempt is a zombie and must not prepare.
+    """
+    c = context
+    cur.execute(
+        f"INSERT INTO {in_schema(options, PREPARED_TABLE)} "
+        "(identity, batch_id, partition_id, attempt, epoch) VALUES (%s, %s, %s, %s, %s)",
+        (c.identity, c.batch_id, c.partition_id, c.attempt, c.epoch),
+    )
+    cur.execute(
+        f"SELECT epoch, batch_id FROM {in_schema(options, FENCE_TABLE)} "
+        "WHERE identity = %s LOCK IN SHARE MODE",
+        (c.identity,),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return
+    fenced = (int(row[0]), int(row[1]))
+    if (c.epoch, c.batch_id) > fenced:
+        return
+    what = (
+        f"run {c.epoch} is over (run {fenced[0]} started)"
+        if c.epoch < fenced[0]
+        else f"batch {c.batch_id} is finished"
+    )
+    raise FatalError(
+        f"attempt {c.attempt} of partition {c.partition_id} is fenced: {what}, and the "
+        "coordinator does not wait for this attempt any more. It is a zombie (Spark gave up "
+        "on it) and must not prepare; its transaction is rolled back",
+        sink=c.sink_name,
+        batch_id=c.batch_id,
+        partition_id=c.partition_id,
+    )
+
+
+def fence_attempts(cur: Any, options: JdbcOptions, identity: str, rank: tuple[int, int]) -> bool:
+    """Record that every attempt of ``identity`` at or below ``rank`` is stale (driver).
+
+    Returns
+    -------
+    bool
+        False when a transaction that read the old rank still holds its row
+        (one that prepared: the coordinator's sweep rolls it back).
+    """
+    epoch, batch = rank
+    cur.execute(
+        f"UPDATE {in_schema(options, FENCE_TABLE)} SET epoch = %s, batch_id = %s, "
+        "fenced_at = CURRENT_TIMESTAMP(6) "
+        "WHERE identity = %s AND (epoch < %s OR (epoch = %s AND batch_id < %s))",
+        (epoch, batch, identity, epoch, epoch, batch),
+    )
+    prepared = in_schema(options, PREPARED_TABLE)
+    stale = "identity = %s AND (epoch < %s OR (epoch = %s AND batch_id <= %s))"
+    params = (identity, epoch, epoch, batch)
+    cur.execute("BEGIN")
+    try:
+        cur.execute(
+            f"SET STATEMENT innodb_lock_wait_timeout = {_FENCE_LOCK_WAIT} FOR "
+            f"SELECT 1 FROM {prepared} WHERE {stale} FOR UPDATE",
+            params,
+        )
+        cur.fetchall()
+        cur.execute(f"DELETE FROM {prepared} WHERE {stale}", params)
+    except Exception as exc:
+        cur.execute("ROLLBACK")
+        if getattr(exc, "args", (None,))[0] == 1205:  # a lock wait timeout
+            return False
+        raise
+    cur.execute("COMMIT")
+    return True
+
+
+# ---------------------------------------------------------- the markers protocol
+def _lock_name(identity: str, partition: int, rank: tuple[int, int] | None = None) -> str:
+    """Return the named lock of a slot, or of one attempt (at most 64 characters)."""
+    digest = hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
+    base = f"tp:{digest}:{partition}"
+    return base if rank is None else f"{base}:{rank[0]}:{rank[1]}"
+
+
+def create_slots_table(cur: Any, options: JdbcOptions) -> None:
+    """Create the slot registry of the markers protocol if missing."""
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {in_schema(options, SLOTS_TABLE)} "
+        "(identity VARCHAR(255) NOT NULL, partition_id INT NOT NULL, epoch BIGINT NOT NULL, "
+        "attempt INT NOT NULL, PRIMARY KEY (identity, partition_id, epoch, attempt)) "
+        "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    )
+
+
+def take_slot(cur: Any, options: JdbcOptions, context: TaskContext) -> None:
+    """Hold this attempt's lock and take its slot's, killing an older holder.
+
+    Runs on an autocommit session before ``BEGIN``; the locks are the session's
+    until :func:`release_slot`.
+
+    Raises
+    ------
+    FatalError
+        A newer attempt holds the slot: this attempt is a zombie.
+    """
+    c = context
+    mine = (c.epoch, c.attempt)
+    slot = _lock_name(c.identity, c.partition_id)
+    cur.execute("SELECT GET_LOCK(%s, 0)", (_lock_name(c.identity, c.partition_id, mine),))
+    cur.fetchone()
+    table = in_schema(options, SLOTS_TABLE)
+    cur.execute(
+        f"INSERT IGNORE INTO {table} (identity, partition_id, epoch, attempt) "
+        "VALUES (%s, %s, %s, %s)",
+        (c.identity, c.partition_id, c.epoch, c.attempt),
+    )
+    cur.execute("SELECT GET_LOCK(%s, 0)", (slot,))
+    if cur.fetchone()[0] == 1:
+        return
+    cur.execute("SELECT IS_USED_LOCK(%s)", (slot,))
+    holder = cur.fetchone()[0]
+    cur.execute(
+        f"SELECT epoch, attempt FROM {table} WHERE identity = %s AND partition_id = %s",
+        (c.identity, c.partition_id),
+    )
+    for epoch, attempt in cur.fetchall():
+        theirs = (int(epoch), int(attempt))
+        if theirs == mine or holder is None:
+            continue
+        cur.execute("SELECT IS_USED_LOCK(%s)", (_lock_name(c.identity, c.partition_id, theirs),))
+        if cur.fetchone()[0] != holder:
+            continue
+        if theirs > mine:
+            raise FatalError(
+                f"attempt {c.attempt} (run {c.epoch}) of partition {c.partition_id} is fenced: "
+                f"attempt {theirs[1]} of run {theirs[0]} holds the partition's slot. This "
+                "attempt is a zombie (Spark gave up on it) and must not write",
+                sink=c.sink_name,
+                batch_id=c.batch_id,
+                partition_id=c.partition_id,
+            )
+        cur.execute(f"KILL CONNECTION {int(holder)}")
+        _log.warning(
+            "attempt %d (run %d) of %s partition %d: killed connection %s of attempt %d "
+            "(run %d), an older attempt of the same slot (a zombie)",
+            c.attempt,
+            c.epoch,
+            c.identity,
+            c.partition_id,
+            holder,
+            theirs[1],
+            theirs[0],
+        )
+        break
+    timeout = max(1, int(options.lock_timeout))
+    cur.execute("SELECT GET_LOCK(%s, %s)", (slot, timeout))
+    if cur.fetchone()[0] != 1:
+        raise FatalError(
+            f"partition {c.partition_id}'s slot stayed taken for {timeout} s (lock_timeout) "
+            "by a session that is not an attempt of this sink",
+            sink=c.sink_name,
+            batch_id=c.batch_id,
+            partition_id=c.partition_id,
+        )
+
+
+def release_slot(cur: Any) -> None:
+    """Free the session's named locks (before the connection goes back to its pool)."""
+    cur.execute("DO RELEASE_ALL_LOCKS()")

@@ -1,0 +1,358 @@
+"""The coordinated protocol on MariaDB: ``XA PREPARE``, ``XA COMMIT`` by xid, ``XA RECOVER``.
+
+The executor prepares (:meth:`XATransactions.prepare`) and then closes its
+connection: MariaDB keeps a prepared XA transaction attached to the session
+that prepared it, and another session can only commit it once that one is
+gone (``XA COMMIT`` answers "unknown XID", 1397, before). The driver commits,
+lists and rolls back by xid; every statement runs in autocommit mode and is
+safe to repeat:
+
+* ``XA ROLLBACK`` of an xid the server does not know is success;
+* ``XA COMMIT`` of such an xid is resolved by the transaction's row in
+  ``twophase_prepared`` (:mod:`._fencing`): there means committed; an xid
+  still listed by ``XA RECOVER`` is still attached to a live session, and the
+  commit is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from twophase import TransactionHandle
+from twophase.errors import ConfigurationError, FatalError, RetriableError
+
+from ._client import MariaDBClient
+from ._driver import errno
+from ._fencing import (
+    FENCE_TABLE,
+    PREPARED_TABLE,
+    create_fence_tables,
+    fence_attempts,
+    in_schema,
+    refuse_if_fenced,
+)
+from ._transaction import MariaDBTransaction
+from ._xid import FORMAT_ID, Xid, parse_xid
+
+__all__ = ["MariaDBHandle", "XATransactions"]
+
+_log = logging.getLogger("twophase.connectors.jdbc")
+
+_UNKNOWN_XID = 1397
+
+
+@dataclass(frozen=True)
+class MariaDBHandle(TransactionHandle):
+    """The handle of one partition's prepared XA transaction. Frozen and picklable.
+
+    Attributes
+    ----------
+    transaction_id
+        ``tp:<identity>:<batch>:<partition>:<attempt>`` (gtrid ``tp:<identity>``,
+        bqual ``<batch>:<partition>:<attempt>``).
+    batch_id, partition_id, attempt
+        Where it came from.
+    rows
+        Rows written by the transaction (informational).
+    """
+
+    rows: int = 0
+
+
+class XATransactions(MariaDBClient):
+    """The coordinated protocol's statements (the dialect's :class:`~.._dialect.PreparedStore`).
+
+    Picklable (options and connection parameters only).
+    """
+
+    # ------------------------------------------------------------- driver: open
+    def capacity(self, **context: Any) -> int | None:
+        """Check that the server prepares XA transactions; MariaDB has no slot limit.
+
+        Parameters
+        ----------
+        **context
+            Error context.
+
+        Returns
+        -------
+        int or None
+            ``max_partitions`` (None: no limit).
+        """
+        probe = Xid(f"tp:probe:{uuid.uuid4().hex}", "0")
+
+        def run(cur: Any) -> str:
+            cur.execute("XA START %s, %s, %s", probe.params)
+            cur.execute("XA END %s, %s, %s", probe.params)
+            cur.execute("XA PREPARE %s, %s, %s", probe.params)
+            cur.execute("XA ROLLBACK %s, %s, %s", probe.params)
+            cur.execute("SELECT @@version")
+            return str(cur.fetchone()[0])
+
+        version = self.run("probing XA PREPARE", run, **context)
+        _log.debug(
+            "sink %s: opened on %s (%s): protocol 'coordinated' (XA)",
+            context.get("sink"),
+            self.connection.describe(),
+            version,
+        )
+        return self.options.max_partitions
+
+    def ensure_ready(self, identity: str, **context: Any) -> None:
+        """Create the fence tables (``twophase_fences``, ``twophase_prepared``) and this rank.
+
+        Parameters
+        ----------
+        identity
+            The sink identity.
+        **context
+            Error context.
+        """
+        try:
+            self.run(
+                "preparing the fence tables",
+                lambda cur: create_fence_tables(cur, self.options, identity),
+                **context,
+            )
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"{exc.message}. Protocol 'coordinated' keeps its zombie fence in "
+                f"{FENCE_TABLE} and {PREPARED_TABLE}, beside the marker table; the sink's user "
+                "needs CREATE, SELECT, INSERT, UPDATE and DELETE there, or set marker_table to "
+                "a database where it has them",
+                setting="marker_table",
+                **context,
+            ) from exc
+
+    # --------------------------------------------------------- executor: prepare
+    def prepare(self, txn: MariaDBTransaction) -> MariaDBHandle:
+        """Record the transaction, refuse a fenced attempt, ``XA END`` and ``XA PREPARE``.
+
+        The connection is closed afterwards, which detaches the prepared
+        transaction from it (the driver cannot commit it before).
+
+        Parameters
+        ----------
+        txn
+            The open, finished transaction.
+
+        Returns
+        -------
+        MariaDBHandle
+            The handle.
+        """
+        conn = txn.open_connection("XA PREPARE")
+        assert txn.xa is not None
+        try:
+            with conn.cursor() as cur:
+                refuse_if_fenced(cur, self.options, txn.context)
+                cur.execute("XA END %s, %s, %s", txn.xa)
+                cur.execute("XA PREPARE %s, %s, %s", txn.xa)
+        except txn.errors.error as exc:
+            if txn.errors.is_connection_error(exc):
+                txn.state = "unknown"  # the server may have prepared it
+            raise txn.failure(exc, f"XA PREPARE {txn.gid!r}") from exc
+        txn.state = "prepared"
+        txn.conn = None
+        txn.pool.discard(conn)  # detaches the prepared transaction
+        c = txn.context
+        return MariaDBHandle(txn.gid, c.batch_id, c.partition_id, c.attempt, txn.rows)
+
+    # ---------------------------------------------------------- driver: phase 2
+    def fence(self, identity: str, epoch: int, batch_id: int, **context: Any) -> bool:
+        """Raise the identity's rank and clear the rows of attempts at or below it.
+
+        Parameters
+        ----------
+        identity
+            The sink identity.
+        epoch, batch_id
+            The rank at or below which attempts are stale.
+        **context
+            Error context.
+
+        Returns
+        -------
+        bool
+            False when a prepared transaction holds one of those rows.
+        """
+        return self.run(
+            "fencing stale attempts",
+            lambda cur: fence_attempts(cur, self.options, identity, (epoch, batch_id)),
+            **context,
+        )
+
+    def _listed(self, cur: Any, xid: Xid) -> bool:
+        cur.execute("XA RECOVER")
+        for format_id, gtrid_length, _bqual_length, data in cur.fetchall():
+            raw = data if isinstance(data, bytes) else str(data).encode()
+            n = int(gtrid_length)
+            if int(format_id) == FORMAT_ID and (raw[:n].decode(), raw[n:].decode()) == (
+                xid.gtrid,
+                xid.bqual,
+            ):
+                return True
+        return False
+
+    def commit_prepared(self, handle: MariaDBHandle, **context: Any) -> str:
+        """``XA COMMIT``; an xid the server does not know is resolved by its row.
+
+        Parameters
+        ----------
+        handle
+            The handle.
+        **context
+            Error context.
+
+        Returns
+        -------
+        str
+            ``"committed"`` or ``"already committed"``.
+
+        Raises
+        ------
+        FatalError
+            The transaction was rolled back: its rows are lost.
+        RetriableError
+            The server is unreachable, or the transaction is still attached to
+            the session that prepared it.
+        """
+        xid = self._xid(handle, **context)
+
+        def commit(cur: Any) -> str:
+            try:
+                cur.execute("XA COMMIT %s, %s, %s", xid.params)
+                return "committed"
+            except self.errors.error as exc:
+                if errno(exc) != _UNKNOWN_XID:
+                    raise
+            if self._listed(cur, xid):
+                return "attached"
+            cur.execute(
+                f"SELECT 1 FROM {in_schema(self.options, PREPARED_TABLE)} WHERE identity = %s "
+                "AND batch_id = %s AND partition_id = %s AND attempt = %s LIMIT 1",
+                (xid.gtrid[3:], handle.batch_id, handle.partition_id, handle.attempt),
+            )
+            return "already committed" if cur.fetchone() is not None else "gone"
+
+        outcome = self.run(f"XA COMMIT {handle.transaction_id!r}", commit, **context)
+        if outcome == "attached":
+            raise RetriableError(
+                f"{handle.transaction_id!r} is prepared but still attached to the session that "
+                "prepared it (its task has not closed its connection yet); retried",
+                **context,
+            )
+        if outcome == "gone":
+            raise FatalError(
+                f"XA transaction {handle.transaction_id!r} of a decided batch was rolled back (by "
+                "hand or by another process): its rows are lost. Restore them from the source "
+                "(see docs/mariadb.md, 'resolving in-doubt transactions by hand')",
+                **context,
+            )
+        return outcome
+
+    def rollback_prepared(self, handle: MariaDBHandle, **context: Any) -> None:
+        """``XA ROLLBACK``; an xid that is not this connector's is refused.
+
+        Parameters
+        ----------
+        handle
+            The handle.
+        **context
+            Error context.
+        """
+        self.rollback_xid(handle.transaction_id, **context)
+
+    def rollback_xid(self, gid: str, **context: Any) -> bool:
+        """``XA ROLLBACK`` by transaction id; an xid the server does not know is success.
+
+        Parameters
+        ----------
+        gid
+            The handle's transaction id.
+        **context
+            Error context.
+
+        Returns
+        -------
+        bool
+            Whether a prepared transaction was rolled back.
+
+        Raises
+        ------
+        RetriableError
+            The xid is prepared but still attached to a live session.
+        """
+        xid = parse_xid(gid)
+        if xid is None:
+            raise ConfigurationError(
+                f"{gid!r} is not a transaction id of this connector", **context
+            )
+
+        def rollback(cur: Any) -> str:
+            try:
+                cur.execute("XA ROLLBACK %s, %s, %s", xid.params)
+                return "rolled back"
+            except self.errors.error as exc:
+                if errno(exc) != _UNKNOWN_XID:
+                    raise
+            return "attached" if self._listed(cur, xid) else "unknown"
+
+        outcome = self.run(f"XA ROLLBACK {gid!r}", rollback, **context)
+        if outcome == "attached":
+            raise RetriableError(
+                f"{gid!r} is prepared but still attached to the session that prepared it; retried",
+                **context,
+            )
+        return outcome == "rolled back"
+
+    def in_doubt(self, identity: str, **context: Any) -> Sequence[MariaDBHandle]:
+        """List exactly this identity's prepared XA transactions (``XA RECOVER``).
+
+        Parameters
+        ----------
+        identity
+            The sink identity.
+        **context
+            Error context.
+
+        Returns
+        -------
+        list of MariaDBHandle
+            One per prepared transaction of this identity.
+        """
+
+        def query(cur: Any) -> list[str]:
+            cur.execute("XA RECOVER")
+            found = []
+            for format_id, gtrid_length, _bqual_length, data in cur.fetchall():
+                if int(format_id) != FORMAT_ID:
+                    continue
+                raw = data if isinstance(data, bytes) else str(data).encode()
+                n = int(gtrid_length)
+                try:
+                    found.append(f"{raw[:n].decode()}:{raw[n:].decode()}")
+                except UnicodeDecodeError:
+                    continue
+            return found
+
+        handles = []
+        for gid in sorted(self.run("listing prepared XA transactions", query, **context)):
+            xid = parse_xid(gid, identity)
+            if xid is None:
+                continue
+            batch, partition, attempt = (int(p) for p in xid.bqual.split(":"))
+            handles.append(MariaDBHandle(gid, batch, partition, attempt))
+        return handles
+
+    def _xid(self, handle: MariaDBHandle, **context: Any) -> Xid:
+        xid = parse_xid(handle.transaction_id)
+        if xid is None:
+            raise ConfigurationError(
+                f"{handle.transaction_id!r} is not a transaction id of this connector", **context
+            )
+        return xid
