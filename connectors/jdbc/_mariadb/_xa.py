@@ -10,13 +10,16 @@ safe to repeat:
 * ``XA ROLLBACK`` of an xid the server does not know is success;
 * ``XA COMMIT`` of such an xid is resolved by the transaction's row in
   ``twophase_prepared`` (:mod:`._fencing`): there means committed; an xid
-  still listed by ``XA RECOVER`` is still attached to a live session, and the
-  commit is retried.
+  still listed by ``XA RECOVER`` is still attached to a session (for a few
+  milliseconds after that session closed, or for as long as it lives), and
+  the statement is asked again for up to a second, then retried by the
+  coordinator (:class:`~twophase.errors.RetriableError`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +46,9 @@ __all__ = ["MariaDBHandle", "XATransactions"]
 _log = logging.getLogger("twophase.connectors.jdbc")
 
 _UNKNOWN_XID = 1397
+#: Pauses before asking again about an xid still attached to the session that prepared it:
+#: MariaDB detaches a branch a few milliseconds after that session closed.
+_DETACH_WAITS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 
 
 @dataclass(frozen=True)
@@ -240,6 +246,11 @@ class XATransactions(MariaDBClient):
             return "already committed" if cur.fetchone() is not None else "gone"
 
         outcome = self.run(f"XA COMMIT {handle.transaction_id!r}", commit, **context)
+        for pause in _DETACH_WAITS:
+            if outcome != "attached":
+                break
+            time.sleep(pause)
+            outcome = self.run(f"XA COMMIT {handle.transaction_id!r}", commit, **context)
         if outcome == "attached":
             raise RetriableError(
                 f"{handle.transaction_id!r} is prepared but still attached to the session that "
@@ -303,6 +314,11 @@ class XATransactions(MariaDBClient):
             return "attached" if self._listed(cur, xid) else "unknown"
 
         outcome = self.run(f"XA ROLLBACK {gid!r}", rollback, **context)
+        for pause in _DETACH_WAITS:
+            if outcome != "attached":
+                break
+            time.sleep(pause)
+            outcome = self.run(f"XA ROLLBACK {gid!r}", rollback, **context)
         if outcome == "attached":
             raise RetriableError(
                 f"{gid!r} is prepared but still attached to the session that prepared it; retried",
