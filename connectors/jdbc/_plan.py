@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from twophase.errors import ConfigurationError
+from twophase.errors import ConfigurationError, DataError
 
 from ._encode import ColumnPlan
 from ._options import JdbcOptions
@@ -34,6 +36,7 @@ __all__ = [
     "SEQ_COLUMN",
     "TypeRules",
     "WritePlan",
+    "checked_ops",
     "create_table_fields",
     "plan_write",
 ]
@@ -263,3 +266,44 @@ def create_table_fields(
             ) from None
         fields.append((name, sql_type, not field.nullable or key))
     return fields
+
+
+_CDC_OPS = pa.array(["c", "r", "u", "d"])
+
+
+def checked_ops(ops: pa.Array, options: JdbcOptions, where: dict[str, Any]) -> pa.Array:
+    """Return the CDC operation column as strings, refusing any value but c, r, u, d.
+
+    Parameters
+    ----------
+    ops
+        The operation column of a record batch.
+    options
+        The sink's options (for the column's name).
+    where
+        Error context (sink, batch, partition).
+
+    Returns
+    -------
+    pyarrow.Array
+        The operations, as a string array.
+
+    Raises
+    ------
+    DataError
+        Naming the column, how many rows are bad and the first bad value; the
+        batch is not written.
+    """
+    if pa.types.is_dictionary(ops.type):
+        ops = ops.dictionary_decode()
+    ops = ops.cast(pa.string())
+    valid = pc.fill_null(pc.is_in(ops, value_set=_CDC_OPS), False)
+    if not pc.all(valid).as_py():
+        bad = pc.filter(ops, pc.invert(valid))
+        raise DataError(
+            f"{len(bad)} row(s) have an operation other than 'c', 'r', 'u', 'd' "
+            f"(first: {bad[0].as_py()!r}); the batch is not written",
+            column=options.cdc_op_column,
+            **where,
+        )
+    return ops

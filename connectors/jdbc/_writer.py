@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import psycopg2
 import pyarrow as pa
-import pyarrow.compute as pc
 from psycopg2 import sql
 
 from twophase import TaskContext
@@ -31,13 +30,12 @@ from ._errors import sqlstate
 from ._fencing import application_name, take_slot
 from ._gid import format_gid
 from ._options import JdbcOptions, QualifiedName
-from ._plan import plan_write
+from ._plan import checked_ops, plan_write
 from ._prepared import PreparedTransactions
 from ._transaction import PostgresTransaction
 
 __all__ = ["PostgresWriter"]
 
-_CDC_OPS = pa.array(["c", "r", "u", "d"])
 _COPY_CHUNK = 1 << 20
 
 
@@ -149,7 +147,7 @@ class PostgresWriter(PostgresClient):
             extra.append(pa.array(np.arange(txn.seq, txn.seq + batch.num_rows, dtype=np.int64)))
             txn.seq += batch.num_rows
         if plan.op_index is not None:
-            extra.append(self._checked_ops(txn, batch.column(plan.op_index)))
+            extra.append(checked_ops(batch.column(plan.op_index), self.options, txn.where))
         try:
             data = encode_csv(batch, plan.columns, extra)
         except DataError as exc:
@@ -187,21 +185,6 @@ class PostgresWriter(PostgresClient):
             stream.close()
         except psycopg2.Error as exc:
             raise self._copy_failed(txn, exc) from exc
-
-    def _checked_ops(self, txn: PostgresTransaction, ops: pa.Array) -> pa.Array:
-        if pa.types.is_dictionary(ops.type):
-            ops = ops.dictionary_decode()
-        ops = ops.cast(pa.string())
-        valid = pc.fill_null(pc.is_in(ops, value_set=_CDC_OPS), False)
-        if not pc.all(valid).as_py():
-            bad = pc.filter(ops, pc.invert(valid))
-            raise DataError(
-                f"{len(bad)} row(s) have an operation other than 'c', 'r', 'u', 'd' "
-                f"(first: {bad[0].as_py()!r}); the batch is not written",
-                column=self.options.cdc_op_column,
-                **txn.where,
-            )
-        return ops
 
     def _staging_name(self, txn: PostgresTransaction) -> sql.Composable:
         digest = hashlib.sha256(txn.gid.encode()).hexdigest()[:16]

@@ -91,12 +91,27 @@ class MariaDBChecker(MariaDBClient):
                     setting="table",
                 )
             _check_engine(found, str(options.table))
-            plan_write(schema, found, options, str(options.table), MARIADB_TYPES)
+            plan = plan_write(schema, found, options, str(options.table), MARIADB_TYPES)
+            if options.mode != "append":
+                _check_other_unique_keys(found, set(plan.names), options.key_columns)
 
         try:
             self.run(f"checking the schema against {options.table}", check, **context)
         except ConfigurationError as exc:
             raise exc.with_context(**context) from exc.__cause__
+
+
+def _check_other_unique_keys(found: TableInfo, written: set[str], keys: tuple[str, ...]) -> None:
+    """Refuse a second unique key made of written columns: ON DUPLICATE KEY would match it too."""
+    for unique in found.unique_keys:
+        if unique != frozenset(keys) and unique <= written:
+            raise ConfigurationError(
+                f"table has a unique index on ({', '.join(sorted(unique))}) besides the key "
+                f"({', '.join(keys)}), and the sink writes all its columns: MariaDB's ON "
+                "DUPLICATE KEY UPDATE would update the row matching either index. Drop that "
+                "index, or stop writing one of its columns",
+                setting="key_columns",
+            )
 
 
 def _check_engine(found: TableInfo, name: str, **context: Any) -> None:

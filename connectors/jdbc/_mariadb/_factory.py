@@ -29,6 +29,8 @@ def mariadb_sink(
     url: str | None = None,
     mode: WriteMode = "append",
     key_columns: Sequence[str] = (),
+    cdc_op_column: str = "op",
+    order_column: str | None = None,
     protocol: Literal["auto", "coordinated", "markers"] = "auto",
     create_table: bool = False,
     marker_table: str | tuple[str, str] = "twophase_markers",
@@ -63,9 +65,19 @@ def mariadb_sink(
         ``ssl_verify_cert``, ``ssl_verify_identity``, ``ssl_disabled``,
         ``read_timeout``, ``write_timeout``.
     mode
-        ``"append"`` (multi-row ``INSERT``).
+        ``"append"`` (multi-row ``INSERT``), ``"upsert"`` (``INSERT ... ON
+        DUPLICATE KEY UPDATE``) or ``"cdc"`` (Debezium-style changes: ``c``/``r``/``u``
+        upsert the row, ``d`` deletes the key).
     key_columns
-        Reserved for upsert and CDC.
+        Upsert and CDC: the key. A unique index on exactly these columns must
+        exist (``create_table=True`` makes them the primary key), and no other
+        unique index (``ON DUPLICATE KEY`` would match on it too). Rows of one
+        key must all be in one partition: the sink groups them by key itself.
+    cdc_op_column
+        CDC: the column holding the operation; it is not written to the table.
+    order_column
+        Upsert and CDC: among rows of one key in one batch, the one with the
+        largest value wins (NULLs lose); without it, the last row wins.
     protocol
         ``"auto"`` and ``"coordinated"``: XA transactions, prepared on the
         executors and committed by the driver (a batch is visible entirely or
@@ -115,18 +127,13 @@ def mariadb_sink(
             setting="protocol",
             sink=name,
         )
-    if mode != "append":
-        raise ConfigurationError(
-            f"mode={mode!r} is not available for MariaDB yet; this version writes "
-            "mode='append' only",
-            setting="mode",
-            sink=name,
-        )
     try:
         options = JdbcOptions(
             table=QualifiedName.parse(table, "table"),
             mode=mode,
             key_columns=tuple(key_columns),
+            cdc_op_column=cdc_op_column,
+            order_column=order_column,
             create_table=create_table,
             marker_table=QualifiedName.parse(marker_table, "marker_table"),
             marker_retention=marker_retention,

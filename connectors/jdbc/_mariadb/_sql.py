@@ -12,8 +12,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._options import QualifiedName
+from .._plan import OP_COLUMN, SEQ_COLUMN
 
-__all__ = ["SQL_MODE", "columns", "literal", "quote", "table"]
+__all__ = [
+    "LATEST",
+    "SQL_MODE",
+    "STAGING",
+    "columns",
+    "create_staging",
+    "literal",
+    "merge",
+    "quote",
+    "table",
+]
 
 #: The ``sql_mode`` of every session: errors instead of silent truncation or zero
 #: dates, and the quoting rules :func:`literal` relies on.
@@ -86,3 +97,102 @@ def literal(value: str) -> str:
     """
     escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("\x00", "\\0")
     return "'" + escaped + "'"
+
+
+#: The staging tables of one session (temporary: each session has its own).
+STAGING = "`twophase_stage`"
+LATEST = "`twophase_latest`"
+
+
+def create_staging(columns_sql: Sequence[tuple[str, str]], *, with_op: bool) -> list[str]:
+    """Create the session's staging table: the written columns, all nullable, plus seq and op.
+
+    The columns keep the target's types (``COLUMN_TYPE`` from the catalog, so
+    length limits hold), without their constraints: a NOT NULL or unique
+    violation surfaces in the merge, where it is reported, and a CDC delete
+    may carry NULLs.
+
+    Parameters
+    ----------
+    columns_sql
+        ``(name, column type)`` of the written columns.
+    with_op
+        Add the CDC operation column.
+
+    Returns
+    -------
+    list of str
+        The statements (drop a leftover, create).
+    """
+    parts = [f"{quote(name)} {sql_type} NULL" for name, sql_type in columns_sql]
+    parts.append(f"{quote(SEQ_COLUMN)} BIGINT NOT NULL")
+    if with_op:
+        parts.append(f"{quote(OP_COLUMN)} CHAR(1) NOT NULL")
+    return [
+        f"DROP TEMPORARY TABLE IF EXISTS {STAGING}, {LATEST}",
+        f"CREATE TEMPORARY TABLE {STAGING} ({', '.join(parts)}) ENGINE=InnoDB",
+    ]
+
+
+def merge(
+    target: QualifiedName,
+    names: Sequence[str],
+    keys: Sequence[str],
+    order_column: str | None,
+    *,
+    cdc: bool,
+) -> list[str]:
+    """Apply the latest staged row of every key: upsert it, or delete the key for a CDC ``d``.
+
+    The latest row of a key is the one with the largest ``order_column``
+    (NULLs lose), then the last in the partition. MariaDB cannot read a
+    temporary table twice in one statement, so the latest rows are kept in a
+    second one.
+
+    Parameters
+    ----------
+    target
+        The table.
+    names
+        The data columns.
+    keys
+        The key columns (a unique index on exactly them exists).
+    order_column
+        Orders the rows of one key, before row order.
+    cdc
+        The staging table has the operation column.
+
+    Returns
+    -------
+    list of str
+        The statements, in order (the last drops the staging tables).
+    """
+    order = []
+    if order_column is not None:
+        order += [f"{quote(order_column)} IS NULL", f"{quote(order_column)} DESC"]
+    order.append(f"{quote(SEQ_COLUMN)} DESC")
+    kept = list(names) + ([OP_COLUMN] if cdc else [])
+    latest = (
+        f"CREATE TEMPORARY TABLE {LATEST} ENGINE=InnoDB AS SELECT {columns(kept)} FROM ("
+        f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {columns(keys)} ORDER BY {', '.join(order)}) "
+        f"AS `__twophase_rank` FROM {STAGING}) AS ranked WHERE `__twophase_rank` = 1"
+    )
+    updates = [n for n in names if n not in keys] or [keys[0]]
+    assignments = ", ".join(f"{quote(n)} = VALUES({quote(n)})" for n in updates)
+    where = f" WHERE {quote(OP_COLUMN)} <> 'd'" if cdc else ""
+    statements = [
+        latest,
+        f"INSERT INTO {table(target)} ({columns(names)}) SELECT {columns(names)} FROM {LATEST}"
+        f"{where} ON DUPLICATE KEY UPDATE {assignments}",
+    ]
+    if cdc:
+        match = " AND ".join(f"t.{quote(k)} = d.{quote(k)}" for k in keys)
+        statements.insert(
+            1,
+            # Driven by the staged keys, looked up in the table's key index: a scan of the
+            # table would wait on rows that other partitions' prepared branches hold.
+            f"DELETE t FROM {LATEST} AS d STRAIGHT_JOIN {table(target)} AS t ON {match} "
+            f"WHERE d.{quote(OP_COLUMN)} = 'd'",
+        )
+    statements.append(f"DROP TEMPORARY TABLE {STAGING}, {LATEST}")
+    return statements

@@ -4,7 +4,9 @@ The coordinated protocol runs the partition in an XA transaction
 (``XA START`` at begin, ``XA END`` + ``XA PREPARE`` in :mod:`._xa`); the
 markers protocol in a local transaction that first takes the partition's slot
 (:mod:`._fencing`). Rows go in as multi-row ``INSERT`` statements
-(:mod:`._insert`) of at most :data:`STATEMENT_BYTES`.
+(:mod:`._insert`) of at most :data:`STATEMENT_BYTES`: into the table (append),
+or into the session's temporary staging table (upsert, CDC), merged into the
+table at the end (:func:`._sql.merge`).
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import pyarrow as pa
 from twophase import TaskContext
 from twophase.errors import ConfigurationError, DataError
 
-from .._plan import plan_write
+from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, plan_write
 from ._client import MariaDBClient, describe_table
+from ._driver import errno
 from ._fencing import release_slot, take_slot
 from ._insert import insert_statements, rows_text
-from ._sql import columns, table
+from ._sql import STAGING, columns, create_staging, merge, table
 from ._transaction import MariaDBTransaction
-from ._types import MARIADB_TYPES
+from ._types import MARIADB_TYPES, Kind, render_literals
 from ._xa import XATransactions
 from ._xid import xid_of
 
@@ -118,12 +121,26 @@ class MariaDBWriter(MariaDBClient):
                 )
             except ConfigurationError as exc:
                 raise exc.with_context(**txn.where) from None
+            if self.options.mode != "append":
+                self._create_staging(txn)
         plan = txn.plan
+        names = list(plan.names)
+        extra: list[pa.Array] = []
         try:
-            rows = rows_text(batch, plan.columns)
+            if self.options.mode != "append":
+                seq = pa.array(range(txn.seq, txn.seq + batch.num_rows), pa.int64())
+                extra.append(seq.cast(pa.string()))
+                names.append(SEQ_COLUMN)
+                txn.seq += batch.num_rows
+            if plan.op_index is not None:
+                ops = checked_ops(batch.column(plan.op_index), self.options, txn.where)
+                extra.append(render_literals(ops, Kind.TEXT, OP_COLUMN))
+                names.append(OP_COLUMN)
+            rows = rows_text(batch, plan.columns, extra)
         except DataError as exc:
             raise exc.with_context(**txn.where) from None
-        prefix = f"INSERT INTO {table(self.options.table)} ({columns(plan.names)}) VALUES ".encode()
+        into = STAGING if self.options.mode != "append" else table(self.options.table)
+        prefix = f"INSERT INTO {into} ({columns(names)}) VALUES ".encode()
         try:
             with conn.cursor() as cur:
                 for statement in insert_statements(prefix, rows, txn.max_bytes):
@@ -132,15 +149,54 @@ class MariaDBWriter(MariaDBClient):
             raise txn.failure(exc, f"INSERT into {self.options.table}") from exc
         txn.rows += batch.num_rows
 
+    def _create_staging(self, txn: MariaDBTransaction) -> None:
+        assert txn.plan is not None
+        types = dict(txn.plan.column_types)
+        statements = create_staging(
+            [(name, types[name]) for name in txn.plan.names],
+            with_op=txn.plan.op_index is not None,
+        )
+        try:
+            with txn.conn.cursor() as cur:
+                for statement in statements:
+                    cur.execute(statement)
+        except txn.errors.error as exc:
+            raise txn.failure(exc, "creating the staging table") from exc
+        txn.staging = STAGING
+
     def finish(self, txn: MariaDBTransaction) -> None:
-        """Nothing to merge in append mode.
+        """Merge the staged rows into the table (upsert/CDC) and drop the staging tables.
 
         Parameters
         ----------
         txn
             The open transaction.
         """
-        txn.open_connection("finishing the writes")
+        conn = txn.open_connection("finishing the writes")
+        if txn.staging is None or txn.plan is None:
+            return
+        o = self.options
+        statements = merge(
+            o.table,
+            txn.plan.names,
+            o.key_columns,
+            o.order_column,
+            cdc=txn.plan.op_index is not None,
+        )
+        try:
+            with conn.cursor() as cur:
+                for statement in statements:
+                    cur.execute(statement)
+        except txn.errors.error as exc:
+            hint = None
+            if errno(exc) == 1205:
+                hint = (
+                    "A lock wait exceeded lock_timeout: another transaction holds rows of the "
+                    "same keys. In upsert/CDC mode every key must be written by one partition "
+                    "only: repartition the DataFrame by the key columns before the sink"
+                )
+            raise txn.failure(exc, f"merging into {o.table}", hint) from exc
+        txn.staging = None
 
     # ------------------------------------------------------------- rollback
     def rollback(self, txn: MariaDBTransaction) -> None:
