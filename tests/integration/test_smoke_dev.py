@@ -217,7 +217,7 @@ def test_taken_port_is_reported_clearly() -> None:
 def test_picked_port_taken_meanwhile_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
     """A free port that another process grabs before the server binds it is not fatal."""
     import twophase_dev._kafka as kafka_module
-    import twophase_dev._postgres as postgres_module
+    import twophase_dev._server as server_module  # picks the ports of PostgreSQL and MariaDB
 
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
@@ -232,7 +232,7 @@ def test_picked_port_taken_meanwhile_is_replaced(monkeypatch: pytest.MonkeyPatch
             handed_out.extend(ports)
             return ports
 
-        monkeypatch.setattr(postgres_module, "free_ports", first_one_taken)
+        monkeypatch.setattr(server_module, "free_ports", first_one_taken)
         with PostgresServer() as pg:
             assert pg.port != taken
             assert pg.is_running()

@@ -27,10 +27,8 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -38,16 +36,11 @@ from twophase_dev._common import (
     LOOPBACK,
     DevInfraError,
     ManagedProcess,
-    PortRaceError,
-    free_ports,
-    make_work_dir,
     port_is_free,
     process_alive,
-    rotate_log,
-    tail,
     wait_until,
-    write_owner,
 )
+from twophase_dev._server import DatabaseServer
 
 __all__ = ["MariaDBServer", "find_mariadb_binaries"]
 
@@ -101,7 +94,7 @@ def find_mariadb_binaries() -> tuple[Path, Path]:
     return Path(server_path), Path(install_path)
 
 
-class MariaDBServer:
+class MariaDBServer(DatabaseServer):
     """A throwaway MariaDB server listening on 127.0.0.1 only.
 
     Parameters
@@ -141,6 +134,12 @@ class MariaDBServer:
     ...     conn = db.connect()
     """
 
+    kind = "mariadb"
+    product = "MariaDB"
+    address_env = "TWOPHASE_MARIADB_URL"
+    log_name = "mariadb.log"
+    stop_signals = _STOP_SIGNALS
+
     def __init__(
         self,
         *,
@@ -152,23 +151,18 @@ class MariaDBServer:
         detach: bool = False,
         startup_timeout: float = 60.0,
     ):
-        self.host = LOOPBACK
-        self.port = port
+        super().__init__(
+            port=port,
+            work_dir=work_dir,
+            log_dir=log_dir,
+            settings=settings,
+            detach=detach,
+            startup_timeout=startup_timeout,
+        )
         self.binlog = binlog
-        self._fixed_port = port is not None
-        self._own_work_dir = work_dir is None
-        self.work_dir = work_dir
-        self._log_dir = log_dir
-        self.extra_settings = dict(settings or {})
-        self.detach = detach
-        self.startup_timeout = startup_timeout
-        self._process: ManagedProcess | None = None
-        self._initialized = False
         self._external: dict[str, Any] | None = None
-        #: ``False`` for a server this package did not start (see :meth:`external`).
-        self.managed = True
-        #: Seconds the last :meth:`start` took (``mariadb-install-db`` included on the first).
-        self.startup_seconds: float | None = None
+        self._server_bin: Path | None = None
+        self._install_bin: Path | None = None
 
     # ---------------------------------------------------------------- attaching
 
@@ -204,61 +198,16 @@ class MariaDBServer:
         return server
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> MariaDBServer:
-        """Re-create the handle of a server started by another process (see :meth:`to_record`).
+    def _options_of_record(cls, record: Mapping[str, Any]) -> dict[str, Any]:
+        return {"binlog": bool(record.get("binlog", True))}
 
-        Parameters
-        ----------
-        record : mapping
-            What :meth:`to_record` returned.
+    def _record_options(self) -> dict[str, Any]:
+        return {"url": self.url, "binlog": self.binlog}
 
-        Returns
-        -------
-        MariaDBServer
-            A handle that can stop or restart that server.
-        """
-        server = cls(
-            port=int(record["port"]),
-            binlog=bool(record.get("binlog", True)),
-            work_dir=Path(record["work_dir"]),
-            log_dir=Path(record["log_dir"]),
-            settings=dict(record.get("settings", {})),
-            detach=True,
-        )
-        server._own_work_dir = bool(record.get("own_work_dir", True))
-        server._initialized = True
-        server._process = ManagedProcess(int(record["pid"]), str(server.data_dir))
-        return server
-
-    def to_record(self) -> dict[str, Any]:
-        """Describe this running server as JSON-serialisable data (for ``twophase-dev`` state).
-
-        Returns
-        -------
-        dict
-            Enough to re-create the handle with :meth:`from_record`.
-        """
-        if self._process is None or self.work_dir is None:
-            raise DevInfraError("the server has not been started")
-        return {
-            "kind": "mariadb",
-            "pid": self._process.pid,
-            "port": self.port,
-            "url": self.url,
-            "binlog": self.binlog,
-            "work_dir": str(self.work_dir),
-            "own_work_dir": self._own_work_dir,
-            "log_dir": str(self.log_dir),
-            "log_file": str(self.log_file),
-            "settings": self.extra_settings,
-        }
+    def _repr_options(self) -> str:
+        return f"binlog={self.binlog}"
 
     # ---------------------------------------------------------------- connection properties
-
-    def _require_port(self) -> int:
-        if self.port is None:
-            raise DevInfraError("the server has no port yet: call start() first")
-        return self.port
 
     @property
     def url(self) -> str:
@@ -328,61 +277,22 @@ class MariaDBServer:
 
     # ---------------------------------------------------------------- paths and state
 
-    def _require_work_dir(self) -> Path:
-        if self.work_dir is None:
-            raise DevInfraError("the server has no work directory yet: call start() first")
-        return self.work_dir
-
-    @property
-    def data_dir(self) -> Path:
-        """The server's data directory (``datadir``)."""
-        return self._require_work_dir() / "data"
-
     @property
     def socket_path(self) -> Path:
         """The server's Unix socket."""
         return self._require_work_dir() / "mariadbd.sock"
 
     @property
-    def log_dir(self) -> Path:
-        """Directory holding ``mariadb.log`` and ``install-db.log``."""
-        if self._log_dir is not None:
-            return self._log_dir
-        return self._require_work_dir() / "logs"
-
-    @property
-    def log_file(self) -> Path:
-        """The server log (its error log, written to standard error)."""
-        return self.log_dir / "mariadb.log"
-
-    @property
-    def pid(self) -> int | None:
-        """Process id of ``mariadbd``, ``None`` when not started."""
-        return None if self._process is None else self._process.pid
-
-    def is_running(self) -> bool:
-        """Tell whether the server process is alive.
-
-        Returns
-        -------
-        bool
-            ``True`` while the ``mariadbd`` started by this handle runs; for an :meth:`external`
-            server, whether a connection succeeds.
-        """
-        if not self.managed:
-            return self._accepts_connections()
-        return self._process is not None and self._process.alive()
+    def _options_file(self) -> Path:
+        """The option file the server reads (``--defaults-file``)."""
+        return self._require_work_dir() / "my.cnf"
 
     # ---------------------------------------------------------------- lifecycle
 
-    def _require_managed(self, action: str) -> None:
-        if not self.managed:
-            raise DevInfraError(
-                f"cannot {action} the MariaDB server at {self.host}:{self.port}: it was not "
-                "started by twophase_dev in this environment (TWOPHASE_MARIADB_URL points at it)"
-            )
+    def _locate(self) -> None:
+        self._server_bin, self._install_bin = find_mariadb_binaries()
 
-    def _write_options(self) -> Path:
+    def _configure(self) -> None:
         work_dir = self._require_work_dir()
         options = {
             "bind_address": LOOPBACK,
@@ -410,24 +320,22 @@ class MariaDBServer:
         if os.geteuid() == 0:
             options["user"] = "root"  # mariadbd refuses to run as root unless told so
         options.update(self.extra_settings)
-        path = work_dir / "my.cnf"
-        path.write_text(
+        self._options_file.write_text(
             "# Generated by twophase_dev\n[mariadbd]\n"
             + "".join(f"{key} = {value}\n" for key, value in options.items())
         )
-        return path
 
-    def _install_db(self, install_db: Path, options: Path) -> None:
-        work_dir = self._require_work_dir()
+    def _initialize(self) -> None:
+        assert self._install_bin is not None
         result = subprocess.run(
             [
-                str(install_db),
-                f"--defaults-file={options}",
+                str(self._install_bin),
+                f"--defaults-file={self._options_file}",
                 f"--datadir={self.data_dir}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
             ],
-            cwd=work_dir,
+            cwd=self._require_work_dir(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -441,118 +349,28 @@ class MariaDBServer:
                 f"{(result.stdout + result.stderr).strip()[-2000:]}"
             )
 
-    def start(self) -> MariaDBServer:
-        """Create the data directory on the first call, start the server, wait until it accepts.
-
-        Returns
-        -------
-        MariaDBServer
-            ``self``, for chaining.
-
-        Raises
-        ------
-        DevInfraError
-            If MariaDB is not installed, the port is taken (when given explicitly), or the server
-            does not start in time; the message includes the end of its log.
-        """
-        self._require_managed("start")
-        if self.is_running():
-            return self
-        started = time.monotonic()
-        server, install_db = find_mariadb_binaries()
-        created = self.work_dir is None
-        if self.work_dir is None:
-            self.work_dir = make_work_dir("mariadb")
-        try:
-            self._start_in(server, install_db)
-        except BaseException:
-            if created:
-                if self._process is not None and self._process.alive():
-                    self._process.stop([])
-                shutil.rmtree(self.work_dir, ignore_errors=True)
-                self.work_dir = None
-                self._initialized = False
-            raise
-        self.startup_seconds = time.monotonic() - started
-        return self
-
-    def _start_in(self, server: Path, install_db: Path) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        options = self._write_options()
-        first_start = not self._initialized
-        if first_start:
-            self._install_db(install_db, options)
-            self._initialized = True
-        attempts = 1 if self._fixed_port else 3
-        for attempt in range(1, attempts + 1):
-            if self.port is None:
-                self.port = free_ports(1)[0]
-            if not port_is_free(self.port):
-                if self._fixed_port:
-                    raise DevInfraError(
-                        f"MariaDB port {self.port} on {LOOPBACK} is already in use by another "
-                        f"process (see 'ss -ltnp | grep :{self.port}'); pick another port or omit "
-                        "it to get a free one"
-                    )
-                self.port = None
-                continue
-            rotate_log(self.log_file)
-            try:
-                self._launch(server, options)
-                break
-            except PortRaceError:
-                if attempt == attempts:
-                    raise DevInfraError(
-                        f"MariaDB could not bind a port after {attempts} attempts; "
-                        f"see {self.log_file}"
-                    ) from None
-                self.port = None
-        else:
-            raise DevInfraError(f"no free port found for MariaDB after {attempts} attempts")
-        if first_start:
-            self._bootstrap_users()
-
-    def _launch(self, server: Path, options: Path) -> None:
-        work_dir = self._require_work_dir()
+    def _spawn(self) -> ManagedProcess:
+        assert self._server_bin is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith("MYSQL")}
         # --defaults-file must come first; datadir and port on the command line too, so that the
         # process is recognisable (ManagedProcess's marker) and the port can change on a retry.
-        self._process = ManagedProcess.spawn(
+        return ManagedProcess.spawn(
             [
-                str(server),
-                f"--defaults-file={options}",
+                str(self._server_bin),
+                f"--defaults-file={self._options_file}",
                 f"--datadir={self.data_dir}",
-                f"--port={self.port}",
+                f"--port={self._require_port()}",
             ],
             marker=str(self.data_dir),
             log_file=self.log_file,
-            cwd=work_dir,
+            cwd=self._require_work_dir(),
             env=env,
             detach=self.detach,
-            death_signal="TERM",
+            death_signal=self.death_signal,
         )
-        write_owner(work_dir, self._process.pid)
 
-        def died() -> None:
-            assert self._process is not None
-            if self._process.alive():
-                return
-            log = tail(self.log_file, 30)
-            if "Address already in use" in log and not self._fixed_port:
-                raise PortRaceError()
-            raise DevInfraError(
-                f"MariaDB exited during startup (exit {self._process.returncode()}). "
-                f"Log {self.log_file}:\n{log}"
-            )
-
-        if not wait_until(
-            self._accepts_connections, timeout=self.startup_timeout, interval=0.1, abort=died
-        ):
-            self._process.stop([])
-            raise DevInfraError(
-                f"MariaDB did not accept connections within {self.startup_timeout:.0f} s. "
-                f"Log {self.log_file}:\n{tail(self.log_file, 30)}"
-            )
+    def _is_port_race(self, log: str) -> bool:
+        return "Address already in use" in log
 
     def _accepts_connections(self) -> bool:
         import pymysql
@@ -564,7 +382,7 @@ class MariaDBServer:
         conn.close()
         return True
 
-    def _bootstrap_users(self) -> None:
+    def _bootstrap(self) -> None:
         conn = self.connect(database="mysql", autocommit=True)
         try:
             with conn.cursor() as cur:
@@ -588,20 +406,16 @@ class MariaDBServer:
             Delete the work directory if this handle created it (logs in an explicit ``log_dir``
             are kept).
         """
-        self._require_managed("stop")
-        if mode not in _STOP_SIGNALS:
-            raise ValueError(f"mode must be one of {sorted(_STOP_SIGNALS)}, got {mode!r}")
-        if self._process is not None:
-            self._process.stop([(_STOP_SIGNALS[mode], timeout)])
-            # A server started by another process is judged by its command line, which is gone
-            # before the process is: wait for the process and its port, so a restart can bind it.
-            pid, port = self._process.pid, self.port
-            wait_until(lambda: not process_alive(pid), timeout=10.0, interval=0.05)
-            if port is not None:
-                wait_until(lambda: port_is_free(port), timeout=10.0, interval=0.05)
-        if remove_data and self._own_work_dir and self.work_dir is not None:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
-            self._initialized = False
+        super().stop(mode=mode, timeout=timeout, remove_data=remove_data)
+
+    def _after_stop(self) -> None:
+        # A server started by another process is judged by its command line, which is gone
+        # before the process is: wait for the process and its port, so a restart can bind it.
+        assert self._process is not None
+        pid, port = self._process.pid, self.port
+        wait_until(lambda: not process_alive(pid), timeout=10.0, interval=0.05)
+        if port is not None:
+            wait_until(lambda: port_is_free(port), timeout=10.0, interval=0.05)
 
     def kill(self) -> None:
         """Crash the server (``SIGKILL``); :meth:`start` or :meth:`restart` recovers it.
@@ -621,9 +435,7 @@ class MariaDBServer:
         timeout : float, optional
             Seconds to wait for the shutdown.
         """
-        self.stop(mode=mode, timeout=timeout, remove_data=False)
-        self._fixed_port = True
-        self.start()
+        super().restart(mode=mode, timeout=timeout)
 
     # ---------------------------------------------------------------- helpers
 
@@ -682,21 +494,6 @@ class MariaDBServer:
         finally:
             conn.close()
         return done
-
-    def __enter__(self) -> MariaDBServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = "external" if not self.managed else "running" if self.is_running() else "stopped"
-        return f"MariaDBServer(port={self.port}, binlog={self.binlog}, {state})"
 
 
 def parse_url(url: str) -> dict[str, Any]:

@@ -16,25 +16,12 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from twophase_dev._common import (
-    LOOPBACK,
-    DevInfraError,
-    ManagedProcess,
-    PortRaceError,
-    free_ports,
-    make_work_dir,
-    port_is_free,
-    rotate_log,
-    tail,
-    wait_until,
-    write_owner,
-)
+from twophase_dev._common import LOOPBACK, DevInfraError, ManagedProcess, wait_until
+from twophase_dev._server import DatabaseServer
 
 __all__ = ["PostgresServer", "find_postgres_bin_dir"]
 
@@ -121,7 +108,7 @@ def _check_reachable(path: Path, user: str) -> None:
         )
 
 
-class PostgresServer:
+class PostgresServer(DatabaseServer):
     """A throwaway PostgreSQL cluster listening on 127.0.0.1 only.
 
     Parameters
@@ -162,6 +149,14 @@ class PostgresServer:
     ...     conn = psycopg2.connect(pg.dsn)
     """
 
+    kind = "postgres"
+    product = "PostgreSQL"
+    address_env = "TWOPHASE_PG_DSN"
+    log_name = "postgres.log"
+    stop_signals = _STOP_SIGNALS
+    crash_signals = ((signal.SIGQUIT, 10.0),)
+    death_signal = "QUIT"
+
     def __init__(
         self,
         *,
@@ -177,23 +172,18 @@ class PostgresServer:
             raise ValueError(
                 f"max_prepared_transactions must be >= 0, got {max_prepared_transactions}"
             )
-        self.host = LOOPBACK
-        self.port = port
+        super().__init__(
+            port=port,
+            work_dir=work_dir,
+            log_dir=log_dir,
+            settings=settings,
+            detach=detach,
+            startup_timeout=startup_timeout,
+        )
         self.max_prepared_transactions = max_prepared_transactions
-        self._fixed_port = port is not None
-        self._own_work_dir = work_dir is None
-        self.work_dir = work_dir
-        self._log_dir = log_dir
-        self.extra_settings = dict(settings or {})
-        self.detach = detach
-        self.startup_timeout = startup_timeout
-        self._process: ManagedProcess | None = None
-        self._initialized = False
         self._external_dsn: str | None = None
-        #: ``False`` for a server this package did not start (see :meth:`external`).
-        self.managed = True
-        #: Seconds the last :meth:`start` took (``initdb`` included on the first start).
-        self.startup_seconds: float | None = None
+        self._bin_dir: Path | None = None
+        self._user: str | None = None
 
     # ---------------------------------------------------------------- attaching
 
@@ -227,61 +217,16 @@ class PostgresServer:
         return server
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> PostgresServer:
-        """Re-create the handle of a server started by another process (see :meth:`to_record`).
+    def _options_of_record(cls, record: Mapping[str, Any]) -> dict[str, Any]:
+        return {"max_prepared_transactions": int(record["max_prepared_transactions"])}
 
-        Parameters
-        ----------
-        record : mapping
-            What :meth:`to_record` returned.
+    def _record_options(self) -> dict[str, Any]:
+        return {"dsn": self.dsn, "max_prepared_transactions": self.max_prepared_transactions}
 
-        Returns
-        -------
-        PostgresServer
-            A handle that can stop or restart that server.
-        """
-        server = cls(
-            port=int(record["port"]),
-            max_prepared_transactions=int(record["max_prepared_transactions"]),
-            work_dir=Path(record["work_dir"]),
-            log_dir=Path(record["log_dir"]),
-            settings=dict(record.get("settings", {})),
-            detach=True,
-        )
-        server._own_work_dir = bool(record.get("own_work_dir", True))
-        server._initialized = True
-        server._process = ManagedProcess(int(record["pid"]), str(server.data_dir))
-        return server
-
-    def to_record(self) -> dict[str, Any]:
-        """Describe this running server as JSON-serialisable data (for ``twophase-dev`` state).
-
-        Returns
-        -------
-        dict
-            Enough to re-create the handle with :meth:`from_record`.
-        """
-        if self._process is None or self.work_dir is None:
-            raise DevInfraError("the server has not been started")
-        return {
-            "kind": "postgres",
-            "pid": self._process.pid,
-            "port": self.port,
-            "dsn": self.dsn,
-            "max_prepared_transactions": self.max_prepared_transactions,
-            "work_dir": str(self.work_dir),
-            "own_work_dir": self._own_work_dir,
-            "log_dir": str(self.log_dir),
-            "log_file": str(self.log_file),
-            "settings": self.extra_settings,
-        }
+    def _repr_options(self) -> str:
+        return f"max_prepared_transactions={self.max_prepared_transactions}"
 
     # ---------------------------------------------------------------- connection properties
-
-    def _require_port(self) -> int:
-        if self.port is None:
-            raise DevInfraError("the server has no port yet: call start() first")
-        return self.port
 
     @property
     def dsn(self) -> str:
@@ -356,61 +301,24 @@ class PostgresServer:
         params.update(kwargs)
         return psycopg2.connect(**params)
 
-    # ---------------------------------------------------------------- paths and state
-
-    @property
-    def data_dir(self) -> Path:
-        """The cluster's data directory (``PGDATA``)."""
-        if self.work_dir is None:
-            raise DevInfraError("the server has no work directory yet: call start() first")
-        return self.work_dir / "data"
-
-    @property
-    def log_dir(self) -> Path:
-        """Directory holding ``postgres.log`` and ``initdb.log``."""
-        if self._log_dir is not None:
-            return self._log_dir
-        if self.work_dir is None:
-            raise DevInfraError("the server has no work directory yet: call start() first")
-        return self.work_dir / "logs"
-
-    @property
-    def log_file(self) -> Path:
-        """The server log."""
-        return self.log_dir / "postgres.log"
-
-    @property
-    def pid(self) -> int | None:
-        """Process id of the postmaster, ``None`` when not started."""
-        return None if self._process is None else self._process.pid
-
-    def is_running(self) -> bool:
-        """Tell whether the server process is alive.
-
-        Returns
-        -------
-        bool
-            ``True`` while the postmaster started by this handle runs; for an :meth:`external`
-            server, whether a connection succeeds.
-        """
-        if not self.managed:
-            return self._accepts_connections()
-        return self._process is not None and self._process.alive()
-
     # ---------------------------------------------------------------- lifecycle
 
-    def _require_managed(self, action: str) -> None:
-        if not self.managed:
-            raise DevInfraError(
-                f"cannot {action} the PostgreSQL server at {self.host}:{self.port}: it was not "
-                "started by twophase_dev in this environment (TWOPHASE_PG_DSN points at it)"
-            )
+    def _locate(self) -> None:
+        self._bin_dir = find_postgres_bin_dir()
+        self._user = _run_user()
 
-    def _initdb(self, bin_dir: Path, user: str | None) -> None:
-        assert self.work_dir is not None
+    def _prepare_work_dir(self, work_dir: Path) -> None:
+        if self._user is not None:
+            entry = pwd.getpwnam(self._user)
+            os.chown(work_dir, entry.pw_uid, entry.pw_gid)
+            _check_reachable(work_dir, self._user)
+
+    def _initialize(self) -> None:
+        assert self._bin_dir is not None
+        user = self._user
         result = subprocess.run(
             [
-                str(bin_dir / "initdb"),
+                str(self._bin_dir / "initdb"),
                 "--pgdata",
                 str(self.data_dir),
                 "--username",
@@ -424,7 +332,7 @@ class PostgresServer:
                 "--no-sync",
                 "--no-instructions",
             ],
-            cwd=self.work_dir,
+            cwd=self._require_work_dir(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -451,11 +359,10 @@ class PostgresServer:
             conf.write("\n# Settings of twophase_dev (port, prepared transactions, ...)\n")
             conf.write("include 'twophase.conf'\n")
 
-    def _write_settings(self) -> None:
-        assert self.port is not None
+    def _configure_port(self) -> None:
         settings = {
             "listen_addresses": f"'{LOOPBACK}'",
-            "port": str(self.port),
+            "port": str(self._require_port()),
             "unix_socket_directories": f"'{self.data_dir}'",
             "max_prepared_transactions": str(self.max_prepared_transactions),
             "max_connections": "100",
@@ -477,118 +384,23 @@ class PostgresServer:
             "".join(f"{key} = {value}\n" for key, value in settings.items())
         )
 
-    def start(self) -> PostgresServer:
-        """Create the cluster on the first call, start the server and wait until it accepts.
-
-        Returns
-        -------
-        PostgresServer
-            ``self``, for chaining.
-
-        Raises
-        ------
-        DevInfraError
-            If PostgreSQL is not installed, the port is taken (when given explicitly), or the server
-            does not start in time; the message includes the end of its log.
-        """
-        self._require_managed("start")
-        if self.is_running():
-            return self
-        started = time.monotonic()
-        bin_dir = find_postgres_bin_dir()
-        user = _run_user()
-        created = self.work_dir is None
-        if self.work_dir is None:
-            self.work_dir = make_work_dir("postgres")
-        try:
-            self._start_in(self.work_dir, bin_dir, user)
-        except BaseException:
-            if created:
-                if self._process is not None and self._process.alive():
-                    self._process.stop([(signal.SIGQUIT, 10.0)])
-                shutil.rmtree(self.work_dir, ignore_errors=True)
-                self.work_dir = None
-                self._initialized = False
-            raise
-        self.startup_seconds = time.monotonic() - started
-        return self
-
-    def _start_in(self, work_dir: Path, bin_dir: Path, user: str | None) -> None:
-        if user is not None:
-            entry = pwd.getpwnam(user)
-            os.chown(work_dir, entry.pw_uid, entry.pw_gid)
-            _check_reachable(work_dir, user)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        first_start = not self._initialized
-        if first_start:
-            self._initdb(bin_dir, user)
-            self._initialized = True
-        attempts = 1 if self._fixed_port else 3
-        for attempt in range(1, attempts + 1):
-            if self.port is None:
-                self.port = free_ports(1)[0]
-            if not port_is_free(self.port):
-                if self._fixed_port:
-                    raise DevInfraError(
-                        f"PostgreSQL port {self.port} on {LOOPBACK} is already in use by another "
-                        f"process (see 'ss -ltnp | grep :{self.port}'); pick another port or omit "
-                        "it to get a free one"
-                    )
-                self.port = None
-                continue
-            self._write_settings()
-            rotate_log(self.log_file)
-            try:
-                self._launch(bin_dir, user)
-                break
-            except PortRaceError:
-                if attempt == attempts:
-                    raise DevInfraError(
-                        f"PostgreSQL could not bind a port after {attempts} attempts; "
-                        f"see {self.log_file}"
-                    ) from None
-                self.port = None
-        else:
-            raise DevInfraError(f"no free port found for PostgreSQL after {attempts} attempts")
-        if first_start:
-            self._bootstrap_roles()
-
-    def _launch(self, bin_dir: Path, user: str | None) -> None:
-        assert self.work_dir is not None
+    def _spawn(self) -> ManagedProcess:
+        assert self._bin_dir is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
-        self._process = ManagedProcess.spawn(
-            [str(bin_dir / "postgres"), "-D", str(self.data_dir)],
+        return ManagedProcess.spawn(
+            [str(self._bin_dir / "postgres"), "-D", str(self.data_dir)],
             marker=str(self.data_dir),
             log_file=self.log_file,
-            cwd=self.work_dir,
+            cwd=self._require_work_dir(),
             env=env,
-            user=user,
+            user=self._user,
             detach=self.detach,
-            death_signal="QUIT",
+            death_signal=self.death_signal,
         )
-        write_owner(self.work_dir, self._process.pid)
 
-        def died() -> None:
-            assert self._process is not None
-            if self._process.alive():
-                return
-            log = tail(self.log_file, 30)
-            if "could not bind" in log and "already in use" in log and not self._fixed_port:
-                raise PortRaceError()
-            raise DevInfraError(
-                f"PostgreSQL exited during startup (exit {self._process.returncode()}). "
-                f"Log {self.log_file}:\n{log}"
-            )
-
-        if not wait_until(
-            self._accepts_connections, timeout=self.startup_timeout, interval=0.1, abort=died
-        ):
-            self._process.stop([(signal.SIGQUIT, 10.0)])
-            raise DevInfraError(
-                f"PostgreSQL did not accept connections within {self.startup_timeout:.0f} s. "
-                f"Log {self.log_file}:\n{tail(self.log_file, 30)}"
-            )
+    def _is_port_race(self, log: str) -> bool:
+        return "could not bind" in log and "already in use" in log
 
     def _accepts_connections(self) -> bool:
         import psycopg2
@@ -600,7 +412,7 @@ class PostgresServer:
         conn.close()
         return True
 
-    def _bootstrap_roles(self) -> None:
+    def _bootstrap(self) -> None:
         conn = self.connect(dbname="postgres")
         try:
             conn.autocommit = True
@@ -628,17 +440,9 @@ class PostgresServer:
             Delete the work directory if this handle created it (logs in an explicit ``log_dir``
             are kept).
         """
-        self._require_managed("stop")
-        if mode not in _STOP_SIGNALS:
-            raise ValueError(f"mode must be one of {sorted(_STOP_SIGNALS)}, got {mode!r}")
-        if self._process is not None:
-            self._process.stop([(_STOP_SIGNALS[mode], timeout), (signal.SIGQUIT, 10.0)])
-            self._wait_for_backends()
-        if remove_data and self._own_work_dir and self.work_dir is not None:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
-            self._initialized = False
+        super().stop(mode=mode, timeout=timeout, remove_data=remove_data)
 
-    def _wait_for_backends(self) -> None:
+    def _after_stop(self) -> None:
         # After the postmaster exits, its pid file is removed; wait for that so that a restart
         # does not race with the old instance.
         if self.work_dir is None:
@@ -665,9 +469,7 @@ class PostgresServer:
         timeout : float, optional
             Seconds to wait for the shutdown.
         """
-        self.stop(mode=mode, timeout=timeout, remove_data=False)
-        self._fixed_port = True
-        self.start()
+        super().restart(mode=mode, timeout=timeout)
 
     # ---------------------------------------------------------------- helpers
 
@@ -715,21 +517,3 @@ class PostgresServer:
                 conn.close()
             done.append(gid)
         return done
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = "external" if not self.managed else "running" if self.is_running() else "stopped"
-        return (
-            f"PostgresServer(port={self.port}, max_prepared_transactions="
-            f"{self.max_prepared_transactions}, {state})"
-        )
