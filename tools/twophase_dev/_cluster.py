@@ -27,13 +27,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from twophase_dev._common import (
     LOOPBACK,
     DevInfraError,
     ManagedProcess,
+    ServiceContext,
     free_ports,
     make_work_dir,
     process_alive,
@@ -244,7 +244,7 @@ class SparkWorker:
         return sorted(found, key=lambda p: p.stat().st_mtime if p.exists() else 0.0)
 
 
-class SparkCluster:
+class SparkCluster(ServiceContext):
     """A Spark standalone cluster on 127.0.0.1: a master and ``workers`` worker JVMs.
 
     Parameters
@@ -862,17 +862,6 @@ class SparkCluster:
                 target.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(OSError):
                     shutil.copyfile(stream, target / stream.name)
-
-    def __enter__(self) -> SparkCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.managed and self.is_running() else "stopped"

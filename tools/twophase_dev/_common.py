@@ -18,18 +18,21 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from types import TracebackType
+from typing import IO, Any, TypeVar
 
 __all__ = [
     "LOOPBACK",
     "DevInfraError",
     "ManagedProcess",
     "PortRaceError",
+    "ServiceContext",
     "cache_root",
     "clean_stale_work_dirs",
     "free_ports",
     "make_work_dir",
     "port_is_free",
+    "run_logged",
     "tail",
     "work_dir_in_use",
 ]
@@ -41,6 +44,8 @@ LOOPBACK = "127.0.0.1"
 _OWNER_FILE = "owner.json"
 #: Prefix of every throwaway work directory, so that stale ones can be found again.
 _WORK_DIR_PREFIX = "twophase-dev-"
+
+_C = TypeVar("_C", bound="ServiceContext")
 
 
 class DevInfraError(RuntimeError):
@@ -517,14 +522,20 @@ def owner_service_pid(work_dir: Path) -> int | None:
     int or None
         The pid, if that process is alive and mentions ``work_dir`` in its command line.
     """
+    data = _read_owner(work_dir)
+    pid = None if data is None else data.get("service_pid")
+    if isinstance(pid, int) and process_mentions(pid, str(work_dir)):
+        return pid
+    return None
+
+
+def _read_owner(work_dir: Path) -> dict[str, Any] | None:
+    """Return what the owner file of ``work_dir`` says, ``None`` if it is missing or unreadable."""
     try:
         data = json.loads((work_dir / _OWNER_FILE).read_text())
     except (OSError, ValueError):
         return None
-    pid = data.get("service_pid") if isinstance(data, dict) else None
-    if isinstance(pid, int) and process_mentions(pid, str(work_dir)):
-        return pid
-    return None
+    return data if isinstance(data, dict) else None
 
 
 def work_dir_in_use(work_dir: Path) -> bool:
@@ -541,9 +552,8 @@ def work_dir_in_use(work_dir: Path) -> bool:
         ``True`` if it must not be deleted (also for a directory younger than a minute without an
         owner file, which may be being created).
     """
-    try:
-        data: dict[str, Any] = json.loads((work_dir / _OWNER_FILE).read_text())
-    except (OSError, ValueError):
+    data = _read_owner(work_dir)
+    if data is None:
         # No readable owner file: either being created right now or not ours to judge. Only dirs
         # older than a minute without one are considered abandoned.
         try:
@@ -647,3 +657,67 @@ def file_lock(path: Path) -> Iterator[IO[str]]:
             yield fh
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def run_logged(argv: Sequence[str], *, what: str, cwd: Path, log_file: Path, **kwargs: Any) -> None:
+    """Run a setup command to its end, its output written to ``log_file``; raise if it fails.
+
+    Parameters
+    ----------
+    argv : sequence of str
+        The command.
+    what : str
+        What it does, for the error message (e.g. ``"initdb"``).
+    cwd : pathlib.Path
+        Its working directory.
+    log_file : pathlib.Path
+        Receives its standard output and standard error (replaced).
+    **kwargs
+        Passed on to :func:`subprocess.run` (e.g. ``user``).
+
+    Raises
+    ------
+    DevInfraError
+        If it exits with another status than 0; the message ends with its output's last 2000
+        characters.
+    """
+    result = subprocess.run(
+        list(argv),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        **kwargs,
+    )
+    log_file.write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise DevInfraError(
+            f"{what} failed (exit {result.returncode}):\n"
+            f"{(result.stdout + result.stderr).strip()[-2000:]}"
+        )
+
+
+class ServiceContext:
+    """``with handle:`` starts a service and stops it (removing its data) on the way out."""
+
+    def start(self) -> object:
+        """Start the service (see the subclass)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the service (see the subclass)."""
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from twophase_dev._cluster import _all_pids, _environ_has, _kill_all, _stat, pyspark_home
@@ -31,6 +30,7 @@ from twophase_dev._common import (
     LOOPBACK,
     DevInfraError,
     ManagedProcess,
+    ServiceContext,
     free_ports,
     make_work_dir,
     rotate_log,
@@ -52,7 +52,7 @@ _SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _STARTED = "Spark Connect server started at"
 
 
-class SparkConnectServer:
+class SparkConnectServer(ServiceContext):
     """A Spark Connect server in local mode on ``127.0.0.1``.
 
     Parameters
@@ -255,14 +255,3 @@ class SparkConnectServer:
         from pyspark.sql import SparkSession
 
         return SparkSession.builder.remote(self.url).create()
-
-    def __enter__(self) -> SparkConnectServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -12,12 +12,10 @@ import base64
 import os
 import shutil
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from twophase_dev._common import (
@@ -25,10 +23,12 @@ from twophase_dev._common import (
     DevInfraError,
     ManagedProcess,
     PortRaceError,
+    ServiceContext,
     free_ports,
     make_work_dir,
     port_is_free,
     rotate_log,
+    run_logged,
     tail,
     wait_for_port,
     wait_until,
@@ -120,7 +120,7 @@ def _random_cluster_id() -> str:
             return cluster_id
 
 
-class KafkaBroker:
+class KafkaBroker(ServiceContext):
     """A single-node Kafka broker (combined KRaft broker and controller) on 127.0.0.1.
 
     Parameters
@@ -388,7 +388,7 @@ class KafkaBroker:
     def _format_storage(self, classpath: list[Path]) -> None:
         assert self.work_dir is not None
         config = self.work_dir / "server.properties"
-        result = subprocess.run(
+        run_logged(
             self._java_command(
                 classpath,
                 "kafka.tools.StorageTool",
@@ -399,19 +399,10 @@ class KafkaBroker:
                 str(config),
                 "--ignore-formatted",
             ),
+            what="formatting Kafka storage",
             cwd=self.work_dir,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+            log_file=self.log_dir / "kafka-storage-format.log",
         )
-        (self.log_dir / "kafka-storage-format.log").write_text(result.stdout + result.stderr)
-        if result.returncode != 0:
-            raise DevInfraError(
-                f"formatting Kafka storage failed (exit {result.returncode}):\n"
-                f"{(result.stdout + result.stderr).strip()[-2000:]}"
-            )
         self._formatted = True
 
     def start(self) -> KafkaBroker:
@@ -637,17 +628,6 @@ class KafkaBroker:
             raise DevInfraError(
                 f"topic {name!r} has no leader for every partition after {timeout} s"
             )
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.managed and self.is_running() else "stopped"

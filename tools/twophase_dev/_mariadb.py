@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from twophase_dev._common import (
     ManagedProcess,
     port_is_free,
     process_alive,
+    run_logged,
     wait_until,
 )
 from twophase_dev._server import DatabaseServer
@@ -327,7 +327,7 @@ class MariaDBServer(DatabaseServer):
 
     def _initialize(self) -> None:
         assert self._install_bin is not None
-        result = subprocess.run(
+        run_logged(
             [
                 str(self._install_bin),
                 f"--defaults-file={self._options_file}",
@@ -335,19 +335,10 @@ class MariaDBServer(DatabaseServer):
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
             ],
+            what="mariadb-install-db",
             cwd=self._require_work_dir(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+            log_file=self.log_dir / "install-db.log",
         )
-        (self.log_dir / "install-db.log").write_text(result.stdout + result.stderr)
-        if result.returncode != 0:
-            raise DevInfraError(
-                f"mariadb-install-db failed (exit {result.returncode}):\n"
-                f"{(result.stdout + result.stderr).strip()[-2000:]}"
-            )
 
     def _spawn(self) -> ManagedProcess:
         assert self._server_bin is not None

@@ -16,7 +16,6 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
 from twophase_dev._common import (
@@ -24,6 +23,7 @@ from twophase_dev._common import (
     DevInfraError,
     ManagedProcess,
     PortRaceError,
+    ServiceContext,
     free_ports,
     make_work_dir,
     port_is_free,
@@ -33,37 +33,12 @@ from twophase_dev._common import (
     write_owner,
 )
 
-__all__ = ["DatabaseServer", "ServiceContext"]
+__all__ = ["DatabaseServer"]
 
 _S = TypeVar("_S", bound="DatabaseServer")
-_C = TypeVar("_C", bound="ServiceContext")
 
 #: How often a picked port is tried again when another process takes it first.
 _PORT_ATTEMPTS = 3
-
-
-class ServiceContext:
-    """``with handle:`` starts a service and stops it (removing its data) on the way out."""
-
-    def start(self) -> object:
-        """Start the service (see the subclass)."""
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        """Stop the service (see the subclass)."""
-        raise NotImplementedError
-
-    def __enter__(self: _C) -> _C:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class DatabaseServer(ServiceContext):
