@@ -41,7 +41,7 @@ from twophase.errors import (
 
 from .._config import ConnectionConfig, redact
 
-__all__ = ["MARIADB_ERRORS", "PYMYSQL", "errno", "parse_url"]
+__all__ = ["MARIADB_ERRORS", "PYMYSQL", "errno", "guess_column", "parse_url"]
 
 #: Keywords a MariaDB connection accepts (passed to ``pymysql.connect``).
 CONNECT_KEYS = frozenset(
@@ -195,7 +195,11 @@ class PyMySQLDriver:
             else:
                 kwargs[key] = value
         conn = pymysql.connect(
-            **kwargs, charset="utf8mb4", autocommit=True, connect_timeout=connect_timeout
+            **kwargs,
+            charset="utf8mb4",
+            autocommit=True,
+            connect_timeout=connect_timeout,
+            local_infile=True,  # the bulk path (docs/mariadb.md: which servers to trust)
         )
         try:
             with conn.cursor() as cur:
@@ -276,7 +280,7 @@ class MariaDBErrors:
         text = redact(f"{doing}: {server_text} (error {code})", secrets)
         if hint:
             text += f". {hint}"
-        column = context.pop("column", None) or _guess_column(server_text, columns)
+        column = context.pop("column", None) or guess_column(server_text, columns)
         setting = context.pop("setting", None)
         cls: type[TwoPhaseError]
         if code is None or self.is_connection_error(exc):
@@ -314,7 +318,21 @@ def _server_text(exc: BaseException) -> str:
     return str(args[1]) if len(args) > 1 else str(exc)
 
 
-def _guess_column(text: str, columns: Iterable[tuple[str, str]]) -> str | None:
+def guess_column(text: str, columns: Iterable[tuple[str, str]]) -> str | None:
+    """Return the column a server message names, if it is one of ``columns`` (or any, if empty).
+
+    Parameters
+    ----------
+    text
+        The server's message.
+    columns
+        ``(name, type)`` of the written columns.
+
+    Returns
+    -------
+    str or None
+        The column's name.
+    """
     match = _COLUMN.search(text)
     if match is None:
         return None

@@ -48,6 +48,7 @@ __all__ = [
     "column_kind",
     "compatibility_problem",
     "mariadb_type",
+    "render_fields",
     "render_literals",
 ]
 
@@ -235,8 +236,48 @@ MARIADB_TYPES = TypeRules("MariaDB", compatibility_problem, column_kind, mariadb
 
 # ------------------------------------------------------------------ rendering
 _NULL = pa.scalar("NULL", pa.large_string())
+_NULL_FIELD = pa.scalar(b"\\N", pa.large_binary())
 _QUOTE = pa.scalar("'", pa.large_string())
 _EMPTY = pa.scalar("", pa.large_string())
+
+
+def _values(array: pa.Array, kind: str, name: str) -> tuple[pa.Array, bool]:
+    """Turn a column into text (or bytes) with nulls kept, and say whether it needs quoting.
+
+    Raises
+    ------
+    DataError
+        NaN or infinity in a float column, naming the column and the first row.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if kind == Kind.NULL:
+        return pa.nulls(len(array), pa.large_string()), False
+    if kind == Kind.BOOL:
+        return array.cast(pa.int8()).cast(pa.large_string()), False
+    if kind == Kind.NUMBER:
+        return array.cast(pa.large_string()), False
+    if kind == Kind.FLOAT:
+        if pa.types.is_float16(array.type):
+            array = array.cast(pa.float32())
+        bad = pc.and_(pc.invert(pc.is_finite(array)), pc.is_valid(array))
+        if pc.any(bad).as_py():
+            row = pc.index(bad, True).as_py()
+            raise DataError(
+                f"row {row} has {array[row].as_py()!r}: MariaDB FLOAT and DOUBLE columns "
+                "cannot store NaN or infinity; map them to NULL (or a sentinel) in Spark",
+                column=name,
+            )
+        return array.cast(pa.large_string()), False
+    if kind == Kind.BINARY:
+        return array.cast(pa.large_binary()), True
+    if kind == Kind.UTC:
+        array = array.cast(pa.timestamp(array.type.unit))
+    elif kind == Kind.JSON:
+        array = json_text(array, name)
+    return array.cast(pa.large_string()), True
 
 
 def render_literals(array: pa.Array, kind: str, name: str) -> pa.Array:
@@ -254,54 +295,58 @@ def render_literals(array: pa.Array, kind: str, name: str) -> pa.Array:
     Returns
     -------
     pyarrow.Array
-        One literal per row.
+        One literal per row: numbers as they are, text quoted with backslash,
+        quote and NUL escaped (the sessions run with backslash escapes), binary
+        as ``X'hex'``.
 
     Raises
     ------
     DataError
         NaN or infinity in a float column, naming the column and the first row.
     """
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if pa.types.is_dictionary(array.type):
-        array = array.dictionary_decode()
-    if kind == Kind.NULL:
-        return pa.array(["NULL"] * len(array), pa.large_string())
-    if kind == Kind.BOOL:
-        text = array.cast(pa.int8()).cast(pa.string())
-    elif kind == Kind.NUMBER:
-        text = array.cast(pa.string())
-    elif kind == Kind.FLOAT:
-        if pa.types.is_float16(array.type):
-            array = array.cast(pa.float32())
-        finite = pc.is_finite(array)
-        bad = pc.and_(pc.invert(finite), pc.is_valid(array))
-        if pc.any(bad).as_py():
-            row = pc.index(bad, True).as_py()
-            raise DataError(
-                f"row {row} has {array[row].as_py()!r}: MariaDB FLOAT and DOUBLE columns "
-                "cannot store NaN or infinity; map them to NULL (or a sentinel) in Spark",
-                column=name,
-            )
-        text = array.cast(pa.string())
-    elif kind == Kind.BINARY:
+    values, quoted = _values(array, kind, name)
+    if kind == Kind.BINARY:
         text = pc.binary_join_element_wise(
-            pa.scalar("X'", pa.large_string()), hex_text(array), _QUOTE, _EMPTY
+            pa.scalar("X'", pa.large_string()), hex_text(values), _QUOTE, _EMPTY
         )
+    elif quoted:
+        escaped = pc.replace_substring(values, "\\", "\\\\")
+        escaped = pc.replace_substring(escaped, "'", "\\'")
+        escaped = pc.replace_substring(escaped, "\x00", "\\0")
+        text = pc.binary_join_element_wise(_QUOTE, escaped, _QUOTE, _EMPTY)
     else:
-        if kind == Kind.UTC:
-            array = array.cast(pa.timestamp(array.type.unit))
-        elif kind == Kind.JSON:
-            array = json_text(array, name)
-        if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
-            array = array.cast(pa.string())
-        text = _quoted(array)
+        text = values
     return pc.fill_null(text.cast(pa.large_string()), _NULL)
 
 
-def _quoted(array: pa.Array) -> pa.Array:
-    """``'...'`` with backslash, quote and NUL escaped (sessions run with backslash escapes)."""
-    escaped = pc.replace_substring(array.cast(pa.large_string()), "\\", "\\\\")
-    escaped = pc.replace_substring(escaped, "'", "\\'")
-    escaped = pc.replace_substring(escaped, "\x00", "\\0")
-    return pc.binary_join_element_wise(_QUOTE, escaped, _QUOTE, _EMPTY)
+def render_fields(array: pa.Array, kind: str, name: str) -> pa.Array:
+    r"""Render one column as ``LOAD DATA`` fields (tab-separated, backslash escapes).
+
+    Parameters
+    ----------
+    array
+        The input column.
+    kind
+        A :class:`Kind` constant from :func:`column_kind`.
+    name
+        The column name, for errors.
+
+    Returns
+    -------
+    pyarrow.Array
+        One field per row, as bytes: ``\N`` for NULL (an empty field is the
+        empty string); in text and binary, backslash, tab and newline escaped
+        and every other byte as it is (the file is read ``CHARACTER SET binary``).
+
+    Raises
+    ------
+    DataError
+        NaN or infinity in a float column, naming the column and the first row.
+    """
+    values, quoted = _values(array, kind, name)
+    values = values.cast(pa.large_binary())
+    if quoted:
+        values = pc.replace_substring(values, b"\\", b"\\\\")
+        values = pc.replace_substring(values, b"\t", b"\\t")
+        values = pc.replace_substring(values, b"\n", b"\\n")
+    return pc.fill_null(values, _NULL_FIELD)

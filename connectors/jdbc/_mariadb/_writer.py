@@ -11,7 +11,8 @@ table at the end (:func:`._sql.merge`).
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
@@ -23,13 +24,16 @@ from ._client import MariaDBClient, describe_table
 from ._driver import errno
 from ._fencing import release_slot, take_slot
 from ._insert import insert_statements, rows_text
+from ._load import LOCAL_INFILE_REFUSED, fields_text, load
 from ._sql import STAGING, columns, create_staging, merge, table
 from ._transaction import MariaDBTransaction
-from ._types import MARIADB_TYPES, Kind, render_literals
+from ._types import MARIADB_TYPES, Kind, render_fields, render_literals
 from ._xa import XATransactions
 from ._xid import xid_of
 
 __all__ = ["STATEMENT_BYTES", "MariaDBWriter"]
+
+_log = logging.getLogger("twophase.connectors.jdbc")
 
 #: The longest ``INSERT`` sent (also capped at half the server's ``max_allowed_packet``).
 STATEMENT_BYTES = 4 << 20
@@ -38,6 +42,10 @@ STATEMENT_BYTES = 4 << 20
 class MariaDBWriter(MariaDBClient):
     """Writes partitions into MariaDB transactions (executor side). Picklable.
 
+    Rows go in with ``LOAD DATA LOCAL INFILE`` (:mod:`._load`); once a server
+    refuses it, this process writes multi-row ``INSERT`` statements instead
+    (:mod:`._insert`).
+
     Parameters
     ----------
     options, connection
@@ -45,6 +53,9 @@ class MariaDBWriter(MariaDBClient):
     prepare
         The coordinated protocol (an XA transaction, to be prepared) when True.
     """
+
+    #: Whether this process still uses ``LOAD DATA LOCAL INFILE``.
+    load_data: ClassVar[bool] = True
 
     def __init__(self, options: Any, connection: Any, *, prepare: bool) -> None:
         super().__init__(options, connection)
@@ -125,28 +136,44 @@ class MariaDBWriter(MariaDBClient):
                 self._create_staging(txn)
         plan = txn.plan
         names = list(plan.names)
-        extra: list[pa.Array] = []
+        # (values, kind, column) written after the planned columns
+        extra: list[tuple[pa.Array, str, str]] = []
+        if self.options.mode != "append":
+            seq = pa.array(range(txn.seq, txn.seq + batch.num_rows), pa.int64())
+            extra.append((seq, Kind.NUMBER, SEQ_COLUMN))
+            txn.seq += batch.num_rows
+        into = STAGING if self.options.mode != "append" else table(self.options.table)
         try:
-            if self.options.mode != "append":
-                seq = pa.array(range(txn.seq, txn.seq + batch.num_rows), pa.int64())
-                extra.append(seq.cast(pa.string()))
-                names.append(SEQ_COLUMN)
-                txn.seq += batch.num_rows
             if plan.op_index is not None:
                 ops = checked_ops(batch.column(plan.op_index), self.options, txn.where)
-                extra.append(render_literals(ops, Kind.TEXT, OP_COLUMN))
-                names.append(OP_COLUMN)
-            rows = rows_text(batch, plan.columns, extra)
+                extra.append((ops, Kind.TEXT, OP_COLUMN))
+            names += [column for _values, _kind, column in extra]
+            with conn.cursor() as cur:
+                if MariaDBWriter.load_data:
+                    try:
+                        fields = [render_fields(*e) for e in extra]
+                        rows = fields_text(batch, plan.columns, fields)
+                        load(cur, into, names, rows, plan.column_types)
+                        txn.rows += batch.num_rows
+                        return
+                    except txn.errors.error as exc:
+                        if errno(exc) not in LOCAL_INFILE_REFUSED:
+                            raise
+                        MariaDBWriter.load_data = False
+                        _log.warning(
+                            "the server refuses LOAD DATA LOCAL INFILE (%s): this process writes "
+                            "multi-row INSERT statements instead (slower; see docs/mariadb.md)",
+                            exc,
+                        )
+                literals = [render_literals(*e) for e in extra]
+                text = rows_text(batch, plan.columns, literals)
+                prefix = f"INSERT INTO {into} ({columns(names)}) VALUES ".encode()
+                for statement in insert_statements(prefix, text, txn.max_bytes):
+                    cur.execute(statement)
         except DataError as exc:
             raise exc.with_context(**txn.where) from None
-        into = STAGING if self.options.mode != "append" else table(self.options.table)
-        prefix = f"INSERT INTO {into} ({columns(names)}) VALUES ".encode()
-        try:
-            with conn.cursor() as cur:
-                for statement in insert_statements(prefix, rows, txn.max_bytes):
-                    cur.execute(statement)
         except txn.errors.error as exc:
-            raise txn.failure(exc, f"INSERT into {self.options.table}") from exc
+            raise txn.failure(exc, f"writing into {self.options.table}") from exc
         txn.rows += batch.num_rows
 
     def _create_staging(self, txn: MariaDBTransaction) -> None:

@@ -222,3 +222,44 @@ def test_many_record_batches_are_cut_into_statements(mariadb_server: Any, table:
     rows = _rows(mariadb_server, table)
     assert [r[0] for r in rows] == list(range(30_000))
     assert {r[1] for r in rows} == {payload}
+
+
+def test_a_duplicate_key_is_an_error_not_a_skipped_row(mariadb_server: Any, table: str) -> None:
+    """LOAD DATA skips a duplicate key with a warning only: the sink counts rows and warnings."""
+    conn = mariadb_server.connect(autocommit=True)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{table}` (id BIGINT PRIMARY KEY, v TEXT) ENGINE=InnoDB")
+        cur.execute(f"INSERT INTO `{table}` VALUES (2, 'there')")
+    conn.close()
+    batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]})
+    sink = mariadb_sink("dup", table=table, url=mariadb_server.password_url)
+    with pytest.raises(DataError, match="loaded 2 of 3 rows"):
+        LocalRunner(sink).run_batch(0, [[batch]])
+    assert _rows(mariadb_server, table) == [(2, "there")]
+
+
+def test_a_server_without_local_infile_gets_insert_statements(
+    mariadb_server: Any, table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from twophase.connectors.jdbc import close_connections
+    from twophase.connectors.jdbc._mariadb._writer import MariaDBWriter
+
+    admin = mariadb_server.connect(autocommit=True)
+    with admin.cursor() as cur:
+        cur.execute("SET GLOBAL local_infile = 0")
+    try:
+        close_connections()
+        batch = pa.record_batch({"id": pa.array([0, 1], pa.int64()), "t": NASTY[:2]})
+        sink = mariadb_sink(
+            "noinfile", table=table, url=mariadb_server.password_url, create_table=True
+        )
+        with caplog.at_level("WARNING", logger="twophase.connectors.jdbc"):
+            LocalRunner(sink).run_batch(0, [[batch]])
+        assert "refuses LOAD DATA LOCAL INFILE" in caplog.text
+        assert MariaDBWriter.load_data is False
+        assert [r[1] for r in _rows(mariadb_server, table)] == NASTY[:2]
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("SET GLOBAL local_infile = 1")
+        admin.close()
+        MariaDBWriter.load_data = True

@@ -1,0 +1,120 @@
+r"""Record batches to ``LOAD DATA LOCAL INFILE``: tab-separated fields rendered by Arrow kernels.
+
+Each column becomes fields (:func:`~._types.render_fields`: ``\N`` for NULL,
+backslash, tab and newline escaped, every other byte as it is); Arrow joins a
+row's fields with tabs and ends it with a newline, so the whole file is one
+buffer, written to a temporary file and sent by the driver when the server
+asks for it. ``LOAD DATA`` turns what strict mode would refuse into warnings
+(a duplicate key skipped, a value clamped), so :func:`load` counts the rows
+and the warnings and fails the transaction on any.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from twophase.errors import DataError
+
+from .._encode import ColumnPlan
+from ._driver import guess_column
+from ._sql import columns, literal
+from ._types import render_fields
+
+__all__ = ["LOCAL_INFILE_REFUSED", "fields_text", "load"]
+
+#: Error numbers of a server or client that does not allow ``LOAD DATA LOCAL``.
+LOCAL_INFILE_REFUSED = frozenset({1148, 2068, 3948, 4166})
+
+_TAB = pa.scalar(b"\t", pa.large_binary())
+_NEWLINE = pa.scalar(b"\n", pa.large_binary())
+_NONE = pa.scalar(b"", pa.large_binary())
+
+
+def fields_text(
+    batch: pa.RecordBatch, plans: Sequence[ColumnPlan], extra: Sequence[pa.Array] = ()
+) -> pa.LargeBinaryArray:
+    r"""Render each row as its fields joined by tabs, ending in a newline.
+
+    Parameters
+    ----------
+    batch
+        The input rows.
+    plans
+        The columns to write, in the statement's column order.
+    extra
+        Columns of fields appended after the planned ones.
+
+    Returns
+    -------
+    pyarrow.LargeBinaryArray
+        One ``f1\tf2\n`` per row.
+    """
+    fields = [render_fields(batch.column(p.index), p.kind, p.name) for p in plans]
+    fields.extend(a.cast(pa.large_binary()) for a in extra)
+    joined = pc.binary_join_element_wise(*fields, _TAB)
+    rows: pa.LargeBinaryArray = pc.binary_join_element_wise(joined, _NEWLINE, _NONE)
+    return rows
+
+
+def load(
+    cur: Any, into: str, names: Sequence[str], rows: pa.LargeBinaryArray, types: Sequence[Any] = ()
+) -> None:
+    """Write the rows to a temporary file and ``LOAD DATA LOCAL INFILE`` it into ``into``.
+
+    Parameters
+    ----------
+    cur
+        The transaction's cursor.
+    into
+        The quoted table.
+    names
+        Its columns, in field order.
+    rows
+        From :func:`fields_text`.
+    types
+        ``(name, type)`` of the written columns, to name the column of a warning.
+
+    Raises
+    ------
+    DataError
+        The server loaded fewer rows than sent, or warned (a value it changed,
+        a duplicate key it skipped): the first warnings are in the message.
+    """
+    n = len(rows)
+    if n == 0:
+        return
+    if rows.offset:
+        rows = pa.concat_arrays([rows])
+    offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[: n + 1]
+    data = memoryview(rows.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
+    fd, path = tempfile.mkstemp(prefix="twophase-load-", suffix=".tsv")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        cur.execute(
+            f"LOAD DATA LOCAL INFILE {literal(path)} INTO TABLE {into} CHARACTER SET binary "
+            "FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' "
+            f"({columns(names)})"
+        )
+        loaded = cur.rowcount
+        cur.execute("SELECT @@warning_count")
+        warnings = int(cur.fetchone()[0])
+        if warnings or loaded != n:
+            cur.execute("SHOW WARNINGS LIMIT 3")
+            shown = "; ".join(f"{level} {code}: {text}" for level, code, text in cur.fetchall())
+            raise DataError(
+                f"LOAD DATA loaded {loaded} of {n} rows with {warnings} warning(s), which strict "
+                f"mode would have refused: {shown or 'no warning text'}; nothing is written",
+                column=guess_column(shown, types),
+            )
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
