@@ -13,6 +13,8 @@ _FIXTURES = {
     "kafka": "kafka_broker",
     "pg-coordinated": "postgres_server",
     "pg-markers": "postgres_server_no_prepared",
+    "maria-coordinated": "mariadb_server",
+    "maria-markers": "mariadb_server",
 }
 
 
@@ -32,6 +34,7 @@ def infra_for(request: pytest.FixtureRequest) -> Callable[..., Infra]:
             kafka=servers.get("kafka"),
             pg_a=servers.get("pg-coordinated"),
             pg_b=servers.get("pg-markers"),
+            maria=servers.get("maria-coordinated") or servers.get("maria-markers"),
         )
 
     return make

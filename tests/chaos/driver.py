@@ -57,17 +57,14 @@ def classify(message: str) -> str:
     return "other"
 
 
-def build_sink(spec: dict[str, Any]) -> Any:
-    """Build the trial's sink: the connector's, probed, with fault rules when given."""
-    from tests.chaos.sinks import instrument
-    from twophase.testing import FakeTarget
-
+def connector_sink(spec: dict[str, Any]) -> Any:
+    """Build the trial's sink as the connector's constructor makes it (no probes, no faults)."""
     kind, name = spec["sink"], spec["sink_name"]
     target = spec["target"]
     if kind == "kafka":
         from twophase.connectors.kafka import KafkaSink
 
-        sink: Any = KafkaSink(
+        return KafkaSink(
             name,
             bootstrap_servers=target["bootstrap"],
             topic=target["topic"],
@@ -76,22 +73,37 @@ def build_sink(spec: dict[str, Any]) -> Any:
             operation_timeout=target.get("operation_timeout", 30.0),
             staging=spec["staging"],
         )
-    else:
-        from twophase.connectors.jdbc import postgres_sink
+    # The JDBC sinks: pg-coordinated, pg-markers, maria-coordinated, maria-markers.
+    database, protocol = kind.split("-", 1)
+    if database == "maria":
+        from twophase.connectors.jdbc import mariadb_sink as factory
 
-        extra = {"staging": spec["staging"]} if kind == "pg-markers" else {}
-        sink = postgres_sink(
-            name,
-            table=target["table"],
-            dsn=target["dsn"],
-            protocol="coordinated" if kind == "pg-coordinated" else "markers",
-            lock_timeout=10.0,
-            connect_timeout=5,
-            **extra,
-        )
+        connection = {"url": target["url"]}
+    else:
+        from twophase.connectors.jdbc import postgres_sink as factory
+
+        connection = {"dsn": target["dsn"]}
+    extra = {"staging": spec["staging"]} if protocol == "markers" else {}
+    return factory(
+        name,
+        table=target["table"],
+        protocol=protocol,
+        lock_timeout=10.0,
+        connect_timeout=5,
+        **connection,
+        **extra,
+    )
+
+
+def build_sink(spec: dict[str, Any]) -> Any:
+    """Build the trial's sink: the connector's, probed, with fault rules when given."""
+    from tests.chaos.sinks import instrument
+    from twophase.testing import FakeTarget
+
+    sink = connector_sink(spec)
     chaos = {"events": spec["events"], "control": spec["control"], "pauses": spec["pauses"]}
     faults = FakeTarget(spec["rules"]) if spec.get("rules") else None
-    return instrument(sink, kind, chaos, faults)
+    return instrument(sink, spec["sink"], chaos, faults)
 
 
 def source(spark: Any, spec: dict[str, Any]) -> Any:

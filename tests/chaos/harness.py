@@ -5,7 +5,8 @@
 ``random.Random(f"{S}:{i}")``:
 
 * a sink: Kafka (the markers protocol), PostgreSQL with prepared transactions (the coordinated
-  protocol) or without (the markers protocol);
+  protocol) or without (the markers protocol), or -- only when ``--sinks`` names them --
+  MariaDB with XA transactions (``maria-coordinated``) or a marker table (``maria-markers``);
 * a pipeline: a deterministic passthrough, ``repartition(n, key)``, ``repartition(n)`` (round robin,
   not deterministic across runs) or an aggregation by key (update mode, deterministic output);
   sinks of the markers protocol get ``staging=True`` only for the round-robin pipeline, and only
@@ -15,17 +16,20 @@
 * 1-3 faults, each bound to a point of the run (a coordinator step on the driver, a hook of one
   task, or the start of the query) and fired there at once (the process waits at the point until the
   fault is done) or after a random delay: the driver's process groups SIGKILLed, PostgreSQL
-  restarted (fast or immediate shutdown), the Kafka broker restarted, the broker frozen (SIGSTOP)
-  past the producer's request timeout, ``query.stop()`` from a thread of the driver, or a task
-  failure (``twophase.testing.with_faults``); for ``pg-coordinated``, a zombie: an attempt of a
-  task that Spark gave up on, which opens its transaction when the task reaches the point and tries
-  to prepare only after the trial's last driver has exited (:mod:`tests.chaos.zombie`).
+  restarted (fast or immediate shutdown), MariaDB restarted (SIGTERM) or crashed (SIGKILL), the
+  Kafka broker restarted, the broker frozen (SIGSTOP) past the producer's request timeout,
+  ``query.stop()`` from a thread of the driver, or a task failure
+  (``twophase.testing.with_faults``); for ``pg-coordinated`` and ``maria-coordinated``, a zombie:
+  an attempt of a task that Spark gave up on, which opens its transaction when the task reaches the
+  point and tries to prepare only after the trial's last driver has exited
+  (:mod:`tests.chaos.zombie`).
 
 The driver (:mod:`tests.chaos.driver`) runs in a process group of its own and is started again
 after every exit until its query has processed the input, or until the trial's time runs out. Then
 the target is checked by content -- every output key once, with its value -- and for leftovers: no
-prepared transaction of the trial in ``pg_prepared_xacts``; last stable offset equal to the high
-watermark on every partition of the Kafka output and control topics.
+prepared transaction of the trial in ``pg_prepared_xacts`` (``XA RECOVER`` on MariaDB); last
+stable offset equal to the high watermark on every partition of the Kafka output and control
+topics.
 
 Each trial prints one line; the run ends with a summary table, and exits non-zero on any duplicate,
 loss, wrong value or leftover, a ``NondeterministicBatchError`` where it is not allowed (a
@@ -58,6 +62,7 @@ from tests.integration.kafka.kafka_support import unstable_partitions
 from twophase.testing import COORDINATED_STEPS, MARKER_STEPS, FakeTarget
 
 __all__ = [
+    "DEFAULT_SINKS",
     "FAULT_KINDS",
     "PIPELINES",
     "SINKS",
@@ -73,7 +78,27 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SINKS = ("kafka", "pg-coordinated", "pg-markers")
+SINKS = ("kafka", "pg-coordinated", "pg-markers", "maria-coordinated", "maria-markers")
+#: The sinks drawn when ``--sinks`` is not given. The MariaDB sinks are left out, so that a seed
+#: draws the same trials as before they existed (a sink is drawn among the sinks given);
+#: ``--sinks maria-coordinated,maria-markers`` (or a list naming them) draws them.
+DEFAULT_SINKS = ("kafka", "pg-coordinated", "pg-markers")
+#: The protocol of each sink: ``coordinated`` (prepared on executors, committed by the driver) or
+#: ``markers`` (each partition commits with a marker).
+PROTOCOL = {
+    "kafka": "markers",
+    "pg-coordinated": "coordinated",
+    "pg-markers": "markers",
+    "maria-coordinated": "coordinated",
+    "maria-markers": "markers",
+}
+#: The database server of each JDBC sink: ``pg`` or ``maria`` (Kafka has none).
+DATABASE = {
+    "pg-coordinated": "pg",
+    "pg-markers": "pg",
+    "maria-coordinated": "maria",
+    "maria-markers": "maria",
+}
 #: Former names of the PostgreSQL sinks, still taken by ``--sinks``.
 FORMER_SINK_NAMES = {"pg-A": "pg-coordinated", "pg-B": "pg-markers"}
 PIPELINES = ("passthrough", "repartition_key", "repartition_rr", "aggregate")
@@ -83,6 +108,8 @@ FAULT_KINDS = (
     "kill_driver",
     "pg_restart_fast",
     "pg_restart_immediate",
+    "maria_restart_fast",
+    "maria_restart_kill",
     "kafka_restart",
     "kafka_freeze",
     "query_stop",
@@ -90,24 +117,30 @@ FAULT_KINDS = (
     "zombie",
 )
 
+#: Restart faults of each database server, by kind: the mode of ``server.restart(mode=...)``.
+RESTART_MODES = {
+    "pg_restart_fast": "fast",  # PostgreSQL's fast shutdown
+    "pg_restart_immediate": "immediate",  # PostgreSQL's immediate shutdown (a crash)
+    "maria_restart_fast": "fast",  # MariaDB's normal shutdown (SIGTERM)
+    "maria_restart_kill": "kill",  # MariaDB crashed (SIGKILL)
+}
+#: Sinks that may draw a ``zombie`` fault (the JDBC coordinated protocol, :mod:`.zombie`).
+ZOMBIE_SINKS = frozenset({"pg-coordinated", "maria-coordinated"})
+
+_PROTOCOL_STEPS = {
+    "coordinated": tuple(s for s in COORDINATED_STEPS if s != "start"),
+    "markers": tuple(s for s in MARKER_STEPS if s != "start"),
+}
+_PROTOCOL_POINTS = {
+    "coordinated": ("begin_transaction", "write", "pre_commit", "pre_commit_done"),
+    "markers": ("begin_transaction", "write", "commit_with_marker", "commit_with_marker_done"),
+}
 #: Coordinator steps a fault may be bound to ("start" is before anything of the batch).
-DRIVER_STEPS = {
-    "pg-coordinated": tuple(s for s in COORDINATED_STEPS if s != "start"),
-    "pg-markers": tuple(s for s in MARKER_STEPS if s != "start"),
-    "kafka": tuple(s for s in MARKER_STEPS if s != "start"),
-}
+DRIVER_STEPS = {sink: _PROTOCOL_STEPS[PROTOCOL[sink]] for sink in SINKS}
 #: Task probes of :mod:`tests.chaos.sinks` a fault may be bound to.
-TASK_POINTS = {
-    "pg-coordinated": ("begin_transaction", "write", "pre_commit", "pre_commit_done"),
-    "pg-markers": ("begin_transaction", "write", "commit_with_marker", "commit_with_marker_done"),
-    "kafka": ("begin_transaction", "write", "commit_with_marker", "commit_with_marker_done"),
-}
-#: Hooks a task failure may be injected into (``with_faults`` rules).
-FAILABLE_HOOKS = {
-    "pg-coordinated": ("begin_transaction", "write", "pre_commit"),
-    "pg-markers": ("begin_transaction", "write", "commit_with_marker"),
-    "kafka": ("begin_transaction", "write", "commit_with_marker"),
-}
+TASK_POINTS = {sink: _PROTOCOL_POINTS[PROTOCOL[sink]] for sink in SINKS}
+#: Hooks a task failure may be injected into (``with_faults`` rules): the points but the last.
+FAILABLE_HOOKS = {sink: TASK_POINTS[sink][:3] for sink in SINKS}
 #: librdkafka's ``request.timeout.ms`` for the chaos sinks: a freeze outlasts it.
 KAFKA_REQUEST_TIMEOUT_MS = 5000
 
@@ -220,12 +253,11 @@ def _draw_point(rng: random.Random, plan_sink: str, batches: int, parts: int) ->
 
 def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Fault:
     kinds = ["kill_driver", "query_stop", "task_failure"]
-    kinds += (
-        ["kafka_restart", "kafka_freeze"]
-        if sink == "kafka"
-        else ["pg_restart_fast", "pg_restart_immediate"]
-    )
-    if sink == "pg-coordinated":
+    if sink == "kafka":
+        kinds += ["kafka_restart", "kafka_freeze"]
+    else:  # the restarts of the sink's database server, in RESTART_MODES' order
+        kinds += [k for k in RESTART_MODES if k.startswith(f"{DATABASE[sink]}_")]
+    if sink in ZOMBIE_SINKS:
         kinds.append("zombie")
     kind = rng.choice(kinds)
     if kind == "zombie":
@@ -261,13 +293,13 @@ def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Faul
     return Fault(kind, point, sync=sync, delay=delay, params=params)
 
 
-def draw_plan(seed: str | int, index: int, sinks: Sequence[str] = SINKS) -> TrialPlan:
+def draw_plan(seed: str | int, index: int, sinks: Sequence[str] = DEFAULT_SINKS) -> TrialPlan:
     """Draw trial ``index`` of run ``seed`` (from ``random.Random(f"{seed}:{index}")``)."""
     rng = random.Random(f"{seed}:{index}")
     sink = rng.choice([s for s in SINKS if s in sinks])  # the same draw whatever the order given
     pipeline = rng.choice(PIPELINES)
     partitions = rng.randint(2, 4)
-    staging = sink != "pg-coordinated" and pipeline in NONDETERMINISTIC and rng.random() < 0.5
+    staging = PROTOCOL[sink] == "markers" and pipeline in NONDETERMINISTIC and rng.random() < 0.5
     kafka_source = sink == "kafka" and pipeline != "aggregate" and rng.random() < 0.3
     plan = TrialPlan(
         seed=str(seed),
@@ -315,14 +347,25 @@ class Infra:
     kafka: Any = None
     pg_a: Any = None
     pg_b: Any = None
+    #: One MariaDB server for both MariaDB sinks (the markers protocol needs no special server).
+    maria: Any = None
+
+    #: The attributes holding servers.
+    SERVERS = ("kafka", "pg_a", "pg_b", "maria")
+
+    def db(self, sink: str) -> Any:
+        """The database server of a JDBC sink (``pg-*`` or ``maria-*``)."""
+        if DATABASE[sink] == "maria":
+            return self.maria
+        return self.pg_a if sink == "pg-coordinated" else self.pg_b
 
     def pg(self, sink: str) -> Any:
         """The PostgreSQL server of a ``pg-coordinated`` / ``pg-markers`` sink."""
-        return self.pg_a if sink == "pg-coordinated" else self.pg_b
+        return self.db(sink)
 
     def server_of(self, kind: str, sink: str) -> Any:
         """The server a fault of ``kind`` acts on."""
-        return self.kafka if kind.startswith("kafka") else self.pg(sink)
+        return self.kafka if kind.startswith("kafka") else self.db(sink)
 
 
 @contextlib.contextmanager
@@ -330,11 +373,14 @@ def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
     """Start the servers ``sinks`` need (or reuse those of ``twophase-dev up``), stop them after."""
     from twophase_dev import (
         ENV_KAFKA_BOOTSTRAP,
+        ENV_MARIADB_URL,
         ENV_PG_DSN,
         ENV_PG_NOPREP_DSN,
         KafkaBroker,
+        MariaDBServer,
         PostgresServer,
         attach_kafka,
+        attach_mariadb,
         attach_postgres,
         clean_stale_work_dirs,
     )
@@ -366,6 +412,12 @@ def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
                 infra.pg_a = server
             else:
                 infra.pg_b = server
+        if any(DATABASE.get(s) == "maria" for s in sinks):
+            if os.environ.get(ENV_MARIADB_URL):
+                infra.maria = attach_mariadb(os.environ[ENV_MARIADB_URL])
+            else:
+                infra.maria = MariaDBServer(log_dir=log_dir / "mariadb").start()
+                started.append(infra.maria)
         yield infra
     finally:
         for server in reversed(started):
@@ -398,7 +450,7 @@ class _ServerOps:
 def ensure_running(infra: Infra) -> list[str]:
     """Start again a managed server that is not running (a fault must never outlive its trial)."""
     notes = []
-    for name in ("kafka", "pg_a", "pg_b"):
+    for name in Infra.SERVERS:
         server = getattr(infra, name)
         if server is None or not getattr(server, "managed", False) or server.is_running():
             continue
@@ -588,13 +640,20 @@ def scan_log(path: Path) -> list[str]:
 
 
 class Target:
-    """A trial's output: a PostgreSQL table without a primary key, or a Kafka topic."""
+    """A trial's output: a database table without a primary key, or a Kafka topic."""
 
     def __init__(self, plan: TrialPlan, infra: Infra, name: str) -> None:
         self.plan, self.infra, self.name = plan, infra, name
         self.table = f"chaos_{name}"
         self.topic = f"chaos-{name}"
         self.control_topic = f"chaos-{name}-markers"
+
+    @property
+    def _db(self) -> Any:
+        return self.infra.db(self.plan.sink)
+
+    def _quoted(self, table: str) -> str:
+        return f"`{table}`" if DATABASE[self.plan.sink] == "maria" else f'"{table}"'
 
     def create(self) -> dict[str, Any]:
         """Create the table or topic; return the driver's ``target`` settings."""
@@ -607,35 +666,41 @@ class Target:
                 "producer_config": {"request.timeout.ms": KAFKA_REQUEST_TIMEOUT_MS},
                 "operation_timeout": 30.0,
             }
-        server = self.infra.pg(self.plan.sink)
-        _pg_sql(server, f'CREATE TABLE "{self.table}" (k bigint, v text)')
+        server = self._db
+        _sql(server, f"CREATE TABLE {self._quoted(self.table)} (k bigint, v text)")
+        if DATABASE[self.plan.sink] == "maria":
+            # The password user (all privileges on its database only) where the harness knows it.
+            url = server.password_url if getattr(server, "managed", False) else server.url
+            return {"url": url, "table": self.table}
         return {"dsn": server.dsn, "table": self.table}
 
     def counts(self) -> collections.Counter[tuple[int, str]]:
         """How many times each ``(key, value)`` is visible to a reader."""
         if self.plan.sink == "kafka":
             return _kafka_counts(self.infra.kafka.bootstrap_servers, self.topic)
-        rows = _pg_sql(
-            self.infra.pg(self.plan.sink),
-            f'SELECT k, v, count(*) FROM "{self.table}" GROUP BY k, v',
+        rows = _sql(
+            self._db, f"SELECT k, v, count(*) FROM {self._quoted(self.table)} GROUP BY k, v"
         )
         return collections.Counter({(int(k), str(v)): int(n) for k, v, n in rows})
 
     def save_evidence(self, path: Path) -> None:
         """Write what a failed trial's target holds beyond the records: markers, prepared."""
         lines: list[str] = []
-        if self.plan.sink == "pg-markers":
-            server = self.infra.pg_b
-            if _pg_sql(server, "SELECT to_regclass('twophase_markers')")[0][0] is not None:
-                rows = _pg_sql(
-                    server,
-                    "SELECT * FROM twophase_markers WHERE identity LIKE %s ORDER BY 2, 3, 4",
+        if self.plan.sink == "kafka":
+            pass
+        elif PROTOCOL[self.plan.sink] == "markers":
+            try:
+                rows = _sql(
+                    self._db,
+                    f"SELECT * FROM {self._quoted('twophase_markers')} WHERE identity LIKE %s "
+                    "ORDER BY 2, 3, 4",
                     (f"{self.name}.%",),
                 )
                 lines += ["twophase_markers:", *map(str, rows)]
-        if self.plan.sink == "pg-coordinated":
-            rows = _pg_sql(self.infra.pg_a, "SELECT gid, prepared FROM pg_prepared_xacts")
-            lines += ["pg_prepared_xacts:", *map(str, rows)]
+            except Exception as exc:  # no marker table: nothing was ever committed
+                lines += [f"twophase_markers: {exc!r}"]
+        else:
+            lines += ["prepared:", *_prepared(self._db)]
         path.write_text("\n".join(lines) + "\n")
 
     def leftovers(self) -> list[str]:
@@ -648,25 +713,39 @@ class Target:
                 if not unstable or time.monotonic() > deadline:
                     return unstable
                 time.sleep(1.0)
-        if self.plan.sink == "pg-markers":
+        if PROTOCOL[self.plan.sink] == "markers":
             return []
-        rows = _pg_sql(
-            self.infra.pg_a,
-            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s",
-            (f"tp:{self.name}.%",),
-        )
-        return [f"prepared {r[0]}" for r in rows]
+        # The gid (PostgreSQL) or the XA gtrid (MariaDB) starts with tp:<identity>, and the
+        # identity with the sink's name.
+        return [
+            f"prepared {gid}" for gid in _prepared(self._db) if gid.startswith(f"tp:{self.name}.")
+        ]
 
 
-def _pg_sql(server: Any, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    conn = server.connect()
-    try:
+def _is_maria(server: Any) -> bool:
+    return getattr(server, "kind", "") == "mariadb"
+
+
+def _sql(server: Any, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """Run one statement in autocommit mode on PostgreSQL or MariaDB; return its rows."""
+    if _is_maria(server):
+        conn = server.connect(autocommit=True)
+    else:
+        conn = server.connect()
         conn.autocommit = True
+    try:
         with conn.cursor() as cur:
             cur.execute(statement, params)
             return list(cur.fetchall()) if cur.description else []
     finally:
         conn.close()
+
+
+def _prepared(server: Any) -> list[str]:
+    """Every prepared transaction of the server: gids (PostgreSQL) or XA gtrids (MariaDB)."""
+    if _is_maria(server):
+        return list(server.prepared_xids())
+    return [str(r[0]) for r in _sql(server, "SELECT gid FROM pg_prepared_xacts")]
 
 
 def _kafka_counts(bootstrap: str, topic: str) -> collections.Counter[tuple[int, str]]:
@@ -835,8 +914,8 @@ class _Trial:
         if server is None or not getattr(server, "managed", False):
             return False, "server not managed by this harness: cannot restart it"
         before = server.pid
-        if kind in ("pg_restart_fast", "pg_restart_immediate"):
-            mode = "fast" if kind == "pg_restart_fast" else "immediate"
+        if kind in RESTART_MODES:
+            mode = RESTART_MODES[kind]
             _ServerOps.run(lambda: server.restart(mode=mode))
             return (
                 server.pid != before and server.is_running(),
@@ -1219,7 +1298,7 @@ def run_trials(
     infra: Infra,
     work: Path,
     *,
-    sinks: Sequence[str] = SINKS,
+    sinks: Sequence[str] = DEFAULT_SINKS,
     first: int = 0,
     timeout: float = 300.0,
     keep: bool = False,
@@ -1269,9 +1348,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=0, help="index of the first trial (default 0)")
     parser.add_argument(
         "--sinks",
-        default=",".join(SINKS),
-        help=f"comma-separated subset of {','.join(SINKS)} (default: all; pg-A and pg-B, "
-        "their former names, still work)",
+        default=",".join(DEFAULT_SINKS),
+        help=f"comma-separated subset of {','.join(SINKS)} (default: {','.join(DEFAULT_SINKS)}, "
+        "so that a seed draws what it drew before the MariaDB sinks; pg-A and pg-B, "
+        "former names, still work)",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per trial")
     parser.add_argument(

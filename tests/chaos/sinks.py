@@ -1,7 +1,8 @@
 """The connectors' sinks with probes: every hook call is an event, and may pause at a chosen point.
 
-``ChaosKafkaSink``, ``ChaosPostgresTwoPhaseSink`` and ``ChaosPostgresMarkerSink`` are subclasses of
-the public connector classes that only add :func:`tests.chaos.events.probe` calls around the
+``ChaosKafkaSink``, ``ChaosPostgresTwoPhaseSink``, ``ChaosPostgresMarkerSink``,
+``ChaosMariaDBTwoPhaseSink`` and ``ChaosMariaDBMarkerSink`` are subclasses of the public connector
+classes that only add :func:`tests.chaos.events.probe` calls around the
 participant hooks (``begin_transaction``, the first ``write`` of a transaction, ``pre_commit`` /
 ``commit_with_marker`` and their completion). The sink is built by the connector's own constructor
 and re-classed (:func:`instrument`), as :func:`twophase.testing.with_faults` does.
@@ -16,7 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from tests.chaos.events import probe
-from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink
+from twophase.connectors.jdbc import (
+    MariaDBMarkerSink,
+    MariaDBTwoPhaseSink,
+    PostgresMarkerSink,
+    PostgresTwoPhaseSink,
+)
 from twophase.connectors.kafka import KafkaSink
 from twophase.testing import FakeTarget, with_faults
 
@@ -111,10 +117,24 @@ class ChaosPostgresMarkerSink(_ProbedMarkers, PostgresMarkerSink):
     _chaos_kind = "pg-markers"
 
 
+class ChaosMariaDBTwoPhaseSink(_ProbedPrepare, MariaDBTwoPhaseSink):
+    """:class:`MariaDBTwoPhaseSink` (the coordinated protocol, XA) with probes."""
+
+    _chaos_kind = "maria-coordinated"
+
+
+class ChaosMariaDBMarkerSink(_ProbedMarkers, MariaDBMarkerSink):
+    """:class:`MariaDBMarkerSink` (the markers protocol) with probes."""
+
+    _chaos_kind = "maria-markers"
+
+
 _CLASSES: dict[str, type[Any]] = {
     "kafka": ChaosKafkaSink,
     "pg-coordinated": ChaosPostgresTwoPhaseSink,
     "pg-markers": ChaosPostgresMarkerSink,
+    "maria-coordinated": ChaosMariaDBTwoPhaseSink,
+    "maria-markers": ChaosMariaDBMarkerSink,
 }
 
 
@@ -132,9 +152,11 @@ def instrument(
     Parameters
     ----------
     sink
-        A sink built by the connector (``KafkaSink(...)`` or ``postgres_sink(...)``).
+        A sink built by the connector (``KafkaSink(...)``, ``postgres_sink(...)`` or
+        ``mariadb_sink(...)``).
     kind
-        ``"kafka"``, ``"pg-coordinated"`` or ``"pg-markers"``.
+        A sink kind of the harness (``"kafka"``, ``"pg-coordinated"``, ``"pg-markers"``,
+        ``"maria-coordinated"``, ``"maria-markers"``).
     chaos
         ``events`` (event log path), ``control`` (directory of go files) and ``pauses``.
     faults

@@ -3,13 +3,15 @@
 Usage: python -m tests.chaos.zombie SPEC
 
 SPEC (JSON) holds the trial's driver spec (``driver``: the sink is built with the driver's
-settings, without the probes, so that its calls are no points of the trial's faults) and the task
+settings by :func:`tests.chaos.driver.connector_sink` -- PostgreSQL or MariaDB, the coordinated
+protocol -- without the probes, so that its calls are no points of the trial's faults) and the task
 the zombie stands for (``identity``, ``epoch``, ``batch``, ``partition``, ``attempt``). The
 zombie opens its own transaction under that task's identity, epoch, batch and partition (with
 another attempt number, so that its gid is its own), writes one row no batch writes, then waits
 for ``go`` beside SPEC -- the harness creates it once the trial's last driver has exited -- and
-calls ``pre_commit``. The outcome goes to ``outcome.json`` beside SPEC: ``prepared`` (a prepared
-transaction outlived its run: the trial's leftover check fails) or ``refused`` with the error.
+calls ``pre_commit`` (``PREPARE TRANSACTION``, or ``XA END`` and ``XA PREPARE``). The outcome goes
+to ``outcome.json`` beside SPEC: ``prepared`` (a prepared transaction outlived its run: the trial's
+leftover check fails) or ``refused`` with the error.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tests.chaos.driver import connector_sink
 from twophase import TaskContext
-from twophase.connectors.jdbc import postgres_sink
 
 #: The key of the zombie's row: no trial writes negative keys.
 ZOMBIE_KEY = -1
@@ -32,15 +34,7 @@ def main(argv: list[str]) -> None:
     spec_path = Path(argv[0])
     spec = json.loads(spec_path.read_text())
     driver_spec = json.loads(Path(spec["driver"]).read_text())
-    target = driver_spec["target"]
-    sink = postgres_sink(
-        driver_spec["sink_name"],
-        table=target["table"],
-        dsn=target["dsn"],
-        protocol="coordinated",
-        lock_timeout=10.0,
-        connect_timeout=5,
-    )
+    sink = connector_sink(driver_spec)
     context = TaskContext(
         driver_spec["sink_name"],
         spec["identity"],
