@@ -1,6 +1,9 @@
-"""What every throwaway database server of this package does, written once.
+"""What every throwaway server of this package does, written once.
 
-:class:`DatabaseServer` holds the life cycle shared by :class:`~twophase_dev.PostgresServer` and
+:class:`ManagedService` holds what every managed server process needs (its work directory and
+owner file, its log, starting it and waiting until it is ready or died, the ``external`` handles);
+:class:`~twophase_dev.KafkaBroker` builds on it. :class:`DatabaseServer` adds the life cycle shared
+by :class:`~twophase_dev.PostgresServer` and
 :class:`~twophase_dev.MariaDBServer`: the work directory and its owner file, the port (picked, or
 given and checked) and the retry when a picked port is taken meanwhile, launching the server and
 waiting until it accepts connections or dies, stopping it with a mode and waiting for it, restarting
@@ -33,15 +36,224 @@ from twophase_dev._common import (
     write_owner,
 )
 
-__all__ = ["DatabaseServer"]
+__all__ = ["DatabaseServer", "ManagedService"]
 
 _S = TypeVar("_S", bound="DatabaseServer")
+_M = TypeVar("_M", bound="ManagedService")
 
 #: How often a picked port is tried again when another process takes it first.
 _PORT_ATTEMPTS = 3
 
 
-class DatabaseServer(ServiceContext):
+class ManagedService(ServiceContext):
+    """A server process on 127.0.0.1 started and watched by this package (or an external one).
+
+    Parameters
+    ----------
+    port : int, optional
+        TCP port; a free one is picked if omitted.
+    work_dir : pathlib.Path, optional
+        The server's directory; a throwaway ``twophase-dev-<kind>-*`` directory in the system
+        temporary directory by default (removed by ``stop``).
+    log_dir : pathlib.Path, optional
+        Where the logs go; kept after ``stop``. Defaults to ``<work_dir>/logs``.
+    detach : bool, optional
+        ``True`` for a server that outlives this Python process; ``False`` makes the kernel stop it
+        if this process dies first.
+    startup_timeout : float, optional
+        Seconds to wait for the server to be ready.
+    """
+
+    #: ``kind`` of the records and of the work directory's name (``postgres``, ``kafka``, ...).
+    kind: ClassVar[str]
+    #: The product's name in messages (``PostgreSQL``, ``MariaDB``, ``Kafka``).
+    product: ClassVar[str]
+    #: What the product calls one running instance, in messages (``server``, ``broker``).
+    noun: ClassVar[str] = "server"
+    #: The environment variable that points at an external server of this kind.
+    address_env: ClassVar[str]
+    #: The server log's file name in :attr:`log_dir`.
+    log_name: ClassVar[str]
+    #: Signals (and seconds to wait after each) that stop a server which must go at once; after
+    #: them ``SIGKILL``.
+    crash_signals: ClassVar[tuple[tuple[int, float], ...]] = ()
+    #: Signal the kernel sends the server when this process dies (unless ``detach``).
+    death_signal: ClassVar[str] = "TERM"
+    #: Seconds between two readiness checks while it starts.
+    ready_interval: ClassVar[float] = 0.1
+    #: The end of the log shown when it does not become ready, in lines.
+    log_lines: ClassVar[int] = 30
+    #: What it failed to do in time, for the message (``did not accept connections``).
+    not_ready: ClassVar[str] = "did not accept connections"
+
+    def __init__(
+        self,
+        *,
+        port: int | None,
+        work_dir: Path | None,
+        log_dir: Path | None,
+        detach: bool,
+        startup_timeout: float,
+    ):
+        self.host = LOOPBACK
+        self.port = port
+        self._fixed_port = port is not None
+        self._own_work_dir = work_dir is None
+        self.work_dir = work_dir
+        self._log_dir = log_dir
+        self.detach = detach
+        self.startup_timeout = startup_timeout
+        self._process: ManagedProcess | None = None
+        #: ``False`` for a server this package did not start (see ``external``).
+        self.managed = True
+        #: Seconds the last :meth:`start` took.
+        self.startup_seconds: float | None = None
+
+    # ---------------------------------------------------------------- what a subclass says
+
+    def _address(self) -> str:
+        """Return where clients find it, for messages."""
+        return f"{self.host}:{self.port}"
+
+    def _reachable(self) -> bool:
+        """Tell whether an external server answers."""
+        raise NotImplementedError
+
+    def _locate(self) -> None:
+        """Find the binaries (and the OS user) before anything is created; raise if missing."""
+        raise NotImplementedError
+
+    def _start_in(self, work_dir: Path) -> None:
+        """Prepare ``work_dir``, choose the ports and :meth:`_launch` the server."""
+        raise NotImplementedError
+
+    def _forget_data(self) -> None:
+        """Note that the data directory is gone (the next start makes it again)."""
+
+    def _spawn(self) -> ManagedProcess:
+        """Start the server process (its output appended to a log)."""
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        """Tell whether the starting server is ready for clients."""
+        raise NotImplementedError
+
+    def _is_port_race(self, log: str) -> bool:
+        """Tell whether the end of the log says a port was taken."""
+        raise NotImplementedError
+
+    def _startup_log(self) -> str:
+        """Return the end of the logs, shown when the server died while starting."""
+        return tail(self.log_file, 30)
+
+    # ---------------------------------------------------------------- paths and state
+
+    def _require_work_dir(self) -> Path:
+        if self.work_dir is None:
+            raise DevInfraError(f"the {self.noun} has no work directory yet: call start() first")
+        return self.work_dir
+
+    @property
+    def log_dir(self) -> Path:
+        """Directory holding the server's logs."""
+        if self._log_dir is not None:
+            return self._log_dir
+        return self._require_work_dir() / "logs"
+
+    @property
+    def log_file(self) -> Path:
+        """The server log."""
+        return self.log_dir / self.log_name
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the server, ``None`` when not started."""
+        return None if self._process is None else self._process.pid
+
+    def is_running(self) -> bool:
+        """Tell whether the server process is alive.
+
+        Returns
+        -------
+        bool
+            ``True`` while the server process started by this handle runs; for an ``external``
+            server, whether it answers.
+        """
+        if not self.managed:
+            return self._reachable()
+        return self._process is not None and self._process.alive()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def _require_managed(self, action: str) -> None:
+        if not self.managed:
+            raise DevInfraError(
+                f"cannot {action} the {self.product} {self.noun} at {self._address()}: it was not "
+                f"started by twophase_dev in this environment ({self.address_env} points at it)"
+            )
+
+    def start(self: _M) -> _M:
+        """Make the data directory on the first call, start the server, wait until it is ready.
+
+        Returns
+        -------
+        ManagedService
+            ``self``, for chaining.
+
+        Raises
+        ------
+        DevInfraError
+            If the server is not installed, the port is taken (when given explicitly), or the server
+            does not start in time; the message includes the end of its log.
+        """
+        self._require_managed("start")
+        if self.is_running():
+            return self
+        started = time.monotonic()
+        self._locate()
+        created = self.work_dir is None
+        if self.work_dir is None:
+            self.work_dir = make_work_dir(self.kind)
+        try:
+            self._start_in(self.work_dir)
+        except BaseException:
+            if created:
+                if self._process is not None and self._process.alive():
+                    self._process.stop(self.crash_signals)
+                shutil.rmtree(self.work_dir, ignore_errors=True)
+                self.work_dir = None
+                self._forget_data()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def _launch(self) -> None:
+        work_dir = self._require_work_dir()
+        self._process = process = self._spawn()
+        write_owner(work_dir, process.pid)
+
+        def died() -> None:
+            if process.alive():
+                return
+            log = self._startup_log()
+            if self._is_port_race(log) and not self._fixed_port:
+                raise PortRaceError()
+            raise DevInfraError(
+                f"{self.product} exited during startup (exit {process.returncode()}). "
+                f"Log {self.log_file}:\n{log}"
+            )
+
+        if not wait_until(
+            self._ready, timeout=self.startup_timeout, interval=self.ready_interval, abort=died
+        ):
+            process.stop(self.crash_signals)
+            raise DevInfraError(
+                f"{self.product} {self.not_ready} within {self.startup_timeout:.0f} s. "
+                f"Log {self.log_file}:\n{tail(self.log_file, self.log_lines)}"
+            )
+
+
+class DatabaseServer(ManagedService):
     """A throwaway database server on 127.0.0.1: the part that does not depend on the product.
 
     Parameters
@@ -63,21 +275,8 @@ class DatabaseServer(ServiceContext):
         Seconds to wait for the server to accept connections.
     """
 
-    #: ``kind`` of the records and of the work directory's name (``postgres``, ``mariadb``).
-    kind: ClassVar[str]
-    #: The product's name in messages (``PostgreSQL``, ``MariaDB``).
-    product: ClassVar[str]
-    #: The environment variable that points at an external server of this kind.
-    address_env: ClassVar[str]
-    #: The server log's file name in :attr:`log_dir`.
-    log_name: ClassVar[str]
     #: Signal of each shutdown mode of :meth:`stop`.
     stop_signals: ClassVar[Mapping[str, int]]
-    #: Signals (and seconds to wait after each) that crash a server which must go at once; after
-    #: them ``SIGKILL``.
-    crash_signals: ClassVar[tuple[tuple[int, float], ...]] = ()
-    #: Signal the kernel sends the server when this process dies (unless ``detach``).
-    death_signal: ClassVar[str] = "TERM"
 
     def __init__(
         self,
@@ -89,21 +288,15 @@ class DatabaseServer(ServiceContext):
         detach: bool,
         startup_timeout: float,
     ):
-        self.host = LOOPBACK
-        self.port = port
-        self._fixed_port = port is not None
-        self._own_work_dir = work_dir is None
-        self.work_dir = work_dir
-        self._log_dir = log_dir
+        super().__init__(
+            port=port,
+            work_dir=work_dir,
+            log_dir=log_dir,
+            detach=detach,
+            startup_timeout=startup_timeout,
+        )
         self.extra_settings = dict(settings or {})
-        self.detach = detach
-        self.startup_timeout = startup_timeout
-        self._process: ManagedProcess | None = None
         self._initialized = False
-        #: ``False`` for a server this package did not start (see ``external``).
-        self.managed = True
-        #: Seconds the last :meth:`start` took (making the data directory included on the first).
-        self.startup_seconds: float | None = None
 
     # ---------------------------------------------------------------- what a subclass says
 
@@ -120,10 +313,6 @@ class DatabaseServer(ServiceContext):
         """Return the product's options as shown by ``repr``."""
         raise NotImplementedError
 
-    def _locate(self) -> None:
-        """Find the binaries (and the OS user) before anything is created; raise if missing."""
-        raise NotImplementedError
-
     def _prepare_work_dir(self, work_dir: Path) -> None:
         """Make ``work_dir`` usable by the server's OS user (nothing to do by default)."""
 
@@ -137,14 +326,6 @@ class DatabaseServer(ServiceContext):
     def _configure_port(self) -> None:
         """Write what depends on the port, once it is chosen (nothing by default)."""
 
-    def _spawn(self) -> ManagedProcess:
-        """Start the server process (its output appended to :attr:`log_file`)."""
-        raise NotImplementedError
-
-    def _is_port_race(self, log: str) -> bool:
-        """Tell whether the end of the log says the port was taken."""
-        raise NotImplementedError
-
     def _accepts_connections(self) -> bool:
         """Tell whether a superuser connection succeeds."""
         raise NotImplementedError
@@ -155,6 +336,15 @@ class DatabaseServer(ServiceContext):
 
     def _after_stop(self) -> None:
         """Wait for what outlives the server process, so that a restart can take its place."""
+
+    def _reachable(self) -> bool:
+        return self._accepts_connections()
+
+    def _ready(self) -> bool:
+        return self._accepts_connections()
+
+    def _forget_data(self) -> None:
+        self._initialized = False
 
     # ---------------------------------------------------------------- records
 
@@ -214,89 +404,12 @@ class DatabaseServer(ServiceContext):
             raise DevInfraError("the server has no port yet: call start() first")
         return self.port
 
-    def _require_work_dir(self) -> Path:
-        if self.work_dir is None:
-            raise DevInfraError("the server has no work directory yet: call start() first")
-        return self.work_dir
-
     @property
     def data_dir(self) -> Path:
         """The server's data directory, ``<work_dir>/data`` (``PGDATA``, MariaDB's ``datadir``)."""
         return self._require_work_dir() / "data"
 
-    @property
-    def log_dir(self) -> Path:
-        """Directory holding the server log and the log of the data directory's creation."""
-        if self._log_dir is not None:
-            return self._log_dir
-        return self._require_work_dir() / "logs"
-
-    @property
-    def log_file(self) -> Path:
-        """The server log."""
-        return self.log_dir / self.log_name
-
-    @property
-    def pid(self) -> int | None:
-        """Process id of the server, ``None`` when not started."""
-        return None if self._process is None else self._process.pid
-
-    def is_running(self) -> bool:
-        """Tell whether the server process is alive.
-
-        Returns
-        -------
-        bool
-            ``True`` while the server process started by this handle runs; for an ``external``
-            server, whether a connection succeeds.
-        """
-        if not self.managed:
-            return self._accepts_connections()
-        return self._process is not None and self._process.alive()
-
     # ---------------------------------------------------------------- lifecycle
-
-    def _require_managed(self, action: str) -> None:
-        if not self.managed:
-            raise DevInfraError(
-                f"cannot {action} the {self.product} server at {self.host}:{self.port}: it was not "
-                f"started by twophase_dev in this environment ({self.address_env} points at it)"
-            )
-
-    def start(self: _S) -> _S:
-        """Make the data directory on the first call, start the server, wait until it accepts.
-
-        Returns
-        -------
-        DatabaseServer
-            ``self``, for chaining.
-
-        Raises
-        ------
-        DevInfraError
-            If the server is not installed, the port is taken (when given explicitly), or the server
-            does not start in time; the message includes the end of its log.
-        """
-        self._require_managed("start")
-        if self.is_running():
-            return self
-        started = time.monotonic()
-        self._locate()
-        created = self.work_dir is None
-        if self.work_dir is None:
-            self.work_dir = make_work_dir(self.kind)
-        try:
-            self._start_in(self.work_dir)
-        except BaseException:
-            if created:
-                if self._process is not None and self._process.alive():
-                    self._process.stop(self.crash_signals)
-                shutil.rmtree(self.work_dir, ignore_errors=True)
-                self.work_dir = None
-                self._initialized = False
-            raise
-        self.startup_seconds = time.monotonic() - started
-        return self
 
     def _start_in(self, work_dir: Path) -> None:
         self._prepare_work_dir(work_dir)
@@ -335,31 +448,6 @@ class DatabaseServer(ServiceContext):
             raise DevInfraError(f"no free port found for {self.product} after {attempts} attempts")
         if first_start:
             self._bootstrap()
-
-    def _launch(self) -> None:
-        work_dir = self._require_work_dir()
-        self._process = process = self._spawn()
-        write_owner(work_dir, process.pid)
-
-        def died() -> None:
-            if process.alive():
-                return
-            log = tail(self.log_file, 30)
-            if self._is_port_race(log) and not self._fixed_port:
-                raise PortRaceError()
-            raise DevInfraError(
-                f"{self.product} exited during startup (exit {process.returncode()}). "
-                f"Log {self.log_file}:\n{log}"
-            )
-
-        if not wait_until(
-            self._accepts_connections, timeout=self.startup_timeout, interval=0.1, abort=died
-        ):
-            process.stop(self.crash_signals)
-            raise DevInfraError(
-                f"{self.product} did not accept connections within {self.startup_timeout:.0f} s. "
-                f"Log {self.log_file}:\n{tail(self.log_file, 30)}"
-            )
 
     def stop(self, *, mode: str = "fast", timeout: float = 30.0, remove_data: bool = True) -> None:
         """Shut the server down and, by default, delete its data.
