@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -349,3 +351,24 @@ def test_the_connectors_public_names_are_pinned() -> None:
         assert public - set(module.__all__) <= {"annotations"}, public - set(module.__all__)
         for name in module.__all__:
             assert getattr(module, name).__doc__, f"{module.__name__}.{name} has no docstring"
+
+
+def test_each_jdbc_dialect_imports_without_the_other_dialects_driver() -> None:
+    # A MariaDB user installs PyMySQL, not psycopg2, and the reverse: the package imports a
+    # dialect's modules only when one of its names is used.
+    script = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == sys.argv[1]:\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import twophase.connectors.jdbc as jdbc\n"
+        "getattr(jdbc, sys.argv[2])\n"
+        "print('ok')\n"
+    )
+    for blocked, name in (("psycopg2", "mariadb_sink"), ("pymysql", "postgres_sink")):
+        done = subprocess.run(
+            [sys.executable, "-c", script, blocked, name], capture_output=True, text=True
+        )
+        assert done.stdout.strip() == "ok", done.stderr
