@@ -12,7 +12,6 @@ import base64
 import os
 import shutil
 import signal
-import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,18 +22,16 @@ from twophase_dev._common import (
     DevInfraError,
     ManagedProcess,
     PortRaceError,
-    ServiceContext,
     free_ports,
-    make_work_dir,
     port_is_free,
     rotate_log,
     run_logged,
     tail,
     wait_for_port,
     wait_until,
-    write_owner,
 )
 from twophase_dev._maven import MavenArtifact, resolve_classpath
+from twophase_dev._server import ManagedService
 
 __all__ = ["KAFKA_VERSION", "KafkaBroker", "kafka_classpath"]
 
@@ -120,7 +117,7 @@ def _random_cluster_id() -> str:
             return cluster_id
 
 
-class KafkaBroker(ServiceContext):
+class KafkaBroker(ManagedService):
     """A single-node Kafka broker (combined KRaft broker and controller) on 127.0.0.1.
 
     Parameters
@@ -165,6 +162,16 @@ class KafkaBroker(ServiceContext):
     127.0.0.1:40123
     """
 
+    kind = "kafka"
+    product = "Kafka"
+    noun = "broker"
+    address_env = "TWOPHASE_KAFKA_BOOTSTRAP"
+    log_name = "kafka.log"
+    crash_signals = ((signal.SIGTERM, 10.0),)
+    ready_interval = 0.25
+    log_lines = 40
+    not_ready = "did not become ready"
+
     def __init__(
         self,
         *,
@@ -178,26 +185,21 @@ class KafkaBroker(ServiceContext):
         detach: bool = False,
         startup_timeout: float = 90.0,
     ):
-        self.port = port
+        super().__init__(
+            port=port,
+            work_dir=work_dir,
+            log_dir=log_dir,
+            detach=detach,
+            startup_timeout=startup_timeout,
+        )
         self.controller_port = controller_port
-        self._fixed_ports = port is not None or controller_port is not None
-        self._own_work_dir = work_dir is None
-        self.work_dir = work_dir
-        self._log_dir = log_dir
+        self._fixed_port = port is not None or controller_port is not None
         self.version = version
         self.heap = heap
         self.extra_config = dict(config or {})
-        self.detach = detach
-        self.startup_timeout = startup_timeout
-        self._process: ManagedProcess | None = None
         self._formatted = False
         self._external_bootstrap: str | None = None
-        #: Host the broker listens on (loopback unless :meth:`external`).
-        self.host = LOOPBACK
-        #: ``False`` for a broker this package did not start (see :meth:`external`).
-        self.managed = True
-        #: Seconds the last :meth:`start` took (jar resolution, storage format and readiness).
-        self.startup_seconds: float | None = None
+        self._classpath: list[Path] = []
 
     # ---------------------------------------------------------------- attaching
 
@@ -289,50 +291,17 @@ class KafkaBroker(ServiceContext):
         return f"{LOOPBACK}:{self.port}"
 
     @property
-    def log_dir(self) -> Path:
-        """Directory holding ``kafka.log`` and ``kafka.out``."""
-        if self._log_dir is not None:
-            return self._log_dir
-        if self.work_dir is None:
-            raise DevInfraError("the broker has no work directory yet: call start() first")
-        return self.work_dir / "logs"
-
-    @property
-    def log_file(self) -> Path:
-        """The broker's main log file."""
-        return self.log_dir / "kafka.log"
-
-    @property
     def stdout_file(self) -> Path:
         """The JVM's stdout and stderr (startup errors, crashes)."""
         return self.log_dir / "kafka.out"
 
-    @property
-    def pid(self) -> int | None:
-        """Process id of the broker JVM, ``None`` when not started."""
-        return None if self._process is None else self._process.pid
+    def _address(self) -> str:
+        return self.bootstrap_servers
 
-    def is_running(self) -> bool:
-        """Tell whether the broker process is alive.
-
-        Returns
-        -------
-        bool
-            ``True`` while the JVM started by this handle runs. For an :meth:`external` broker,
-            whether its port accepts connections.
-        """
-        if not self.managed:
-            return self.port is not None and wait_for_port(self.host, self.port, timeout=0)
-        return self._process is not None and self._process.alive()
+    def _reachable(self) -> bool:
+        return self.port is not None and wait_for_port(self.host, self.port, timeout=0)
 
     # ---------------------------------------------------------------- lifecycle
-
-    def _require_managed(self, action: str) -> None:
-        if not self.managed:
-            raise DevInfraError(
-                f"cannot {action} the Kafka broker at {self.bootstrap_servers}: it was not started "
-                "by twophase_dev in this environment (TWOPHASE_KAFKA_BOOTSTRAP points at it)"
-            )
 
     def _server_properties(self, data_dir: Path) -> str:
         assert self.port is not None
@@ -419,28 +388,17 @@ class KafkaBroker(ServiceContext):
             If Java or Maven is missing, the port is taken (when given explicitly), or the broker
             does not become ready in time; the message includes the end of its log.
         """
-        self._require_managed("start")
-        if self.is_running():
-            return self
-        started = time.monotonic()
-        classpath = kafka_classpath(self.version)
-        created = self.work_dir is None
-        if self.work_dir is None:
-            self.work_dir = make_work_dir("kafka")
-        try:
-            self._start_in(self.work_dir, classpath)
-        except BaseException:
-            if created:
-                shutil.rmtree(self.work_dir, ignore_errors=True)
-                self.work_dir = None
-                self._formatted = False
-            raise
-        self.startup_seconds = time.monotonic() - started
-        return self
+        return super().start()
 
-    def _start_in(self, work_dir: Path, classpath: list[Path]) -> None:
+    def _locate(self) -> None:
+        self._classpath = kafka_classpath(self.version)
+
+    def _forget_data(self) -> None:
+        self._formatted = False
+
+    def _start_in(self, work_dir: Path) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        attempts = 1 if (self._fixed_ports or self._formatted) else 3
+        attempts = 1 if (self._fixed_port or self._formatted) else 3
         for attempt in range(1, attempts + 1):
             picked = iter(free_ports(2))
             if self.port is None:
@@ -458,8 +416,8 @@ class KafkaBroker(ServiceContext):
                 rotate_log(self.log_file)
                 rotate_log(self.stdout_file)
                 if not self._formatted:
-                    self._format_storage(classpath)
-                self._launch(classpath)
+                    self._format_storage(self._classpath)
+                self._launch()
                 return
             except PortRaceError:
                 if attempt == attempts:
@@ -476,7 +434,7 @@ class KafkaBroker(ServiceContext):
         for name, port in (("port", self.port), ("controller_port", self.controller_port)):
             assert port is not None
             if not port_is_free(port):
-                if not self._fixed_ports:
+                if not self._fixed_port:
                     raise PortRaceError()
                 raise DevInfraError(
                     f"Kafka {name} {port} on {LOOPBACK} is already in use by another process "
@@ -484,43 +442,25 @@ class KafkaBroker(ServiceContext):
                     "free one"
                 )
 
-    def _launch(self, classpath: list[Path]) -> None:
-        assert self.work_dir is not None
-        self._process = ManagedProcess.spawn(
-            self._java_command(classpath, "kafka.Kafka", str(self.work_dir / "server.properties")),
-            marker=str(self.work_dir),
+    def _spawn(self) -> ManagedProcess:
+        work_dir = self._require_work_dir()
+        return ManagedProcess.spawn(
+            self._java_command(self._classpath, "kafka.Kafka", str(work_dir / "server.properties")),
+            marker=str(work_dir),
             log_file=self.stdout_file,
-            cwd=self.work_dir,
+            cwd=work_dir,
             detach=self.detach,
-            death_signal="TERM",
+            death_signal=self.death_signal,
         )
-        write_owner(self.work_dir, self._process.pid)
 
-        def died() -> None:
-            assert self._process is not None
-            if self._process.alive():
-                return
-            log = tail(self.log_file, 40) + "\n" + tail(self.stdout_file, 20)
-            if "Address already in use" in log and not self._fixed_ports:
-                raise PortRaceError()
-            raise DevInfraError(
-                f"Kafka exited during startup (exit {self._process.returncode()}). "
-                f"Log {self.log_file}:\n{log}"
-            )
+    def _startup_log(self) -> str:
+        return tail(self.log_file, 40) + "\n" + tail(self.stdout_file, 20)
 
-        assert self.port is not None
-        ready = wait_until(
-            lambda: wait_for_port(LOOPBACK, self.port or 0, timeout=0) and self._metadata_ok(),
-            timeout=self.startup_timeout,
-            interval=0.25,
-            abort=died,
-        )
-        if not ready:
-            self._process.stop([(signal.SIGTERM, 10.0)])
-            raise DevInfraError(
-                f"Kafka did not become ready within {self.startup_timeout:.0f} s. "
-                f"Log {self.log_file}:\n{tail(self.log_file, 40)}"
-            )
+    def _is_port_race(self, log: str) -> bool:
+        return "Address already in use" in log
+
+    def _ready(self) -> bool:
+        return wait_for_port(LOOPBACK, self.port or 0, timeout=0) and self._metadata_ok()
 
     def _metadata_ok(self) -> bool:
         from confluent_kafka.admin import AdminClient
@@ -567,7 +507,7 @@ class KafkaBroker(ServiceContext):
         self._require_managed("restart")
         if self._process is not None:
             self._process.stop([(signal.SIGTERM, timeout)])
-        self._fixed_ports = True
+        self._fixed_port = True
         self.start()
 
     # ---------------------------------------------------------------- helpers
