@@ -38,7 +38,7 @@ from ._pool import close_connections
 if _TYPE_CHECKING:
     from ._admin import PreparedTransaction, list_prepared_transactions
     from ._factory import postgres_sink
-    from ._format import register_postgres_format
+    from ._format import register_mariadb_format, register_postgres_format
     from ._mariadb._dialect import MariaDBMarkerSink, MariaDBTwoPhaseSink
     from ._mariadb._factory import mariadb_sink
     from ._postgres import PostgresMarkerSink, PostgresTwoPhaseSink
@@ -54,6 +54,7 @@ _LAZY = {
     "list_prepared_transactions": "._admin",
     "mariadb_sink": "._mariadb._factory",
     "postgres_sink": "._factory",
+    "register_mariadb_format": "._format",
     "register_postgres_format": "._format",
 }
 
@@ -67,6 +68,7 @@ __all__ = [
     "list_prepared_transactions",
     "mariadb_sink",
     "postgres_sink",
+    "register_mariadb_format",
     "register_postgres_format",
 ]
 

@@ -83,6 +83,14 @@ def build_postgres(options: Mapping[str, str]) -> Any:
     return _with_crash(sink, options)
 
 
+def build_mariadb(options: Mapping[str, str]) -> Any:
+    """The connector's own builder (``format("twophase-mariadb")``), plus ``crash``."""
+    from twophase.connectors.jdbc._format import mariadb_sink_from_options
+
+    sink = mariadb_sink_from_options({k: v for k, v in options.items() if k != "crash"})
+    return _with_crash(sink, options)
+
+
 def build_kafka(options: Mapping[str, str]) -> Any:
     """The Kafka sink (the markers protocol): format() must refuse it."""
     from twophase.connectors.kafka import KafkaSink
@@ -92,7 +100,12 @@ def build_kafka(options: Mapping[str, str]) -> Any:
     )
 
 
-BUILDERS = {"fake": build_fake, "postgres": build_postgres, "kafka": build_kafka}
+BUILDERS = {
+    "fake": build_fake,
+    "postgres": build_postgres,
+    "mariadb": build_mariadb,
+    "kafka": build_kafka,
+}
 
 
 def start_format_query(

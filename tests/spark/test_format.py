@@ -77,6 +77,49 @@ def test_format_with_postgres_is_exactly_once_across_a_driver_kill(
 
 
 @pytest.mark.integration
+@pytest.mark.extended  # 55 s; format() under a driver kill stays in the default run with PostgreSQL
+def test_format_with_mariadb_is_exactly_once_across_a_driver_kill(
+    tmp_path: Path, mariadb_server: Any
+) -> None:
+    table = f"fmt_{uuid.uuid4().hex[:8]}"
+    options = {
+        "url": mariadb_server.password_url,
+        "table": table,
+        "name": "fmt",
+        "createTable": "true",
+    }
+    expected = write_input(tmp_path / "in", 3)
+
+    def ids() -> list[int]:
+        conn = mariadb_server.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT COUNT(*) FROM information_schema.TABLES "
+                    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+                    (table,),
+                )
+                if cur.fetchone()[0] == 0:
+                    return []
+                cur.execute(f"SELECT id FROM `{table}`")
+                return [int(r[0]) for r in cur.fetchall()]
+        finally:
+            conn.close()
+
+    def prepared() -> list[str]:
+        return [x for x in mariadb_server.prepared_xids() if x.startswith("tp:fmt.")]
+
+    code, log = drive(tmp_path, "mariadb", {**options, "crash": "decided:1"})
+    assert code == -signal.SIGKILL, f"the driver was not killed (rc={code}):\n{log}"
+    assert len(ids()) == 20, "batch 0 only should be visible"
+    assert prepared(), "the decision was recorded with every partition prepared"
+    code, log = drive(tmp_path, "mariadb", options)
+    assert code == 0, log
+    assert_exactly_once(ids(), expected)
+    assert prepared() == []
+
+
+@pytest.mark.integration
 def test_format_refuses_a_markers_sink_and_says_why(
     tmp_path: Path, kafka_broker: Any, make_topic: Any
 ) -> None:

@@ -338,6 +338,7 @@ def test_the_connectors_public_names_are_pinned() -> None:
         "list_prepared_transactions",
         "mariadb_sink",
         "postgres_sink",
+        "register_mariadb_format",
         "register_postgres_format",
     ]
     assert sorted(kafka.__all__) == [

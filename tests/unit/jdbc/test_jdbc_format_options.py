@@ -30,3 +30,41 @@ def test_a_bad_option_is_refused_with_its_name(
     assert caught.value.setting == setting
     assert caught.value.sink == "orders"
     assert text in str(caught.value)
+
+
+MARIA = {"name": "orders", "table": "shop.orders", "url": "mysql://etl@db.invalid/shop"}
+
+
+@pytest.mark.parametrize(
+    ("options", "setting", "text"),
+    [
+        ({"name": "orders", "table": "t"}, "url", "needs .option('url'"),
+        ({**MARIA, "dsn": "host=x"}, "dsn", "unknown option(s) dsn"),
+        ({**MARIA, "mergeSchema": "s"}, "mergeSchema", "unknown option(s) mergeSchema"),
+        ({**MARIA, "url": "postgresql://x/y"}, "url", "mysql:// or mariadb://"),
+        ({**MARIA, "maxPartitions": "x"}, "maxPartitions", "maxPartitions='x'"),
+    ],
+)
+def test_a_bad_mariadb_option_is_refused_with_its_name(
+    options: dict[str, str], setting: str, text: str
+) -> None:
+    from twophase.connectors.jdbc._format import mariadb_sink_from_options
+
+    with pytest.raises(ConfigurationError) as caught:
+        mariadb_sink_from_options(options)
+    assert caught.value.setting == setting
+    assert caught.value.sink == "orders"
+    assert text in str(caught.value)
+
+
+def test_the_mariadb_format_builds_the_coordinated_sink_from_strings() -> None:
+    from twophase.connectors.jdbc import MariaDBTwoPhaseSink
+    from twophase.connectors.jdbc._format import mariadb_sink_from_options
+
+    sink = mariadb_sink_from_options(
+        {**MARIA, "MODE": "upsert", "keyColumns": "id, region", "lockTimeout": "2.5"}
+    )
+    assert isinstance(sink, MariaDBTwoPhaseSink)
+    assert sink.options.key_columns == ("id", "region")
+    assert sink.options.lock_timeout == 2.5
+    assert sink.options.table.parts() == ("shop", "orders")
