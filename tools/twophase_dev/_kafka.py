@@ -249,9 +249,8 @@ class KafkaBroker(ManagedService):
             config=dict(record.get("config", {})),
             detach=True,
         )
-        broker._own_work_dir = bool(record.get("own_work_dir", True))
         broker._formatted = True
-        broker._process = ManagedProcess(int(record["pid"]), str(broker.work_dir))
+        broker._adopt(record)
         return broker
 
     def to_record(self) -> dict[str, Any]:
@@ -262,22 +261,10 @@ class KafkaBroker(ManagedService):
         dict
             Enough to re-create the handle with :meth:`from_record`.
         """
-        if self._process is None or self.work_dir is None:
-            raise DevInfraError("the broker has not been started")
-        return {
-            "kind": "kafka",
-            "pid": self._process.pid,
-            "port": self.port,
-            "controller_port": self.controller_port,
-            "bootstrap_servers": self.bootstrap_servers,
-            "work_dir": str(self.work_dir),
-            "own_work_dir": self._own_work_dir,
-            "log_dir": str(self.log_dir),
-            "log_file": str(self.log_file),
-            "version": self.version,
-            "heap": self.heap,
-            "config": self.extra_config,
-        }
+        return self._service_record(
+            {"controller_port": self.controller_port, "bootstrap_servers": self.bootstrap_servers},
+            {"version": self.version, "heap": self.heap, "config": self.extra_config},
+        )
 
     # ---------------------------------------------------------------- properties
 
@@ -446,7 +433,7 @@ class KafkaBroker(ManagedService):
         work_dir = self._require_work_dir()
         return ManagedProcess.spawn(
             self._java_command(self._classpath, "kafka.Kafka", str(work_dir / "server.properties")),
-            marker=str(work_dir),
+            marker=self._marker(),
             log_file=self.stdout_file,
             cwd=work_dir,
             detach=self.detach,

@@ -352,7 +352,7 @@ class MariaDBServer(DatabaseServer):
                 f"--datadir={self.data_dir}",
                 f"--port={self._require_port()}",
             ],
-            marker=str(self.data_dir),
+            marker=self._marker(),
             log_file=self.log_file,
             cwd=self._require_work_dir(),
             env=env,

@@ -380,7 +380,7 @@ class PostgresServer(DatabaseServer):
         env["LC_ALL"] = "C"
         return ManagedProcess.spawn(
             [str(self._bin_dir / "postgres"), "-D", str(self.data_dir)],
-            marker=str(self.data_dir),
+            marker=self._marker(),
             log_file=self.log_file,
             cwd=self._require_work_dir(),
             env=env,

@@ -146,6 +146,48 @@ class ManagedService(ServiceContext):
         """Return the end of the logs, shown when the server died while starting."""
         return tail(self.log_file, 30)
 
+    # ---------------------------------------------------------------- records
+
+    def _marker(self) -> str:
+        """Return what the server's command line names, by which its pid is trusted."""
+        return str(self._require_work_dir())
+
+    def _adopt(self, record: Mapping[str, Any]) -> None:
+        """Take over the running server that ``record`` (see ``to_record``) describes."""
+        self._own_work_dir = bool(record.get("own_work_dir", True))
+        self._process = ManagedProcess(int(record["pid"]), self._marker())
+
+    def _service_record(
+        self, address: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Return this running server's record (see ``to_record``).
+
+        Parameters
+        ----------
+        address : mapping
+            Where clients find it, after ``kind``, ``pid`` and ``port``.
+        options : mapping
+            How it was made, after the work directory and logs.
+
+        Returns
+        -------
+        dict
+            The record.
+        """
+        if self._process is None or self.work_dir is None:
+            raise DevInfraError(f"the {self.noun} has not been started")
+        return {
+            "kind": self.kind,
+            "pid": self._process.pid,
+            "port": self.port,
+            **address,
+            "work_dir": str(self.work_dir),
+            "own_work_dir": self._own_work_dir,
+            "log_dir": str(self.log_dir),
+            "log_file": str(self.log_file),
+            **options,
+        }
+
     # ---------------------------------------------------------------- paths and state
 
     def _require_work_dir(self) -> Path:
@@ -340,6 +382,9 @@ class DatabaseServer(ManagedService):
     def _reachable(self) -> bool:
         return self._accepts_connections()
 
+    def _marker(self) -> str:
+        return str(self.data_dir)
+
     def _ready(self) -> bool:
         return self._accepts_connections()
 
@@ -370,9 +415,8 @@ class DatabaseServer(ManagedService):
             detach=True,
             **cls._options_of_record(record),
         )
-        server._own_work_dir = bool(record.get("own_work_dir", True))
         server._initialized = True
-        server._process = ManagedProcess(int(record["pid"]), str(server.data_dir))
+        server._adopt(record)
         return server
 
     def to_record(self) -> dict[str, Any]:
@@ -383,19 +427,7 @@ class DatabaseServer(ManagedService):
         dict
             Enough to re-create the handle with :meth:`from_record`.
         """
-        if self._process is None or self.work_dir is None:
-            raise DevInfraError("the server has not been started")
-        return {
-            "kind": self.kind,
-            "pid": self._process.pid,
-            "port": self.port,
-            **self._record_options(),
-            "work_dir": str(self.work_dir),
-            "own_work_dir": self._own_work_dir,
-            "log_dir": str(self.log_dir),
-            "log_file": str(self.log_file),
-            "settings": self.extra_settings,
-        }
+        return self._service_record(self._record_options(), {"settings": self.extra_settings})
 
     # ---------------------------------------------------------------- paths and state
 
