@@ -187,14 +187,8 @@ class MariaDBServer(DatabaseServer):
         server.host = str(params["host"])
         server._external = {**params, "url": url}
         server.managed = False
-        conn = server.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT @@log_bin")
-                row = cur.fetchone()
-        finally:
-            conn.close()
-        server.binlog = bool(row and int(row[0]))
+        rows = server._query("SELECT @@log_bin")
+        server.binlog = bool(rows and int(rows[0][0]))
         return server
 
     @classmethod
@@ -274,6 +268,16 @@ class MariaDBServer(DatabaseServer):
         params.setdefault("connect_timeout", 5)
         params.update(kwargs)
         return pymysql.connect(**params)
+
+    def _query(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run one statement as the superuser on a connection of its own; return its rows."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
 
     # ---------------------------------------------------------------- paths and state
 
@@ -438,15 +442,8 @@ class MariaDBServer(DatabaseServer):
         list of str
             The gtrids (the ``data`` column with its branch qualifier cut off), sorted.
         """
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("XA RECOVER")
-                rows = cur.fetchall()
-        finally:
-            conn.close()
         xids = []
-        for _format_id, gtrid_length, _bqual_length, data in rows:
+        for _format_id, gtrid_length, _bqual_length, data in self._query("XA RECOVER"):
             raw = data if isinstance(data, bytes) else str(data).encode()
             xids.append(raw[: int(gtrid_length)].decode(errors="replace"))
         return sorted(xids)
