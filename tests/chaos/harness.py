@@ -723,7 +723,9 @@ class Target:
 
 
 def _is_maria(server: Any) -> bool:
-    return getattr(server, "kind", "") == "mariadb"
+    from twophase_dev import MariaDBServer
+
+    return isinstance(server, MariaDBServer)
 
 
 def _sql(server: Any, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
