@@ -31,6 +31,8 @@ def make_scenario(
             server = request.getfixturevalue("postgres_server")
         elif connector == "pg-markers":
             server = request.getfixturevalue("postgres_server_no_prepared")
+        elif connector.startswith("maria-"):
+            server = request.getfixturevalue("mariadb_server")
         return Scenario(
             connector, spark_cluster, kafka_broker, server, tmp_path / connector, **kwargs
         )

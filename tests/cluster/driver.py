@@ -51,6 +51,17 @@ def build_sink(spec: dict[str, Any], control: Control) -> Any:
             create_table=True,
             lock_timeout=20,
         )
+    elif connector.startswith("maria-"):
+        from twophase.connectors.jdbc import mariadb_sink
+
+        sink = mariadb_sink(
+            spec["sink_name"],
+            table=spec["table"],
+            url=spec["url"],
+            protocol="coordinated" if connector == "maria-coordinated" else "markers",
+            create_table=True,
+            lock_timeout=20,
+        )
     else:
         from twophase.connectors.kafka import KafkaSink
 
@@ -132,7 +143,7 @@ def main(spec_path: str) -> int:
             .load()
         )
         ids = source.selectExpr("CAST(CAST(value AS STRING) AS BIGINT) AS id")
-        if spec["connector"].startswith("pg-"):
+        if spec["connector"] != "kafka":
             out = ids.selectExpr("id", "CONCAT('row-', CAST(id AS STRING)) AS payload")
         else:
             out = ids.selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")

@@ -33,7 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink
+from twophase.connectors.jdbc import (
+    MariaDBMarkerSink,
+    MariaDBTwoPhaseSink,
+    PostgresMarkerSink,
+    PostgresTwoPhaseSink,
+)
 from twophase.connectors.kafka import KafkaSink
 
 __all__ = [
@@ -435,12 +440,22 @@ class ProbedPostgresTwoPhaseSink(_ProbedCoordinated, PostgresTwoPhaseSink):
     """``PostgresTwoPhaseSink`` (the coordinated protocol) with probes."""
 
 
+class ProbedMariaDBMarkerSink(_ProbedMarkers, MariaDBMarkerSink):
+    """``MariaDBMarkerSink`` (the markers protocol) with probes."""
+
+
+class ProbedMariaDBTwoPhaseSink(_ProbedCoordinated, MariaDBTwoPhaseSink):
+    """``MariaDBTwoPhaseSink`` (the coordinated protocol, XA) with probes."""
+
+
 def probed(sink: S, control: Control) -> S:
     """Return a copy of a connector's ``sink`` whose hooks report to and obey ``control``."""
     classes: list[tuple[type[Any], type[Any]]] = [
         (KafkaSink, ProbedKafkaSink),
         (PostgresMarkerSink, ProbedPostgresMarkerSink),
         (PostgresTwoPhaseSink, ProbedPostgresTwoPhaseSink),
+        (MariaDBMarkerSink, ProbedMariaDBMarkerSink),
+        (MariaDBTwoPhaseSink, ProbedMariaDBTwoPhaseSink),
     ]
     for base, cls in classes:
         if isinstance(sink, base):

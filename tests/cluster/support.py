@@ -31,10 +31,10 @@ from typing import Any
 from tests.cluster.probes import Control
 from tests.integration.kafka.kafka_support import read_all, unstable_partitions
 from twophase.testing import assert_exactly_once
-from twophase_dev import KafkaBroker, PostgresServer, SparkCluster
+from twophase_dev import KafkaBroker, MariaDBServer, PostgresServer, SparkCluster
 
 ROOT = Path(__file__).resolve().parents[2]
-CONNECTORS = ("pg-coordinated", "pg-markers", "kafka")
+CONNECTORS = ("pg-coordinated", "pg-markers", "maria-coordinated", "maria-markers", "kafka")
 #: Partitions of the input topic: one task per partition, one per worker of the cluster.
 PARTITIONS = 2
 
@@ -83,7 +83,7 @@ class Scenario:
     connector: str
     cluster: SparkCluster
     kafka: KafkaBroker
-    server: PostgresServer | None
+    server: PostgresServer | MariaDBServer | None
     work: Path
     batches: int = 3
     rows_per_batch: int = 40
@@ -134,7 +134,8 @@ class Scenario:
             "target_topic": self.target_topic,
             "control_topic": self.control_topic,
             "table": self.table,
-            "dsn": self.server.dsn if self.server is not None else None,
+            "dsn": getattr(self.server, "dsn", None),
+            "url": getattr(self.server, "password_url", None),
             "rows_per_batch": self.rows_per_batch,
             "checkpoint": str(self.work / "checkpoint"),
             "control": str(self.control.path),
@@ -170,13 +171,24 @@ class Scenario:
             records = read_all(self.kafka.bootstrap_servers, self.target_topic, "read_committed")
             return [int(r.value) for r in records if r.value is not None]
         assert self.server is not None
-        conn = self.server.connect()
+        maria = self.connector.startswith("maria-")
+        conn = self.server.connect(autocommit=True) if maria else self.server.connect()
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT to_regclass(%s)", (self.table,))
-                if cur.fetchone()[0] is None:
-                    return []
-                cur.execute(f'SELECT id, count(*) FROM "{self.table}" GROUP BY id')
+                if maria:
+                    cur.execute(
+                        "SELECT COUNT(*) FROM information_schema.TABLES "
+                        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+                        (self.table,),
+                    )
+                    if cur.fetchone()[0] == 0:
+                        return []
+                    cur.execute(f"SELECT id, count(*) FROM `{self.table}` GROUP BY id")
+                else:
+                    cur.execute("SELECT to_regclass(%s)", (self.table,))
+                    if cur.fetchone()[0] is None:
+                        return []
+                    cur.execute(f'SELECT id, count(*) FROM "{self.table}" GROUP BY id')
                 counts = {int(key): int(n) for key, n in cur.fetchall()}
         finally:
             conn.close()
@@ -187,13 +199,15 @@ class Scenario:
         assert_exactly_once(self.visible_ids(), self.expected, what="ids")
 
     def leftovers(self) -> list[str]:
-        """Prepared transactions of the sink (PostgreSQL), or open transactions (Kafka)."""
+        """Prepared transactions of the sink (PostgreSQL, MariaDB), or open ones (Kafka)."""
         if self.connector == "kafka":
             return unstable_partitions(
                 self.kafka.bootstrap_servers, [self.target_topic, self.control_topic]
             )
         assert self.server is not None
         prefix = f"tp:{self.name}."
+        if self.connector.startswith("maria-"):
+            return [x for x in self.server.prepared_xids() if x.startswith(prefix)]
         return [gid for gid, _db in self.server.prepared_transactions() if gid.startswith(prefix)]
 
     # ----------------------------------------------------------------- events
@@ -209,7 +223,7 @@ class Scenario:
     @property
     def commit_hook(self) -> str:
         """The participant's last hook: ``pre_commit`` (coordinated) or ``commit_with_marker``."""
-        return "pre_commit" if self.connector == "pg-coordinated" else "commit_with_marker"
+        return "pre_commit" if self.connector.endswith("-coordinated") else "commit_with_marker"
 
 
 def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
