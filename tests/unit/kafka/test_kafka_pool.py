@@ -147,7 +147,7 @@ def test_markers_of_finished_batches_are_offered_for_tombstoning() -> None:
 
 
 # ------------------------------------------------- sink hooks over the stub
-SINK = KafkaSink("orders", bootstrap_servers="127.0.0.1:9", topic="out")
+SINK = KafkaSink("orders", bootstrap_servers="127.0.0.1:9", topic="out", producer_lanes=4)
 CTX = TaskContext("orders", "orders.0123456789abcdef", 5, 2, 0)
 
 
