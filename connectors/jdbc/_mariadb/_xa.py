@@ -193,16 +193,7 @@ class XATransactions(MariaDBClient):
         )
 
     def _listed(self, cur: Any, xid: Xid) -> bool:
-        cur.execute("XA RECOVER")
-        for format_id, gtrid_length, _bqual_length, data in cur.fetchall():
-            raw = data if isinstance(data, bytes) else str(data).encode()
-            n = int(gtrid_length)
-            if int(format_id) == FORMAT_ID and (raw[:n].decode(), raw[n:].decode()) == (
-                xid.gtrid,
-                xid.bqual,
-            ):
-                return True
-        return False
+        return xid in _recovered(cur)
 
     def commit_prepared(self, handle: MariaDBHandle, **context: Any) -> str:
         """``XA COMMIT``; an xid the server does not know is resolved by its row.
@@ -343,18 +334,7 @@ class XATransactions(MariaDBClient):
         """
 
         def query(cur: Any) -> list[str]:
-            cur.execute("XA RECOVER")
-            found = []
-            for format_id, gtrid_length, _bqual_length, data in cur.fetchall():
-                if int(format_id) != FORMAT_ID:
-                    continue
-                raw = data if isinstance(data, bytes) else str(data).encode()
-                n = int(gtrid_length)
-                try:
-                    found.append(f"{raw[:n].decode()}:{raw[n:].decode()}")
-                except UnicodeDecodeError:
-                    continue
-            return found
+            return [xid.gid for xid in _recovered(cur)]
 
         handles = []
         for gid in sorted(self.run("listing prepared XA transactions", query, **context)):
@@ -372,3 +352,19 @@ class XATransactions(MariaDBClient):
                 f"{handle.transaction_id!r} is not a transaction id of this connector", **context
             )
         return xid
+
+
+def _recovered(cur: Any) -> list[Xid]:
+    """Run ``XA RECOVER``: the prepared xids of this connector's format (others are skipped)."""
+    cur.execute("XA RECOVER")
+    found = []
+    for format_id, gtrid_length, _bqual_length, data in cur.fetchall():
+        if int(format_id) != FORMAT_ID:
+            continue
+        raw = data if isinstance(data, bytes) else str(data).encode()
+        n = int(gtrid_length)
+        try:
+            found.append(Xid(raw[:n].decode(), raw[n:].decode()))
+        except UnicodeDecodeError:
+            continue
+    return found
