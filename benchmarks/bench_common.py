@@ -36,6 +36,18 @@ ROOT = BENCH_DIR.parent
 
 #: The PostgreSQL JDBC driver Spark's JDBC writer uses (Maven Central).
 PG_JDBC = "org.postgresql:postgresql:42.7.13"
+#: MariaDB Connector/J, the driver of Spark's JDBC writer into MariaDB (Maven Central).
+MARIADB_JDBC = "org.mariadb.jdbc:mariadb-java-client:3.5.11"
+#: Durable, as a production server: the InnoDB log and the binary log are flushed at every
+#: commit and XA PREPARE (the dev server flushes neither); room for the benchmark's tables.
+MARIADB_SETTINGS = {
+    "innodb_flush_log_at_trx_commit": "1",
+    "sync_binlog": "1",
+    "innodb_doublewrite": "1",
+    "innodb_buffer_pool_size": "1G",
+    "innodb_log_file_size": "512M",
+    "max_allowed_packet": "256M",
+}
 #: The coordinated protocol must be able to hold 1,000 in-doubt transactions (comparison
 #: "recovery"); the connector leaves a quarter of the server's slots free, so 1,400 gives a limit
 #: of 1,050.
@@ -223,6 +235,7 @@ class Env:
         self.work = Path(tempfile.mkdtemp(prefix="twophase-bench-"))
         self._kafka: Any = None
         self._pg: Any = None
+        self._maria: Any = None
         self._spark: Any = None
         # Executors import the benchmark modules (mapInArrow functions, their per-worker caches).
         paths = [str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]
@@ -253,6 +266,29 @@ class Env:
             ).start()
         return self._pg
 
+    @property
+    def maria(self) -> Any:
+        """The durable MariaDB server (``password_url``, ``jdbc_url``, ``connect()``)."""
+        if self._maria is None:
+            from twophase_dev import MariaDBServer
+
+            log("starting a durable MariaDB server ...")
+            self._maria = MariaDBServer(
+                settings=MARIADB_SETTINGS, log_dir=self.work / "mariadb-logs"
+            ).start()
+        return self._maria
+
+    def maria_sql(self, *statements: str, fetch: bool = False) -> Any:
+        """Run statements in autocommit on the MariaDB server; the last one's rows if asked."""
+        conn = self.maria.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                for statement in statements:
+                    cur.execute(statement)
+                return cur.fetchall() if fetch else None
+        finally:
+            conn.close()
+
     def sql(self, *statements: str, fetch: bool = False) -> Any:
         """Run statements in autocommit on the PostgreSQL server; the last one's rows if asked."""
         conn = self.pg.connect()
@@ -268,12 +304,16 @@ class Env:
     # -- Spark
     @property
     def spark(self) -> Any:
-        """The local[2] SparkSession with the Kafka connector and the PostgreSQL JDBC driver."""
+        """The local[2] SparkSession with the Kafka connector and both JDBC drivers."""
         if self._spark is None:
             from twophase_dev import resolve_classpath, spark_kafka_jars, spark_session
 
             log("starting Spark (local[2]) ...")
-            jars = [*spark_kafka_jars(), *resolve_classpath([PG_JDBC], name="bench-pg-jdbc")]
+            jars = [
+                *spark_kafka_jars(),
+                *resolve_classpath([PG_JDBC], name="bench-pg-jdbc"),
+                *resolve_classpath([MARIADB_JDBC], name="bench-mariadb-jdbc"),
+            ]
             self._spark = spark_session(
                 "twophase-bench",
                 extra_conf={
@@ -305,6 +345,9 @@ class Env:
         if self._pg is not None:
             with contextlib.suppress(Exception):
                 self._pg.stop()
+        if self._maria is not None:
+            with contextlib.suppress(Exception):
+                self._maria.stop()
         shutil.rmtree(self.work, ignore_errors=True)
 
     def versions(self) -> dict[str, str]:
@@ -312,7 +355,7 @@ class Env:
         import importlib.metadata as md
 
         out = {"python": platform.python_version()}
-        for dist in ("pyspark", "pyarrow", "confluent-kafka", "psycopg2-binary"):
+        for dist in ("pyspark", "pyarrow", "confluent-kafka", "psycopg2-binary", "PyMySQL"):
             with contextlib.suppress(md.PackageNotFoundError):
                 out[dist] = md.version(dist)
         with contextlib.suppress(Exception):
@@ -325,6 +368,10 @@ class Env:
             with contextlib.suppress(Exception):
                 out["postgresql"] = str(self.sql("SHOW server_version", fetch=True)[0][0])
         out["postgresql jdbc"] = PG_JDBC.rsplit(":", 1)[-1]
+        if self._maria is not None:
+            with contextlib.suppress(Exception):
+                out["mariadb"] = str(self.maria_sql("SELECT VERSION()", fetch=True)[0][0])
+            out["mariadb connector/j"] = MARIADB_JDBC.rsplit(":", 1)[-1]
         return out
 
 

@@ -16,6 +16,8 @@ the same run and printing the ratios against its goals):
   with the Java idempotent producer; 100 B and 1 KB records; records/s.
 * ``postgres``  -- the JDBC sink (both protocols; append and upsert) through Spark vs Spark's JDBC
   writer in ``foreachBatch``, and without Spark vs raw single-connection COPY; narrow and wide rows.
+* ``mariadb``   -- the same for the MariaDB sink, against Spark's JDBC writer with MariaDB
+  Connector/J and raw ``LOAD DATA LOCAL INFILE``.
 * ``overhead``  -- added latency per small micro-batch (1 to 1,000 rows, 4 partitions) over a plain
   non-transactional ``foreachBatch`` doing the same write, by protocol phase.
 * ``recovery``  -- the restarted driver's recovery work for 10, 100, 1,000 in-doubt transactions.
@@ -44,7 +46,7 @@ from typing import Any
 
 from bench_common import ROOT, Env, load_average, log, machine
 
-COMPARISONS = ("kafka", "postgres", "overhead", "recovery", "scaling")
+COMPARISONS = ("kafka", "postgres", "mariadb", "overhead", "recovery", "scaling")
 QUIET_LOAD = 1.0
 
 

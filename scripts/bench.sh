@@ -4,7 +4,7 @@
 # docs/benchmarks/); see docs/benchmarks.md.
 #   scripts/bench.sh                   # everything (~25 min on 2 cores)
 #   scripts/bench.sh --quick           # tiny sizes, 1 repetition (< 5 min), into build/bench-quick/
-#   scripts/bench.sh --only NAME[,...] # kafka, postgres, overhead, recovery, scaling
+#   scripts/bench.sh --only NAME[,...] # kafka, postgres, mariadb, overhead, recovery, scaling
 #   scripts/bench.sh --wait-quiet 45   # first wait up to 45 min for a 1-min load average < 1
 #   scripts/bench.sh --out DIR         # results.json, benchmarks.md and plots into DIR
 set -euo pipefail
