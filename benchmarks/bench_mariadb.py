@@ -162,7 +162,7 @@ class MariaDBTable(JdbcTable):
 
 def run(env: Env, quick: bool) -> Comparison:
     logging.getLogger("twophase").setLevel(logging.WARNING)
-    rows = {"narrow": 20_000, "wide": 10_000} if quick else {"narrow": 300_000, "wide": 100_000}
+    rows = {"narrow": 20_000, "wide": 10_000} if quick else {"narrow": 500_000, "wide": 200_000}
     reps = env.reps if quick else max(env.reps, 3)
     cmp = Comparison(NAME, TITLE, quick)
     cmp.params = {

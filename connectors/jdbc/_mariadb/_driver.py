@@ -175,6 +175,39 @@ def _truthy(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+_connection_class: Any = None
+
+
+def _pymysql_connection() -> Any:
+    """PyMySQL's connection class, sharing the context of TLS-if-offered between connections.
+
+    PyMySQL 1.1 and later build an SSL context for every connection (TLS when
+    the server offers it, no verification: its "preferred" mode), which
+    loads the system's CA certificates again each time: 16 ms of a 17 ms
+    connect, measured here. Without TLS options that context is always the
+    same, so one per process serves; a context built from the user's
+    ``ssl_*`` options (files that may be rotated) is still built per
+    connection.
+    """
+    global _connection_class
+    if _connection_class is None:
+        import pymysql.connections
+
+        base = pymysql.connections.Connection
+        preferred: list[Any] = []
+
+        class Connection(base):  # type: ignore[misc, valid-type]
+            def _create_ssl_ctx(self, sslp: Any) -> Any:
+                if sslp == {}:
+                    if not preferred:
+                        preferred.append(super()._create_ssl_ctx(sslp))
+                    return preferred[0]
+                return super()._create_ssl_ctx(sslp)
+
+        _connection_class = Connection if hasattr(base, "_create_ssl_ctx") else base
+    return _connection_class
+
+
 class PyMySQLDriver:
     """MariaDB and MySQL through PyMySQL (the :class:`~.._pool.Driver` of the dialect)."""
 
@@ -184,8 +217,6 @@ class PyMySQLDriver:
         self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], connect_timeout: int
     ) -> Any:
         """Connect (utf8mb4, autocommit, ``READ COMMITTED``) and set the session's settings."""
-        import pymysql
-
         kwargs: dict[str, Any] = {}
         for key, value in config.connect_kwargs().items():
             if key in _INT_KEYS:
@@ -194,7 +225,7 @@ class PyMySQLDriver:
                 kwargs[key] = _truthy(value)
             else:
                 kwargs[key] = value
-        conn = pymysql.connect(
+        conn = _pymysql_connection()(
             **kwargs,
             charset="utf8mb4",
             autocommit=True,

@@ -65,7 +65,13 @@ def fields_text(
 
 
 def load(
-    cur: Any, into: str, names: Sequence[str], rows: pa.LargeBinaryArray, types: Sequence[Any] = ()
+    cur: Any,
+    into: str,
+    names: Sequence[str],
+    rows: pa.LargeBinaryArray,
+    types: Sequence[Any] = (),
+    *,
+    replace: bool = False,
 ) -> None:
     """Write the rows to a temporary file and ``LOAD DATA LOCAL INFILE`` it into ``into``.
 
@@ -81,6 +87,9 @@ def load(
         From :func:`fields_text`.
     types
         ``(name, type)`` of the written columns, to name the column of a warning.
+    replace
+        A row replaces the row of the same unique key (a deduplicating staging
+        table); the server then counts a replaced row twice.
 
     Raises
     ------
@@ -100,14 +109,15 @@ def load(
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         cur.execute(
-            f"LOAD DATA LOCAL INFILE {literal(path)} INTO TABLE {into} CHARACTER SET binary "
+            f"LOAD DATA LOCAL INFILE {literal(path)} {'REPLACE ' if replace else ''}"
+            f"INTO TABLE {into} CHARACTER SET binary "
             "FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' "
             f"({columns(names)})"
         )
         loaded = cur.rowcount
         cur.execute("SELECT @@warning_count")
         warnings = int(cur.fetchone()[0])
-        if warnings or loaded != n:
+        if warnings or (loaded < n if replace else loaded != n):
             cur.execute("SHOW WARNINGS LIMIT 3")
             shown = "; ".join(f"{level} {code}: {text}" for level, code, text in cur.fetchall())
             raise DataError(

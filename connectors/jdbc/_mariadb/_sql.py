@@ -20,6 +20,7 @@ __all__ = [
     "STAGING",
     "columns",
     "create_staging",
+    "dedupes_at_load",
     "literal",
     "merge",
     "quote",
@@ -104,7 +105,40 @@ STAGING = "`twophase_stage`"
 LATEST = "`twophase_latest`"
 
 
-def create_staging(columns_sql: Sequence[tuple[str, str]], *, with_op: bool) -> list[str]:
+def dedupes_at_load(
+    keys: Sequence[str], types: Sequence[tuple[str, str]], order: str | None
+) -> bool:
+    """Whether the staging table keeps one row per key itself (a unique key, rows replaced).
+
+    Then the last row of a key wins as it arrives, which is the latest row when
+    no ``order_column`` reorders them, and the merge reads the staging table
+    once. Key columns of a type an index cannot hold whole (text, blob, JSON,
+    spatial) keep the ``ROW_NUMBER()`` merge.
+
+    Parameters
+    ----------
+    keys
+        The key columns.
+    types
+        ``(name, column type)`` of the written columns.
+    order
+        The ``order_column`` setting.
+
+    Returns
+    -------
+    bool
+        True when the staging table gets a unique key on ``keys``.
+    """
+    if order is not None or not keys:
+        return False
+    by_name = {name: sql_type.lower() for name, sql_type in types}
+    whole = ("text", "blob", "json", "geometry", "point", "polygon", "linestring")
+    return all(k in by_name and not any(w in by_name[k] for w in whole) for k in keys)
+
+
+def create_staging(
+    columns_sql: Sequence[tuple[str, str]], *, with_op: bool, unique: Sequence[str] = ()
+) -> list[str]:
     """Create the session's staging table: the written columns, all nullable, plus seq and op.
 
     The columns keep the target's types (``COLUMN_TYPE`` from the catalog, so
@@ -118,6 +152,9 @@ def create_staging(columns_sql: Sequence[tuple[str, str]], *, with_op: bool) -> 
         ``(name, column type)`` of the written columns.
     with_op
         Add the CDC operation column.
+    unique
+        Key columns to give a unique key (:func:`dedupes_at_load`); rows
+        then go in with ``REPLACE``.
 
     Returns
     -------
@@ -128,6 +165,8 @@ def create_staging(columns_sql: Sequence[tuple[str, str]], *, with_op: bool) -> 
     parts.append(f"{quote(SEQ_COLUMN)} BIGINT NOT NULL")
     if with_op:
         parts.append(f"{quote(OP_COLUMN)} CHAR(1) NOT NULL")
+    if unique:
+        parts.append(f"UNIQUE KEY ({columns(unique)})")
     return [
         f"DROP TEMPORARY TABLE IF EXISTS {STAGING}, {LATEST}",
         f"CREATE TEMPORARY TABLE {STAGING} ({', '.join(parts)}) ENGINE=InnoDB",
@@ -141,13 +180,15 @@ def merge(
     order_column: str | None,
     *,
     cdc: bool,
+    deduped: bool = False,
 ) -> list[str]:
     """Apply the latest staged row of every key: upsert it, or delete the key for a CDC ``d``.
 
     The latest row of a key is the one with the largest ``order_column``
     (NULLs lose), then the last in the partition. MariaDB cannot read a
     temporary table twice in one statement, so the latest rows are kept in a
-    second one.
+    second one -- unless the staging table already holds one row per key
+    (``deduped``), which is then read as it is.
 
     Parameters
     ----------
@@ -161,6 +202,8 @@ def merge(
         Orders the rows of one key, before row order.
     cdc
         The staging table has the operation column.
+    deduped
+        The staging table has a unique key on ``keys`` (:func:`dedupes_at_load`).
 
     Returns
     -------
@@ -172,6 +215,7 @@ def merge(
         order += [f"{quote(order_column)} IS NULL", f"{quote(order_column)} DESC"]
     order.append(f"{quote(SEQ_COLUMN)} DESC")
     kept = list(names) + ([OP_COLUMN] if cdc else [])
+    source = STAGING if deduped else LATEST
     latest = (
         f"CREATE TEMPORARY TABLE {LATEST} ENGINE=InnoDB AS SELECT {columns(kept)} FROM ("
         f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {columns(keys)} ORDER BY {', '.join(order)}) "
@@ -180,19 +224,18 @@ def merge(
     updates = [n for n in names if n not in keys] or [keys[0]]
     assignments = ", ".join(f"{quote(n)} = VALUES({quote(n)})" for n in updates)
     where = f" WHERE {quote(OP_COLUMN)} <> 'd'" if cdc else ""
-    statements = [
-        latest,
-        f"INSERT INTO {table(target)} ({columns(names)}) SELECT {columns(names)} FROM {LATEST}"
-        f"{where} ON DUPLICATE KEY UPDATE {assignments}",
-    ]
+    statements = [] if deduped else [latest]
     if cdc:
         match = " AND ".join(f"t.{quote(k)} = d.{quote(k)}" for k in keys)
-        statements.insert(
-            1,
-            # Driven by the staged keys, looked up in the table's key index: a scan of the
-            # table would wait on rows that other partitions' prepared branches hold.
-            f"DELETE t FROM {LATEST} AS d STRAIGHT_JOIN {table(target)} AS t ON {match} "
-            f"WHERE d.{quote(OP_COLUMN)} = 'd'",
+        # Driven by the staged keys, looked up in the table's key index: a scan of the
+        # table would wait on rows that other partitions' prepared branches hold.
+        statements.append(
+            f"DELETE t FROM {source} AS d STRAIGHT_JOIN {table(target)} AS t ON {match} "
+            f"WHERE d.{quote(OP_COLUMN)} = 'd'"
         )
-    statements.append(f"DROP TEMPORARY TABLE {STAGING}, {LATEST}")
+    statements.append(
+        f"INSERT INTO {table(target)} ({columns(names)}) SELECT {columns(names)} FROM {source}"
+        f"{where} ON DUPLICATE KEY UPDATE {assignments}"
+    )
+    statements.append(f"DROP TEMPORARY TABLE IF EXISTS {STAGING}, {LATEST}")
     return statements

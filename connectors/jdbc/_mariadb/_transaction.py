@@ -20,6 +20,8 @@ class MariaDBTransaction(JdbcTransaction):
         (the markers protocol's local transaction).
     max_bytes
         The longest ``INSERT`` statement to send.
+    deduped
+        The staging table keeps one row per key (rows go in with ``REPLACE``).
     """
 
     errors = MariaDBClient.errors
@@ -28,3 +30,4 @@ class MariaDBTransaction(JdbcTransaction):
         super().__init__(*args)
         self.xa = xa
         self.max_bytes = max_bytes
+        self.deduped = False

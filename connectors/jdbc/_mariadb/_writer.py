@@ -25,7 +25,7 @@ from ._driver import errno
 from ._fencing import release_slot, take_slot
 from ._insert import insert_statements, rows_text
 from ._load import LOCAL_INFILE_REFUSED, fields_text, load
-from ._sql import STAGING, columns, create_staging, merge, table
+from ._sql import STAGING, columns, create_staging, dedupes_at_load, merge, table
 from ._transaction import MariaDBTransaction
 from ._types import MARIADB_TYPES, Kind, render_fields, render_literals
 from ._xa import XATransactions
@@ -153,7 +153,7 @@ class MariaDBWriter(MariaDBClient):
                     try:
                         fields = [render_fields(*e) for e in extra]
                         rows = fields_text(batch, plan.columns, fields)
-                        load(cur, into, names, rows, plan.column_types)
+                        load(cur, into, names, rows, plan.column_types, replace=txn.deduped)
                         txn.rows += batch.num_rows
                         return
                     except txn.errors.error as exc:
@@ -167,7 +167,8 @@ class MariaDBWriter(MariaDBClient):
                         )
                 literals = [render_literals(*e) for e in extra]
                 text = rows_text(batch, plan.columns, literals)
-                prefix = f"INSERT INTO {into} ({columns(names)}) VALUES ".encode()
+                verb = "REPLACE" if txn.deduped else "INSERT"
+                prefix = f"{verb} INTO {into} ({columns(names)}) VALUES ".encode()
                 for statement in insert_statements(prefix, text, txn.max_bytes):
                     cur.execute(statement)
         except DataError as exc:
@@ -179,9 +180,11 @@ class MariaDBWriter(MariaDBClient):
     def _create_staging(self, txn: MariaDBTransaction) -> None:
         assert txn.plan is not None
         types = dict(txn.plan.column_types)
+        written = [(name, types[name]) for name in txn.plan.names]
+        keys = self.options.key_columns
+        txn.deduped = dedupes_at_load(keys, written, self.options.order_column)
         statements = create_staging(
-            [(name, types[name]) for name in txn.plan.names],
-            with_op=txn.plan.op_index is not None,
+            written, with_op=txn.plan.op_index is not None, unique=keys if txn.deduped else ()
         )
         try:
             with txn.conn.cursor() as cur:
@@ -209,6 +212,7 @@ class MariaDBWriter(MariaDBClient):
             o.key_columns,
             o.order_column,
             cdc=txn.plan.op_index is not None,
+            deduped=txn.deduped,
         )
         try:
             with conn.cursor() as cur:
