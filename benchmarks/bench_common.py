@@ -226,6 +226,17 @@ class Comparison:
 
 
 # ------------------------------------------------------------------ environment
+def _run(conn: Any, statements: Sequence[str], fetch: bool) -> Any:
+    """Run ``statements`` on ``conn``, then close it; the last one's rows if ``fetch``."""
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+            return cur.fetchall() if fetch else None
+    finally:
+        conn.close()
+
+
 class Env:
     """Servers and Spark, each started on first use, all stopped by :meth:`close`."""
 
@@ -280,26 +291,13 @@ class Env:
 
     def maria_sql(self, *statements: str, fetch: bool = False) -> Any:
         """Run statements in autocommit on the MariaDB server; the last one's rows if asked."""
-        conn = self.maria.connect(autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                for statement in statements:
-                    cur.execute(statement)
-                return cur.fetchall() if fetch else None
-        finally:
-            conn.close()
+        return _run(self.maria.connect(autocommit=True), statements, fetch)
 
     def sql(self, *statements: str, fetch: bool = False) -> Any:
         """Run statements in autocommit on the PostgreSQL server; the last one's rows if asked."""
         conn = self.pg.connect()
         conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                for statement in statements:
-                    cur.execute(statement)
-                return cur.fetchall() if fetch else None
-        finally:
-            conn.close()
+        return _run(conn, statements, fetch)
 
     # -- Spark
     @property

@@ -119,12 +119,24 @@ class JdbcTable:
         """Rows in the table."""
         raise NotImplementedError
 
-    def raw(self, mode: str) -> None:
-        """The raw bulk path on one connection (into a temporary table and merged for upsert)."""
+    def raw_connect(self) -> Any:
+        """A DB-API connection for the raw bulk path (autocommit off)."""
         raise NotImplementedError
 
-    def make_sink(self, name: str, protocol: str, mode: str) -> Any:
-        """The twophase sink of this dialect."""
+    def bulk_load(self, conn: Any, into: str) -> None:
+        """Load every row with the server's bulk path into ``into``."""
+        raise NotImplementedError
+
+    def temp_stage_sql(self) -> str:
+        """Create the raw upsert's temporary table ``stage``, shaped like the table, empty."""
+        raise NotImplementedError
+
+    def merge_sql(self, source: str) -> str:
+        """Upsert every row of ``source`` into the table."""
+        raise NotImplementedError
+
+    def sink(self, name: str, **options: Any) -> Any:
+        """The twophase sink of this dialect writing to the table, with ``options``."""
         raise NotImplementedError
 
     def jdbc_write(self, df: Any, table: str) -> None:
@@ -144,8 +156,24 @@ class JdbcTable:
         raise NotImplementedError
 
     # -- the same for every dialect
-    def key_columns(self, mode: str) -> list[str]:
-        return ["id"] if mode == "upsert" else []
+    def raw(self, mode: str) -> None:
+        """The raw bulk path on one connection (into a temporary table and merged for upsert)."""
+        conn = self.raw_connect()
+        if mode == "append":
+            self.bulk_load(conn, self.name)
+        else:
+            with conn.cursor() as cur:
+                cur.execute(self.temp_stage_sql())
+            self.bulk_load(conn, "stage")
+            with conn.cursor() as cur:
+                cur.execute(self.merge_sql("stage"))
+        conn.commit()
+        conn.close()
+
+    def make_sink(self, name: str, protocol: str, mode: str) -> Any:
+        return self.sink(
+            name, protocol=protocol, mode=mode, key_columns=["id"] if mode == "upsert" else []
+        )
 
     def local_runner(self, protocol: str, mode: str) -> None:
         from twophase.testing import LocalRunner

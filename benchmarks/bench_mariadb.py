@@ -112,30 +112,19 @@ class MariaDBTable(JdbcTable):
             f"ON DUPLICATE KEY UPDATE {sets}"
         )
 
-    def raw(self, mode: str) -> None:
-        conn = self._connect()
-        if mode == "append":
-            self._load(conn, self.name)
-        else:
-            with conn.cursor() as cur:
-                cur.execute(f"CREATE TEMPORARY TABLE stage LIKE {self.name}")
-            self._load(conn, "stage")
-            with conn.cursor() as cur:
-                cur.execute(self.merge_sql("stage"))
-        conn.commit()
-        conn.close()
+    def raw_connect(self) -> Any:
+        return self._connect()
 
-    def make_sink(self, name: str, protocol: str, mode: str) -> Any:
+    def bulk_load(self, conn: Any, into: str) -> None:
+        self._load(conn, into)
+
+    def temp_stage_sql(self) -> str:
+        return f"CREATE TEMPORARY TABLE stage LIKE {self.name}"
+
+    def sink(self, name: str, **options: Any) -> Any:
         from twophase.connectors.jdbc import mariadb_sink
 
-        return mariadb_sink(
-            name,
-            table=self.name,
-            url=self.env.maria.password_url,
-            protocol=protocol,  # type: ignore[arg-type]
-            mode=mode,  # type: ignore[arg-type]
-            key_columns=self.key_columns(mode),
-        )
+        return mariadb_sink(name, table=self.name, url=self.env.maria.password_url, **options)
 
     def jdbc_write(self, df: Any, table: str) -> None:
         url = self.env.maria.jdbc_url.replace("jdbc:mariadb:", "jdbc:mysql:", 1)

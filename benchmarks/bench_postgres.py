@@ -83,33 +83,19 @@ class PostgresTable(JdbcTable):
             f"ON CONFLICT (id) DO UPDATE SET {sets}"
         )
 
-    def raw(self, mode: str) -> None:
-        conn = self.env.pg.connect()
-        if mode == "append":
-            self.copy(self.name, conn)
-        else:
-            with conn.cursor() as cur:
-                cur.execute(
-                    f"CREATE TEMP TABLE stage ON COMMIT DROP AS SELECT * FROM {self.name} "
-                    "WITH NO DATA"
-                )
-            self.copy("stage", conn)
-            with conn.cursor() as cur:
-                cur.execute(self.merge_sql("stage"))
-        conn.commit()
-        conn.close()
+    def raw_connect(self) -> Any:
+        return self.env.pg.connect()
 
-    def make_sink(self, name: str, protocol: str, mode: str) -> Any:
+    def bulk_load(self, conn: Any, into: str) -> None:
+        self.copy(into, conn)
+
+    def temp_stage_sql(self) -> str:
+        return f"CREATE TEMP TABLE stage ON COMMIT DROP AS SELECT * FROM {self.name} WITH NO DATA"
+
+    def sink(self, name: str, **options: Any) -> Any:
         from twophase.connectors.jdbc import postgres_sink
 
-        return postgres_sink(
-            name,
-            table=self.name,
-            dsn=self.env.pg.dsn,
-            protocol=protocol,  # type: ignore[arg-type]
-            mode=mode,  # type: ignore[arg-type]
-            key_columns=self.key_columns(mode),
-        )
+        return postgres_sink(name, table=self.name, dsn=self.env.pg.dsn, **options)
 
     def jdbc_write(self, df: Any, table: str) -> None:
         df.write.jdbc(

@@ -31,6 +31,16 @@ INTRO = {
         "(pre-rendered CSV) against the connector driven by the coordinator (`LocalRunner`, 4 "
         "partitions). Durable server (fsync on); upserts update every row of a full table."
     ),
+    "mariadb": (
+        "The same shapes, rows and runs as PostgreSQL's, into MariaDB (InnoDB, binary log on, "
+        "`innodb_flush_log_at_trx_commit=1`, `sync_binlog=1`): the MariaDB sink (both "
+        "protocols) against Spark's JDBC writer with MariaDB Connector/J (`batchsize=10000`, "
+        "`useBulkStmts=true`: Connector/J 3 removed `rewriteBatchedStatements` and batches with "
+        "its bulk protocol; a `jdbc:mysql:` URL with `permitMysqlScheme`, so that Spark quotes "
+        "names as MySQL does; for upsert an InnoDB staging table and one `INSERT ... ON "
+        "DUPLICATE KEY UPDATE`); and without Spark, raw `LOAD DATA LOCAL INFILE` of a "
+        "pre-rendered CSV file on one connection against the connector under `LocalRunner`."
+    ),
     "overhead": (
         "Small micro-batches (Spark's `rate-micro-batch` source, 4 partitions, batches back to "
         "back): the wall time of the `foreachBatch` call per batch, for each sink and for a plain "
@@ -154,8 +164,10 @@ def _plots(results: dict[str, Any], folder: Path) -> dict[str, list[str]]:
             bars(ax, [e for e in entries if e["group"] == group], f"{group} records", "records/s")
         save(fig, "kafka.png", "kafka")
 
-    if "postgres" in comps:
-        entries = comps["postgres"]["measurements"]
+    for jdbc in ("postgres", "mariadb"):
+        if jdbc not in comps:
+            continue
+        entries = comps[jdbc]["measurements"]
         groups = list(dict.fromkeys(e["group"] for e in entries))
         cols = 2
         rows = -(-len(groups) // cols)
@@ -164,7 +176,7 @@ def _plots(results: dict[str, Any], folder: Path) -> dict[str, list[str]]:
             bars(ax, [e for e in entries if e["group"] == group], group, "rows/s")
         for ax in list(axes.flat)[len(groups) :]:
             ax.axis("off")
-        save(fig, "postgres.png", "postgres")
+        save(fig, f"{jdbc}.png", jdbc)
 
     if "overhead" in comps:
         cmp = comps["overhead"]
@@ -330,7 +342,8 @@ def write(results: dict[str, Any], report: Path) -> None:
         )
         + ".",
         f"- **Machine**: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Linux "
-        f"{m['kernel']}; Kafka broker, PostgreSQL and Spark (`local[2]`) on the same machine.",
+        f"{m['kernel']}; Kafka broker, PostgreSQL, MariaDB and Spark (`local[2]`) on the same "
+        "machine.",
         f"- **Load average** (1, 5, 15 min) at the start: {results['load_at_start']}, at the end: "
         f"{results.get('load_at_end', '-')}.",
     ]
@@ -425,15 +438,16 @@ def write(results: dict[str, Any], report: Path) -> None:
         "## Reproducing",
         "",
         "```bash",
-        "bash scripts/setup.sh            # once: Java, Maven, PostgreSQL binaries, .venv",
+        "bash scripts/setup.sh            # once: Java, Maven, PostgreSQL and MariaDB, .venv",
         "scripts/bench.sh                 # all comparisons: ~25 min on 2 cores",
         "scripts/bench.sh --only overhead # one comparison; the others stay from the last run",
         "scripts/bench.sh --wait-quiet 45 # wait up to 45 min for a load average < 1 first",
         "scripts/bench.sh --quick --out /tmp/bench   # smoke test (< 5 min), elsewhere",
         "```",
         "",
-        "The suite starts its own Kafka broker, a durable PostgreSQL cluster and a `local[2]` "
-        "Spark session, and stops them at the end. The code is in `benchmarks/` (one "
+        "The suite starts its own Kafka broker, a durable PostgreSQL cluster, a durable MariaDB "
+        "server and a `local[2]` Spark session, and stops them at the end. The code is in "
+        "`benchmarks/` (one "
         "`bench_<name>.py` per comparison, `run.py` drives them, `bench_report.py` writes this "
         "page); every sample is in `benchmarks/results.json`.",
         "",

@@ -2,7 +2,7 @@
 # The benchmark suite (benchmarks/run.py): every twophase sink beside what a user would pick
 # instead, in one run, with plots. Writes benchmarks/results.json and docs/benchmarks.md (plots in
 # docs/benchmarks/); see docs/benchmarks.md.
-#   scripts/bench.sh                   # everything (~25 min on 2 cores)
+#   scripts/bench.sh                   # everything (~30 min on 2 cores)
 #   scripts/bench.sh --quick           # tiny sizes, 1 repetition (< 5 min), into build/bench-quick/
 #   scripts/bench.sh --only NAME[,...] # kafka, postgres, mariadb, overhead, recovery, scaling
 #   scripts/bench.sh --wait-quiet 45   # first wait up to 45 min for a 1-min load average < 1

@@ -1,4 +1,4 @@
-"""Helpers shared by the PostgreSQL connector's integration tests (imported by name).
+"""Helpers shared by the JDBC connector's integration tests (imported by name).
 
 A module of its own, not ``conftest``: several test folders have a ``conftest.py``, so
 ``from conftest import ...`` could pick another folder's.
@@ -16,6 +16,17 @@ import pyarrow as pa
 from twophase.connectors.jdbc import postgres_sink
 
 PROTOCOLS = ("coordinated", "markers")
+
+
+def mariadb_sql(server: Any, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """Run one statement in autocommit on a MariaDB server (``twophase_dev``); its rows."""
+    conn = server.connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
 
 
 class PgTarget:

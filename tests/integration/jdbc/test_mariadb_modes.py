@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from jdbc_support import mariadb_sql
 
 from twophase.connectors.jdbc import mariadb_sink
 from twophase.errors import ConfigurationError
@@ -25,13 +26,7 @@ class Target:
         self.table = f"modes_{uuid.uuid4().hex[:12]}"
 
     def sql(self, statement: str) -> list[tuple[Any, ...]]:
-        conn = self.server.connect(autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(statement)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
+        return mariadb_sql(self.server, statement)
 
     def rows(self) -> list[tuple[Any, ...]]:
         return self.sql(f"SELECT * FROM `{self.table}` ORDER BY 1, 2")

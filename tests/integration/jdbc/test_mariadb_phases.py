@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from jdbc_support import id_batch
+from jdbc_support import id_batch, mariadb_sql
 
 from twophase import Fingerprint, Marker, RecoveryContext, SinkContext, TaskContext
 from twophase.connectors.jdbc import mariadb_sink
@@ -32,13 +32,7 @@ class Target:
         self.sql(f"CREATE TABLE `{self.table}` (id BIGINT PRIMARY KEY, payload TEXT) ENGINE=InnoDB")
 
     def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-        conn = self.server.connect(autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(statement, params)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
+        return mariadb_sql(self.server, statement, params)
 
     def ids(self) -> list[int]:
         return sorted(int(r[0]) for r in self.sql(f"SELECT id FROM `{self.table}`"))

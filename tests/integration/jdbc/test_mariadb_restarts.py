@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from jdbc_support import id_batch
+from jdbc_support import id_batch, mariadb_sql
 
 from twophase import RetryPolicy
 from twophase.connectors.jdbc import mariadb_sink
@@ -77,13 +77,7 @@ class Target:
         self.sql(f"CREATE TABLE `{name}` (id BIGINT PRIMARY KEY, payload TEXT) ENGINE=InnoDB")
 
     def sql(self, statement: str) -> list[tuple[Any, ...]]:
-        conn = self.server.connect(autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(statement)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
+        return mariadb_sql(self.server, statement)
 
     def ids(self) -> list[int]:
         return sorted(int(r[0]) for r in self.sql(f"SELECT id FROM `{self.table}`"))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdbc_support import run_to_end
+from jdbc_support import mariadb_sql, run_to_end
 from test_jdbc_spark import write_files
 
 import twophase
@@ -30,14 +30,7 @@ def table(mariadb_server: Any) -> Iterator[str]:
     conn.close()
 
 
-def _sql(server: Any, statement: str) -> list[tuple[Any, ...]]:
-    conn = server.connect(autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
+_sql = mariadb_sql
 
 
 def run(spark: Any, source: Path, checkpoint: Path, sink: Any, transform: Any) -> None:
