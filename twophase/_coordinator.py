@@ -125,7 +125,12 @@ class Coordinator:
 
     def _recovery_context(self) -> RecoveryContext:
         state = self.log.state
-        return RecoveryContext(self.identity, state.partition_slots, tuple(state.unfinished()))
+        return RecoveryContext(
+            self.identity,
+            state.partition_slots,
+            tuple(state.unfinished()),
+            epoch=self.log.epoch or 0,
+        )
 
     # ----------------------------------------------------------- recovery
     def start(self, sink: AnySink) -> None:

@@ -180,7 +180,8 @@ def _clear_earlier_attempts(sink: SinkHooks, ctx: TaskContext) -> None:
     a handle with ``batch_id < 0`` names the slot only, and fencing it is what
     this attempt needs.
     """
-    for handle in sink.list_in_doubt(RecoveryContext(ctx.identity, ctx.partition_id + 1)):
+    listing = RecoveryContext(ctx.identity, ctx.partition_id + 1, epoch=ctx.epoch, task=ctx)
+    for handle in sink.list_in_doubt(listing):
         if handle.partition_id != ctx.partition_id:
             continue
         if handle.batch_id < 0 or (

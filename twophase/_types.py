@@ -269,11 +269,22 @@ class RecoveryContext:
         list slots ``0 .. partition_slots - 1``.
     unfinished_batches
         Batches that were started but not recorded as committed.
+    epoch
+        The run that recovers (:attr:`TaskContext.epoch`); 0 when no run does
+        (the command-line tool). Every attempt of an earlier run is a zombie
+        from now on: a target whose attempts do not all fence each other may
+        record the epoch before it aborts, for late attempts to check.
+    task
+        The retrying task, when the listing clears what earlier attempts of
+        its partition left (an executor, before ``begin_transaction``); None
+        at the driver's recovery.
     """
 
     identity: str
     partition_slots: int
     unfinished_batches: tuple[int, ...] = field(default=())
+    epoch: int = 0
+    task: TaskContext | None = None
 
 
 def parse_transaction_id(transaction_id: str) -> TransactionHandle | None:

@@ -26,14 +26,16 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 
 from twophase import RecoveryContext, TaskContext, TransactionHandle
-from twophase.errors import ConfigurationError
+from twophase.errors import ConfigurationError, RetriableError
 
 from . import _pool
-from ._errors import retry_locally
+from ._attempt_fence import Fence, encode_fence, fence_key
+from ._errors import ErrorContext, kafka_error_of, map_kafka_error, retry_locally
 from ._lanes import lane_of_this_process
+from ._markers import CONTROL_PARTITION
 from ._options import KafkaOptions
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "fence_slot",
     "init_producer",
     "list_in_doubt",
+    "record_fence",
     "task_producer",
     "transactional_id",
 ]
@@ -175,3 +178,49 @@ def task_producer(
     fence_lanes(options, context, skip_lane=lane)
     _pool.discard_idle(tid)
     return tid, None
+
+
+def record_fence(options: KafkaOptions, identity: str, fence: Fence, nonce: str) -> None:
+    """Write ``fence`` to partition 0 of the control topic and wait until it is acknowledged.
+
+    A plain idempotent producer (no transaction), so ``read_committed``
+    readers see the record as soon as it is written. Raises the mapped error
+    (retriable when the brokers are unreachable).
+    """
+    batch = fence.batch if fence.batch >= 0 else None
+    ectx = ErrorContext(
+        "recording a fence in the control topic",
+        options.sink,
+        batch_id=batch,
+        topic=options.control_topic,
+    )
+    config = dict(options.producer_config)
+    config.update({"enable.idempotence": True, "acks": "all"})
+    errors: list[KafkaException] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(KafkaException(err))
+
+    producer = Producer(config)
+    try:
+        producer.produce(
+            options.control_topic,
+            encode_fence(fence),
+            fence_key(identity, nonce),
+            partition=CONTROL_PARTITION,
+            on_delivery=delivered,
+        )
+        left = producer.flush(options.operation_timeout)
+    except KafkaException as exc:
+        errors.append(exc)
+        left = 0
+    if errors or left:
+        err = kafka_error_of(errors[0]) if errors else None
+        if err is None:
+            raise RetriableError(
+                f"the fence record was not acknowledged within {options.operation_timeout:.0f} s",
+                sink=options.sink,
+                batch_id=batch,
+            )
+        raise map_kafka_error(err, ectx) from errors[0]

@@ -55,6 +55,7 @@ from confluent_kafka.admin import AdminClient
 from twophase import Fingerprint, Marker
 from twophase.errors import CoordinatorLogError, RetriableError
 
+from ._attempt_fence import Fence, decode_fence, is_fence_key
 from ._compat import earliest_offset, latest_offset
 from ._config import SecretConfig
 from ._errors import ErrorContext, kafka_error_of, map_kafka_error
@@ -208,6 +209,7 @@ class _Window:
     markers: list[Marker]
     older_seen: bool
     keys: set[bytes] = field(default_factory=set)
+    fences: list[Fence] = field(default_factory=list)
 
 
 #: Idle (admin client, consumer) pairs per client configuration, kept by the process between
@@ -312,6 +314,9 @@ class MarkerReader:
         self.operation_timeout = operation_timeout
         #: Records read by the last :meth:`read` (for tests and metrics).
         self.records_read = 0
+        #: The identity's fence records the last :meth:`read` passed (:mod:`._attempt_fence`):
+        #: every one written since the batch's previous batch committed, at least.
+        self.fences: list[Fence] = []
 
     def _ctx(self, action: str, batch_id: int) -> ErrorContext:
         return ErrorContext(action, self.sink, batch_id=batch_id, topic=self.control_topic)
@@ -355,6 +360,7 @@ class MarkerReader:
             If a record of this identity is not a valid marker.
         """
         self.records_read = 0
+        self.fences = []
         with _clients(self.client_conf) as (admin, consumer):
             low = self._offsets(admin, earliest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
             high = self._offsets(admin, latest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
@@ -370,6 +376,7 @@ class MarkerReader:
                 start = max(low, end - window)
                 part = self._read_window(consumer, prefix, batch_id, start, end, deadline)
                 found.extend(m for m in part.markers if m.batch_id == batch_id)
+                self.fences.extend(part.fences)
                 if part.older_seen or start <= low:
                     break
                 end = start
@@ -449,7 +456,11 @@ class MarkerReader:
                 if key in out.keys:
                     continue  # the same commit's marker twice (never written so, but cheap)
                 out.keys.add(key)
-                marker = decode_marker(value, where=f"{self.control_topic}[0]@{offset}")
+                where = f"{self.control_topic}[0]@{offset}"
+                if is_fence_key(key, prefix):
+                    out.fences.append(decode_fence(value, where=where))
+                    continue
+                marker = decode_marker(value, where=where)
                 if marker.identity != prefix[:-1].decode():
                     continue  # an identity that merely starts like this one
                 if marker.batch_id < batch_id:

@@ -19,10 +19,12 @@ from twophase import (
     TaskContext,
     TransactionHandle,
 )
+from twophase.errors import FatalError
 
 from . import _fencing
+from ._attempt_fence import Fence
 from ._checks import check_cluster
-from ._markers import MarkerReader
+from ._markers import MarkerReader, new_nonce
 from ._options import KafkaOptions, arguments_from_spark_options
 from ._records import plan_records
 from ._transaction import KafkaTransaction
@@ -267,9 +269,21 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
 
         Kafka cannot list open transactions by ``transactional.id`` prefix, so
         every lane of every slot ``0 .. partition_slots - 1`` is returned
-        (``attempt=-1``, the transactional id as ``transaction_id``); no broker
-        is contacted.
+        (``attempt=-1``, the transactional id as ``transaction_id``). With
+        ``producer_lanes > 1`` a fence record naming the run (recovery) or
+        the retried attempt is written to the control topic first
+        (:mod:`._attempt_fence`); otherwise no broker is contacted.
         """
+        if self.options.producer_lanes > 1:
+            fence = (
+                Fence.of_retry(context.task)
+                if context.task is not None
+                else Fence(context.epoch)
+                if context.epoch > 0
+                else None
+            )
+            if fence is not None:
+                _fencing.record_fence(self.options, context.identity, fence, new_nonce())
         return _fencing.list_in_doubt(self.options, context)
 
     def recover_and_abort(self, handle: TransactionHandle) -> None:
@@ -282,14 +296,16 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         It waits until no transaction is open on the control partition (at
         most ``transaction.timeout.ms``), then reads backwards from the end.
         """
-        reader = MarkerReader(
+        return self._reader().read(identity, batch_id)
+
+    def _reader(self) -> MarkerReader:
+        return MarkerReader(
             self.options.client_config,
             self.control_topic,
             sink=self.name,
             stable_timeout=self.transaction_timeout_ms / 1000 + 30,
             operation_timeout=max(self.options.operation_timeout, 60.0),
         )
-        return reader.read(identity, batch_id)
 
     # ========================================= participant hooks (executor)
     def begin_transaction(self, context: TaskContext) -> KafkaTransaction:
@@ -322,12 +338,29 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         fenced since (its first record told) cannot have been -- unless it
         committed this very batch itself, for a task of a stopped query that
         ran in this Python worker: its own markers tell.
+
+        With ``producer_lanes > 1``, an unchecked producer first reads the
+        fence records (:mod:`._attempt_fence`): an attempt that a newer run or
+        a newer attempt of its partition fenced stops here with
+        :class:`~twophase.errors.FatalError`, as a zombie must.
         """
         producer = txn.producer
         ctx = txn.context
-        return not producer.checked or producer.committed_batch(
-            self.control_topic, ctx.identity, ctx.batch_id
-        )
+        if producer.checked:
+            return producer.committed_batch(self.control_topic, ctx.identity, ctx.batch_id)
+        if self.options.producer_lanes > 1:
+            reader = self._reader()
+            reader.read(ctx.identity, ctx.batch_id)
+            for fence in reader.fences:
+                if fence.excludes(ctx):
+                    raise FatalError(
+                        f"this attempt ({ctx.transaction_id}, run {ctx.epoch}) is a zombie: "
+                        f"{fence.describe()}, so it must not commit; nothing of it is visible",
+                        sink=self.name,
+                        batch_id=ctx.batch_id,
+                        partition_id=ctx.partition_id,
+                    )
+        return True
 
     def abort(self, txn: KafkaTransaction) -> None:
         """Abort the transaction; a fenced or failed producer is closed, not pooled."""

@@ -300,10 +300,27 @@ def test_a_dropped_producer_is_freed_at_once_not_by_the_cycle_collector() -> Non
         gc.enable()
 
 
-def test_the_marker_check_before_commit_is_spared_only_for_a_checked_live_producer() -> None:
+class _NoFences:
+    """A marker reader of an empty control topic, counting its reads (fence records, lanes)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.fences: list[object] = []
+
+    def read(self, identity: str, batch_id: int) -> list[Marker]:
+        self.reads += 1
+        return []
+
+
+def test_the_marker_check_before_commit_is_spared_only_for_a_checked_live_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reader = _NoFences()
+    monkeypatch.setattr(KafkaSink, "_reader", lambda self: reader)
     ctx6 = TaskContext("orders", CTX.identity, 6, 2, 0)
     first = SINK.begin_transaction(CTX)
     assert SINK.needs_marker_check(first), "a new producer: a zombie may have committed first"
+    assert reader.reads == 1, "with several lanes a new producer reads the fence records first"
     first.abort()
     # The aborted producer went back to the pool unchecked: its next transaction checks too.
     again = SINK.begin_transaction(CTX)
@@ -314,6 +331,7 @@ def test_the_marker_check_before_commit_is_spared_only_for_a_checked_live_produc
     reused = SINK.begin_transaction(ctx6)
     SINK.write(reused, pa.record_batch({"value": pa.array(["c"])}))
     assert not SINK.needs_marker_check(reused), "checked, live, and new to batch 6"
+    assert reader.reads == 2, "a checked producer reads no fence record"
     reused.abort()
     # The same producer, asked for batch 5 again (a task of a stopped query committed it in
     # this worker): it must look.
