@@ -67,7 +67,7 @@ local_retries
     control_topic_partitions: int = 1
     control_topic_replication_factor: int = -1
     transactional_id_prefix: str = "twophase-"
-    producer_lanes: int = 1
+    producer_lanes: int = 4
     operation_timeout: float = 30.0
     local_retries: int = 3
     conf_key: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)

@@ -75,17 +75,17 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         Prefix of every ``transactional.id``; grant the principal WRITE and
         DESCRIBE on it as a PREFIXED TransactionalId ACL.
     producer_lanes
-        Transactional ids per partition slot (1-64, default 1): each Python
+        Transactional ids per partition slot (1-64, default 4): each Python
         worker on a host claims a lane of its own, so a slot's producer stays
-        initialised in every worker that runs it, whichever Spark picks.
-        **Experimental above 1**: two attempts of one partition on different
-        lanes do not fence each other, and a zombie attempt of a stopped run
-        that begins after the new run's recovery can commit between the new
-        attempt's marker check and its commit (rows written twice; found by
-        the target-fault test ``kafka-not-begun``). Until that is closed, keep
-        the default. Recovery and task retries fence every lane, so the ids in
-        use are at most ``partitions * producer_lanes``. Lower it only after
-        a clean stop: recovery fences the lanes the setting names.
+        initialised in every worker that runs it, whichever Spark picks. Set
+        it to the task slots of your largest executor or more. Attempts of one
+        partition on different lanes do not fence each other, so recovery and
+        task retries write a fence record before fencing every lane, and an
+        attempt on a new producer checks the records before it commits
+        (``docs/kafka.md``, "Zombies on other lanes"). The ids in use are at
+        most ``partitions * producer_lanes``. Lower it only after a clean
+        stop: recovery fences the lanes the setting names. 1 is the single
+        id per slot of before lanes.
     transaction_timeout_ms
         ``transaction.timeout.ms`` (default 60000): the broker aborts a
         transaction that stays open longer, so a crashed task holds back
@@ -153,7 +153,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         control_topic_partitions: int = 1,
         control_topic_replication_factor: int = -1,
         transactional_id_prefix: str = "twophase-",
-        producer_lanes: int = 1,
+        producer_lanes: int = 4,
         transaction_timeout_ms: int | None = None,
         operation_timeout: float = 30.0,
         local_retries: int = 3,
