@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, RetriableError
 
 __all__ = ["S3FileStore", "parse_s3_uri"]
 
@@ -26,6 +26,13 @@ S3_SCHEMES = ("s3", "s3a")
 # 409 ConditionalRequestConflict: another conditional write of the key is in flight; retrying
 # resolves it into a success or a 412 (AWS: "you can retry the request").
 _CONFLICT_RETRIES = 5
+#: Seconds botocore waits to connect, and for each read of a reply.
+_CONNECT_TIMEOUT = 10
+_READ_TIMEOUT = 20
+#: botocore's exceptions for a network that does not answer (by name: botocore is optional).
+_NETWORK_ERRORS = frozenset(
+    {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"}
+)
 _CONFLICT_BACKOFF = 0.05
 # What a store that does not implement conditional writes answers one with.
 _UNSUPPORTED = ("NotImplemented", "InvalidRequest", "InvalidArgument")
@@ -76,7 +83,20 @@ def _new_client(endpoint_url: str | None) -> Any:
         raise ConfigurationError(
             "a coordinator log on S3 (s3:// or s3a://) needs boto3: pip install 'twophase[s3]'"
         ) from exc
-    return boto3.client("s3", endpoint_url=endpoint_url)
+    botocore_config: Any = importlib.import_module("botocore.config")
+    # botocore waits 60 s to connect and 60 s for each read by default, in up to 5 attempts: ten
+    # minutes on a silent network. These bounds keep a partition under two minutes (the
+    # retries stay botocore's, so a lost reply is still retried).
+    config = botocore_config.Config(
+        connect_timeout=_CONNECT_TIMEOUT, read_timeout=_READ_TIMEOUT, tcp_keepalive=True
+    )
+    return boto3.client("s3", endpoint_url=endpoint_url, config=config)
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is botocore's word for an unreachable or silent endpoint."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & _NETWORK_ERRORS)
 
 
 class S3FileStore:
@@ -142,6 +162,15 @@ class S3FileStore:
                     f"the bucket {self.bucket!r} of the coordinator log {self._uri} does not "
                     "exist (or the endpoint is not the one that holds it)",
                     setting="checkpoint_location",
+                ) from exc
+            if _is_network_error(exc):
+                endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", "?")
+                raise RetriableError(
+                    f"coordinator log {self._uri}: {operation} on {endpoint} failed: the store "
+                    f"did not answer ({type(exc).__name__}; connect within {_CONNECT_TIMEOUT} s, "
+                    f"each reply within {_READ_TIMEOUT} s, botocore's retries). Restart the "
+                    "query once the store is reachable: the log's records are written whole or "
+                    "not at all"
                 ) from exc
             raise
 

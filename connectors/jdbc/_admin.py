@@ -14,6 +14,7 @@ import psycopg2
 from ._config import ConnectionConfig
 from ._errors import connection_error, map_error
 from ._gid import GID_PREFIX, parse_gid
+from ._pool import NetworkBounds, libpq_bounds
 
 __all__ = ["PreparedTransaction", "list_prepared_transactions"]
 
@@ -71,7 +72,7 @@ def list_prepared_transactions(
     """
     config = ConnectionConfig(dsn, **params)
     try:
-        conn = psycopg2.connect(**config.connect_kwargs())
+        conn = psycopg2.connect(**{**libpq_bounds(NetworkBounds()), **config.connect_kwargs()})
     except psycopg2.Error as exc:
         raise connection_error(exc, config.describe(), secrets=config.secrets) from None
     try:

@@ -23,7 +23,7 @@ from ._pool import PSYCOPG2, ConnectionPool, Driver, pool_for
 if TYPE_CHECKING:
     from ._catalog import ServerInfo
 
-__all__ = ["ErrorMap", "JdbcClient", "PostgresClient"]
+__all__ = ["ErrorMap", "JdbcClient", "PostgresClient", "lost_connection"]
 
 T = TypeVar("T")
 
@@ -99,9 +99,7 @@ class JdbcClient:
         ConnectionPool
             The pool.
         """
-        return pool_for(
-            self.connection, self.session_settings(), self.options.connect_timeout, self.driver
-        )
+        return pool_for(self.connection, self.session_settings(), self.options.bounds, self.driver)
 
     def session(self, doing: str, fn: Callable[[Any], T], **context: Any) -> tuple[T, Any]:
         """Run ``fn(cursor)`` on a pooled connection and hand the connection over.
@@ -143,13 +141,15 @@ class JdbcClient:
                 finally:
                     cur.close()
             except errors.error as exc:
+                hint = None
                 if errors.is_connection_error(exc):
                     pool.discard(conn, flush=True)
                     if reused and try_number == 0:
-                        continue  # it died while idle (server restart): once more, fresh
+                        continue  # it died while idle (server restart, partition): once more
+                    doing, hint = lost_connection(doing, pool)
                 else:
                     pool.release(conn, rollback=True)
-                raise errors.map_error(exc, doing, secrets=secrets, **context) from exc
+                raise errors.map_error(exc, doing, secrets=secrets, hint=hint, **context) from exc
             except BaseException:
                 pool.release(conn, rollback=True)
                 raise
@@ -175,6 +175,24 @@ class JdbcClient:
         result, conn = self.session(doing, fn, **context)
         self.pool().release(conn)
         return result
+
+
+def lost_connection(doing: str, pool: ConnectionPool) -> tuple[str, str]:
+    """Return what to say of a step whose connection was lost: where, and the bound.
+
+    Parameters
+    ----------
+    doing
+        The step (``"COMMIT PREPARED"``).
+    pool
+        The pool of the lost connection.
+
+    Returns
+    -------
+    tuple of str
+        ``(doing on the server, hint)`` for :meth:`ErrorMap.map_error`.
+    """
+    return f"{doing} on {pool.config.describe()}", pool.bounds.lost_hint()
 
 
 class _PostgresErrors:

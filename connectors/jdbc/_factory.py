@@ -40,6 +40,7 @@ def postgres_sink(
     statement_timeout: float = 600.0,
     idle_in_transaction_timeout: float = 600.0,
     connect_timeout: int = 10,
+    network_timeout: float = 60.0,
     max_partitions: int | None = None,
     merge_schema: str | None = None,
     staging: bool = False,
@@ -96,6 +97,14 @@ def postgres_sink(
         Server-side timeouts (seconds; 0 disables) so that nothing waits forever.
     connect_timeout
         Seconds to wait for a connection.
+    network_timeout
+        Seconds a connection may stay silent (no answer, not even to TCP
+        keepalive probes) before the step fails with a
+        :class:`~twophase.errors.RetriableError` naming the server; a network
+        partition shorter than this is a pause. Applied on executors and the
+        driver; libpq's own ``keepalives*`` and ``tcp_user_timeout`` keywords win
+        where given. 0: the operating system's defaults (hours). See "Network
+        failures" in ``docs/guarantees.md``.
     max_partitions
         Upper bound on transactions per batch (the batch is coalesced to it).
         The coordinated protocol's default leaves a quarter of ``max_prepared_transactions``
@@ -151,6 +160,7 @@ def postgres_sink(
         statement_timeout=statement_timeout,
         idle_in_transaction_timeout=idle_in_transaction_timeout,
         connect_timeout=connect_timeout,
+        network_timeout=network_timeout,
         max_partitions=max_partitions,
         merge_schema=merge_schema,
         application_name=f"twophase:{name}"[:63],

@@ -62,6 +62,7 @@ _COMMON: dict[str, tuple[str, Callable[[str], Any]]] = {
     "statementtimeout": ("statement_timeout", float),
     "idleintransactiontimeout": ("idle_in_transaction_timeout", float),
     "connecttimeout": ("connect_timeout", int),
+    "networktimeout": ("network_timeout", float),
     "maxpartitions": ("max_partitions", int),
 }
 _SPELLED = {
@@ -73,6 +74,7 @@ _SPELLED = {
     "statementtimeout": "statementTimeout",
     "idleintransactiontimeout": "idleInTransactionTimeout",
     "connecttimeout": "connectTimeout",
+    "networktimeout": "networkTimeout",
     "maxpartitions": "maxPartitions",
     "mergeschema": "mergeSchema",
 }

@@ -15,6 +15,7 @@ from typing import Literal
 from twophase.errors import ConfigurationError
 
 from .._settings import check_number
+from ._pool import NetworkBounds
 
 __all__ = ["JdbcOptions", "QualifiedName", "WriteMode"]
 
@@ -137,6 +138,11 @@ class JdbcOptions:
         Server-side timeouts in seconds (0 disables one) set on every session.
     connect_timeout
         Seconds to wait for a connection.
+    network_timeout
+        Seconds a connection may go without an answer from the server before
+        it is dropped and the step fails with a retriable error (TCP keepalive
+        and ``TCP_USER_TIMEOUT``, on both ends where the server allows it);
+        0 leaves the operating system's defaults (hours).
     max_partitions
         Coordinated protocol: the most prepared transactions one batch may hold; the
         default leaves a quarter of ``max_prepared_transactions`` (at least 2)
@@ -165,6 +171,7 @@ class JdbcOptions:
     statement_timeout: float = 600.0
     idle_in_transaction_timeout: float = 600.0
     connect_timeout: int = 10
+    network_timeout: float = 60.0
     max_partitions: int | None = None
     merge_schema: str | None = None
     application_name: str = "twophase"
@@ -217,11 +224,29 @@ class JdbcOptions:
         check_number(
             self.connect_timeout, "connect_timeout", minimum=1, integer=True, unit=" seconds"
         )
+        check_number(self.network_timeout, "network_timeout", minimum=0, unit=" seconds")
+        if 0 < self.network_timeout < 2:
+            raise ConfigurationError(
+                f"network_timeout must be 0 (off) or at least 2 seconds (TCP keepalive counts "
+                f"in whole seconds); got {self.network_timeout!r}",
+                setting="network_timeout",
+            )
         if self.max_partitions is not None:
             check_number(self.max_partitions, "max_partitions", minimum=1, integer=True)
 
     def _identifier(self, value: str, setting: str) -> None:
         _check_identifier(value, setting, self.database, self.max_identifier_bytes)
+
+    @property
+    def bounds(self) -> NetworkBounds:
+        """How long the sink's sessions wait on the network.
+
+        Returns
+        -------
+        NetworkBounds
+            ``connect_timeout`` and ``network_timeout``.
+        """
+        return NetworkBounds(self.connect_timeout, self.network_timeout)
 
     def session_settings(self) -> tuple[tuple[str, str], ...]:
         """Return the ``SET`` values every session of the sink runs with.
@@ -229,10 +254,23 @@ class JdbcOptions:
         Returns
         -------
         tuple of (name, value)
-            Timeouts in milliseconds, ``TimeZone=UTC``, ``DateStyle=ISO``,
-            ``temp_buffers=64MB``.
+            Timeouts in milliseconds, the server's side of the network bound
+            (its keepalive and ``tcp_user_timeout``, so that the server drops
+            a session whose client vanished and frees its locks),
+            ``TimeZone=UTC``, ``DateStyle=ISO``, ``temp_buffers=64MB``.
         """
+        server_side: tuple[tuple[str, str], ...] = ()
+        keepalive = self.bounds.keepalive()
+        if keepalive is not None:
+            idle, interval, count = keepalive
+            server_side = (
+                ("tcp_keepalives_idle", str(idle)),
+                ("tcp_keepalives_interval", str(interval)),
+                ("tcp_keepalives_count", str(count)),
+                ("tcp_user_timeout", str(self.bounds.user_timeout_ms)),
+            )
         return (
+            *server_side,
             ("lock_timeout", str(int(self.lock_timeout * 1000))),
             ("statement_timeout", str(int(self.statement_timeout * 1000))),
             (

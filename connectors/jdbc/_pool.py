@@ -7,22 +7,141 @@ connection is only put back when the session is idle and not in a
 transaction, anything else is closed. The pools notice a ``fork()`` and never
 reuse a parent's connection in a child. What differs between databases -- how
 to connect, and how to tell an idle session -- is the dialect's
-:class:`Driver`.
+:class:`Driver`. :class:`NetworkBounds` is how long a session may wait on the
+network (``docs/guarantees.md``, "Network failures").
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
+import socket
 import threading
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ._config import ConnectionConfig
 
-__all__ = ["ConnectionPool", "Driver", "Psycopg2Driver", "close_connections", "pool_for"]
+__all__ = [
+    "ConnectionPool",
+    "Driver",
+    "NetworkBounds",
+    "Psycopg2Driver",
+    "close_connections",
+    "pool_for",
+]
 
 _MAX_IDLE = 8
+
+
+@dataclass(frozen=True)
+class NetworkBounds:
+    """How long a session waits on the network: to connect, and for a silent peer.
+
+    A client that sent a request and waits for its answer cannot tell a slow
+    statement from a peer that vanished behind a network partition: nothing
+    but TCP notices, and by default only after two hours. The bound makes the
+    kernel probe a quiet connection (TCP keepalive) and drop it when the peer
+    has not acknowledged anything -- probe or data -- for
+    ``network_timeout`` seconds (``TCP_USER_TIMEOUT``). A long statement on a
+    live server is not cut: the server's kernel answers the probes.
+
+    Attributes
+    ----------
+    connect_timeout
+        Seconds to wait for a connection.
+    network_timeout
+        Seconds a connection may go without an acknowledgement from the
+        peer before it is dropped; 0 leaves the operating system's defaults.
+    """
+
+    connect_timeout: int = 10
+    network_timeout: float = 60.0
+
+    def keepalive(self) -> tuple[int, int, int] | None:
+        """Return TCP keepalive's idle time, probe interval and probe count, in seconds.
+
+        The probes start after a quarter of the bound and fill the rest of it,
+        so that a dead peer is found within about ``network_timeout`` even where
+        ``TCP_USER_TIMEOUT`` is not available.
+
+        Returns
+        -------
+        tuple of int or None
+            ``(idle, interval, count)``, or ``None`` when the bound is off.
+        """
+        if not self.network_timeout:
+            return None
+        idle = max(1, round(self.network_timeout / 4))
+        interval = max(1, round(self.network_timeout / 12))
+        count = max(1, math.ceil((self.network_timeout - idle) / interval))
+        return idle, interval, count
+
+    @property
+    def user_timeout_ms(self) -> int:
+        """``TCP_USER_TIMEOUT`` in milliseconds (0: the kernel's default).
+
+        Returns
+        -------
+        int
+            Milliseconds.
+        """
+        return int(self.network_timeout * 1000)
+
+    def apply_to_socket(self, sock: Any) -> None:
+        """Set keepalive and ``TCP_USER_TIMEOUT`` on a connected socket (what the OS offers).
+
+        Parameters
+        ----------
+        sock
+            A ``socket.socket`` (or an ``ssl.SSLSocket`` around one).
+        """
+        values = self.keepalive()
+        if values is None:
+            return
+        idle, interval, count = values
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (
+            ("TCP_KEEPIDLE", idle),
+            ("TCP_KEEPALIVE", idle),  # macOS's name for the idle time
+            ("TCP_KEEPINTVL", interval),
+            ("TCP_KEEPCNT", count),
+            ("TCP_USER_TIMEOUT", self.user_timeout_ms),
+        ):
+            option = getattr(socket, name, None)
+            if option is not None:
+                with contextlib.suppress(OSError):  # not for this socket family (Unix socket)
+                    sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+    def describe(self) -> str:
+        """Say what the bound is, for error messages.
+
+        Returns
+        -------
+        str
+            E.g. ``"network_timeout=60 s"``.
+        """
+        if not self.network_timeout:
+            return "network_timeout=0 (off: the operating system's TCP defaults)"
+        return f"network_timeout={self.network_timeout:g} s"
+
+    def lost_hint(self) -> str:
+        """Return the advice added to an error about a lost connection.
+
+        Returns
+        -------
+        str
+            One sentence.
+        """
+        return (
+            f"The connection was lost or the server did not answer within the sink's "
+            f"{self.describe()} (a network partition, the server down or restarted); the "
+            "query can be restarted once the server is reachable, or raise network_timeout "
+            "for a slow network"
+        )
 
 
 class Driver(Protocol):
@@ -37,9 +156,9 @@ class Driver(Protocol):
     name: str
 
     def connect(
-        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], connect_timeout: int
+        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], bounds: NetworkBounds
     ) -> Any:
-        """Open an autocommit session with the settings applied; raise the driver's error."""
+        """Open a bounded autocommit session with the settings; raise the driver's error."""
         ...
 
     def is_closed(self, conn: Any) -> bool:
@@ -61,16 +180,19 @@ class Psycopg2Driver:
     name = "psycopg2"
 
     def connect(
-        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], connect_timeout: int
+        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], bounds: NetworkBounds
     ) -> Any:
-        """Connect with libpq; ``set_config`` the session settings."""
+        """Connect with libpq, bounded by libpq's keepalive and user timeout; set the settings."""
         import psycopg2
 
         kwargs = config.connect_kwargs()
-        kwargs.setdefault("connect_timeout", str(connect_timeout))
+        for key, value in libpq_bounds(bounds).items():
+            kwargs.setdefault(key, value)  # the user's own keywords win
         conn = psycopg2.connect(**kwargs)
         try:
             conn.autocommit = True
+            if conn.server_version < 120000:  # tcp_user_timeout is a setting since 12
+                settings = tuple(pair for pair in settings if pair[0] != "tcp_user_timeout")
             if settings:
                 with conn.cursor() as cur:
                     # Values go as parameters; names are fixed by the connector.
@@ -109,6 +231,33 @@ class Psycopg2Driver:
 PSYCOPG2 = Psycopg2Driver()
 
 
+def libpq_bounds(bounds: NetworkBounds) -> dict[str, str]:
+    """Return libpq's keywords for the bounds (``connect_timeout``, ``keepalives*``, ...).
+
+    Parameters
+    ----------
+    bounds
+        The sink's bounds.
+
+    Returns
+    -------
+    dict
+        libpq keywords; ``tcp_user_timeout`` in milliseconds.
+    """
+    found = {"connect_timeout": str(bounds.connect_timeout)}
+    values = bounds.keepalive()
+    if values is not None:
+        idle, interval, count = values
+        found.update(
+            keepalives="1",
+            keepalives_idle=str(idle),
+            keepalives_interval=str(interval),
+            keepalives_count=str(count),
+            tcp_user_timeout=str(bounds.user_timeout_ms),
+        )
+    return found
+
+
 class ConnectionPool:
     """Idle connections to one server with one set of session settings.
 
@@ -121,8 +270,9 @@ class ConnectionPool:
         Connection parameters.
     settings
         ``(name, value)`` pairs set on every new session.
-    connect_timeout
-        Seconds to wait for a connection, unless the parameters set it.
+    bounds
+        How long to wait for a connection and on a silent peer, unless the
+        parameters say otherwise.
     max_idle
         Idle connections kept; more are closed when given back.
     driver
@@ -133,14 +283,14 @@ class ConnectionPool:
         self,
         config: ConnectionConfig,
         settings: tuple[tuple[str, str], ...],
-        connect_timeout: int,
+        bounds: NetworkBounds,
         max_idle: int = _MAX_IDLE,
         driver: Driver = PSYCOPG2,
     ) -> None:
         self.driver = driver
         self.config = config
         self.settings = settings
-        self.connect_timeout = connect_timeout
+        self.bounds = bounds
         self.max_idle = max_idle
         self._idle: list[Any] = []
         self._lock = threading.Lock()
@@ -159,7 +309,7 @@ class ConnectionPool:
         Exception
             The driver's error: the server is unreachable or refuses the connection.
         """
-        conn = self.driver.connect(self.config, self.settings, self.connect_timeout)
+        conn = self.driver.connect(self.config, self.settings, self.bounds)
         self.opened += 1
         return conn
 
@@ -259,7 +409,7 @@ _INHERITED: list[ConnectionPool] = []
 def pool_for(
     config: ConnectionConfig,
     settings: tuple[tuple[str, str], ...],
-    connect_timeout: int,
+    bounds: NetworkBounds,
     driver: Driver = PSYCOPG2,
 ) -> ConnectionPool:
     """Return the process-wide pool for this driver, these parameters and settings.
@@ -270,8 +420,8 @@ def pool_for(
         Connection parameters.
     settings
         Session settings.
-    connect_timeout
-        Seconds to wait for a connection.
+    bounds
+        How long to wait on the network.
     driver
         The DB-API driver.
 
@@ -281,7 +431,7 @@ def pool_for(
         Shared by every sink of this process with the same arguments.
     """
     global _POOLS_PID
-    key = (driver.name, config.key, settings, connect_timeout)
+    key = (driver.name, config.key, settings, bounds)
     with _POOLS_LOCK:
         if os.getpid() != _POOLS_PID:
             _INHERITED.extend(_POOLS.values())
@@ -289,7 +439,7 @@ def pool_for(
             _POOLS_PID = os.getpid()
         pool = _POOLS.get(key)
         if pool is None:
-            pool = _POOLS[key] = ConnectionPool(config, settings, connect_timeout, driver=driver)
+            pool = _POOLS[key] = ConnectionPool(config, settings, bounds, driver=driver)
         return pool
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import AbortRequiredError, TwoPhaseError
 
-from ._client import ErrorMap, PostgresClient
+from ._client import ErrorMap, PostgresClient, lost_connection
 from ._plan import WritePlan
 from ._pool import ConnectionPool
 from ._typemap import TableInfo
@@ -122,9 +122,12 @@ class JdbcTransaction:
             The exception to raise (``raise txn.failure(...) from exc``).
         """
         types = self.plan.column_types if self.plan is not None else ()
-        if self.errors.is_connection_error(exc) and self.conn is not None:
-            self.pool.discard(self.conn, flush=True)
-            self.conn = None
+        if self.errors.is_connection_error(exc):
+            if self.conn is not None:
+                self.pool.discard(self.conn, flush=True)
+                self.conn = None
+            doing, lost = lost_connection(doing, self.pool)
+            hint = f"{hint}. {lost}" if hint else lost
         return self.errors.map_error(
             exc,
             doing,

@@ -40,6 +40,7 @@ from twophase.errors import (
 )
 
 from .._config import ConnectionConfig, redact
+from .._pool import NetworkBounds
 
 __all__ = ["MARIADB_ERRORS", "PYMYSQL", "errno", "guess_column", "parse_url"]
 
@@ -214,9 +215,14 @@ class PyMySQLDriver:
     name = "pymysql"
 
     def connect(
-        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], connect_timeout: int
+        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], bounds: NetworkBounds
     ) -> Any:
-        """Connect (utf8mb4, autocommit, ``READ COMMITTED``) and set the session's settings."""
+        """Connect (utf8mb4, autocommit, ``READ COMMITTED``), bound the socket, set the settings.
+
+        PyMySQL has no keepalive keywords: the bound goes on its socket, once
+        connected (keepalive and ``TCP_USER_TIMEOUT``). Its ``read_timeout`` and
+        ``write_timeout``, when given, apply as well.
+        """
         kwargs: dict[str, Any] = {}
         for key, value in config.connect_kwargs().items():
             if key in _INT_KEYS:
@@ -229,10 +235,13 @@ class PyMySQLDriver:
             **kwargs,
             charset="utf8mb4",
             autocommit=True,
-            connect_timeout=connect_timeout,
+            connect_timeout=bounds.connect_timeout,
             local_infile=True,  # the bulk path (docs/mariadb.md: which servers to trust)
         )
         try:
+            sock = getattr(conn, "_sock", None)  # PyMySQL's socket (a private attribute)
+            if sock is not None:
+                bounds.apply_to_socket(sock)
             with conn.cursor() as cur:
                 # Names and values come from the dialect, never from the user or the data.
                 if settings:

@@ -39,6 +39,7 @@ def mariadb_sink(
     statement_timeout: float = 600.0,
     idle_in_transaction_timeout: float = 600.0,
     connect_timeout: int = 10,
+    network_timeout: float = 60.0,
     max_partitions: int | None = None,
     staging: bool = False,
     checkpoint_location: str | None = None,
@@ -95,6 +96,15 @@ def mariadb_sink(
         to whole seconds; 0 disables the others).
     connect_timeout
         Seconds to wait for a connection.
+    network_timeout
+        Seconds a connection may stay silent (no answer, not even to TCP
+        keepalive probes) before the step fails with a
+        :class:`~twophase.errors.RetriableError` naming the server; a network
+        partition shorter than this is a pause. Applied on executors and the
+        driver, on PyMySQL's socket (PyMySQL's ``read_timeout`` and
+        ``write_timeout`` keywords apply as well where given). 0: the
+        operating system's defaults (hours). See "Network failures" in
+        ``docs/guarantees.md``.
     max_partitions
         Upper bound on transactions per batch (the batch is coalesced to it).
     staging
@@ -141,6 +151,7 @@ def mariadb_sink(
             statement_timeout=statement_timeout,
             idle_in_transaction_timeout=idle_in_transaction_timeout,
             connect_timeout=connect_timeout,
+            network_timeout=network_timeout,
             max_partitions=max_partitions,
             database="MariaDB",
             max_identifier_bytes=_MAX_IDENTIFIER,
