@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from twophase.errors import TwoPhaseError
+from twophase.errors import RetriableError, TwoPhaseError
 
 from . import _errors
 from ._config import ConnectionConfig
@@ -131,9 +131,10 @@ class JdbcClient:
             try:
                 conn, reused = pool.acquire()
             except errors.error as exc:
-                raise errors.connection_error(
+                failed = errors.connection_error(
                     exc, self.connection.describe(), secrets=secrets, **context
-                ) from None
+                )
+                raise unreachable(failed, pool) from None
             try:
                 cur = conn.cursor()
                 try:
@@ -175,6 +176,34 @@ class JdbcClient:
         result, conn = self.session(doing, fn, **context)
         self.pool().release(conn)
         return result
+
+
+def unreachable(error: TwoPhaseError, pool: ConnectionPool) -> TwoPhaseError:
+    """Add the connect bound to a retriable failure to connect (an unreachable server).
+
+    Parameters
+    ----------
+    error
+        What :meth:`ErrorMap.connection_error` returned.
+    pool
+        The pool that tried.
+
+    Returns
+    -------
+    TwoPhaseError
+        ``error``, or a copy of it whose message names ``connect_timeout``.
+    """
+    if not isinstance(error, RetriableError):
+        return error  # credentials, a missing database: nothing to do with the network
+    return RetriableError(
+        f"{error.message} (connect_timeout={pool.bounds.connect_timeout} s). The server is "
+        "down or unreachable (a network partition?); the query can be restarted once it is "
+        "reachable",
+        sink=error.sink,
+        batch_id=error.batch_id,
+        partition_id=error.partition_id,
+        setting=error.setting,
+    )
 
 
 def lost_connection(doing: str, pool: ConnectionPool) -> tuple[str, str]:

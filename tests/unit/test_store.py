@@ -338,3 +338,32 @@ def test_the_command_reads_and_resolves_a_checkpoint_on_s3(
     out = capsys.readouterr().out
     assert "unfinished        none" in out
     assert "committed         through batch 1" in out
+
+
+@pytest.mark.unit
+def test_an_s3_endpoint_that_never_answers_is_a_bounded_retriable_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+    import time
+
+    from twophase.errors import RetriableError
+
+    monkeypatch.setattr("twophase._store_s3._READ_TIMEOUT", 0.3)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with socket.socket() as silent:  # accepts connections (the kernel does), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        store = S3FileStore("s3://b/log", endpoint_url=endpoint, verify_conditional_writes=False)
+        started = time.monotonic()
+        with pytest.raises(RetriableError) as caught:
+            store.read("state.json")
+        took = time.monotonic() - started
+    assert caught.value.restartable
+    assert "get_object" in str(caught.value)
+    assert endpoint in str(caught.value)
+    assert "ReadTimeoutError" in str(caught.value)
+    assert took < 10, f"botocore's own defaults would have waited minutes; took {took:.1f} s"

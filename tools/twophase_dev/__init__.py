@@ -14,6 +14,9 @@ What it provides:
   ``max_prepared_transactions`` of your choice (0 included) and ``restart()`` for chaos tests.
 - :class:`MariaDBServer`: a throwaway MariaDB server on 127.0.0.1 (binary log on or off) whose
   prepared XA transactions survive ``restart()`` and ``kill()``.
+- :class:`NetworkNamespace`: a network namespace joined to this one by a veth pair; the three
+  servers above accept ``netns=`` to run inside one, and :meth:`NetworkNamespace.cut` /
+  :meth:`NetworkNamespace.heal` partition them silently from the test process (root only).
 - :func:`spark_session` / :func:`spark_kafka_jars`: a local SparkSession with Spark's Kafka
   connector on the classpath.
 - :class:`SparkCluster` / :func:`cluster_session`: a Spark standalone cluster (a master and two
@@ -49,6 +52,7 @@ from twophase_dev._connect import CONNECT_ENV_MARKER, SparkConnectServer
 from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
 from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
+from twophase_dev._netns import CutMode, NetworkNamespace, TcpConnection, TrafficCounters
 from twophase_dev._postgres import PostgresServer, find_postgres_bin_dir
 from twophase_dev._spark import spark_kafka_jars, spark_session, spark_test_conf
 from twophase_dev._state import (
@@ -75,16 +79,20 @@ __all__ = [
     "ENV_SPARK_MASTER",
     "KAFKA_VERSION",
     "ClusterProcess",
+    "CutMode",
     "DevInfraError",
     "DevState",
     "KafkaBroker",
     "MariaDBServer",
     "MavenArtifact",
     "MavenError",
+    "NetworkNamespace",
     "PostgresServer",
     "SparkCluster",
     "SparkConnectServer",
     "SparkWorker",
+    "TcpConnection",
+    "TrafficCounters",
     "attach_kafka",
     "attach_mariadb",
     "attach_postgres",

@@ -282,6 +282,31 @@ def _pdeathsig_prefix(signame: str) -> list[str]:
     return [setpriv, f"--pdeathsig={signame}", "--"]
 
 
+def _setpriv_prefix(user: str | None, signame: str, detach: bool) -> list[str]:
+    """Return a prefix that switches to ``user`` and then sets the parent-death signal.
+
+    The order matters: a change of user id clears the parent-death signal.
+    """
+    if user is None:
+        return [] if detach else _pdeathsig_prefix(signame)
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise DevInfraError(
+            f"running a server as {user!r} inside a network namespace needs 'setpriv' "
+            "(util-linux), which was not found"
+        )
+    entry = pwd.getpwnam(user)
+    death = [] if detach else [f"--pdeathsig={signame}"]
+    return [
+        setpriv,
+        f"--reuid={entry.pw_uid}",
+        f"--regid={entry.pw_gid}",
+        "--clear-groups",
+        *death,
+        "--",
+    ]
+
+
 class ManagedProcess:
     """One server process started (or adopted) by this package.
 
@@ -313,6 +338,7 @@ class ManagedProcess:
         user: str | None = None,
         detach: bool = False,
         death_signal: str = "TERM",
+        namespace_prefix: Sequence[str] | None = None,
     ) -> ManagedProcess:
         """Start a server process with its output appended to ``log_file``.
 
@@ -337,13 +363,23 @@ class ManagedProcess:
             process dies without stopping it, so that no server is left behind.
         death_signal : str, optional
             Signal name for the previous point, e.g. ``TERM`` or ``QUIT``.
+        namespace_prefix : sequence of str, optional
+            Run the command inside a network namespace with this prefix (``ip netns exec NAME``,
+            see :meth:`~twophase_dev.NetworkNamespace.exec_prefix`). ``ip`` and ``setpriv``
+            ``exec`` the command, so the pid is still the server's. Joining a namespace needs
+            root, so ``user`` is then switched to by ``setpriv`` inside it (which must be
+            installed), which also sets the parent-death signal after the switch.
 
         Returns
         -------
         ManagedProcess
             The started process (it may still fail during startup; the caller checks readiness).
         """
-        command = list(argv) if detach else [*_pdeathsig_prefix(death_signal), *argv]
+        if namespace_prefix is not None:
+            command = [*namespace_prefix, *_setpriv_prefix(user, death_signal, detach), *argv]
+            user = None
+        else:
+            command = list(argv) if detach else [*_pdeathsig_prefix(death_signal), *argv]
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with log_file.open("ab") as out:
             popen = subprocess.Popen(

@@ -3,6 +3,10 @@
 The broker's jars come from Maven Central through :mod:`twophase_dev._maven`; the JVM is started
 directly (``java -cp ... kafka.Kafka server.properties``), no Kafka distribution is needed.
 
+With ``netns=`` the broker runs inside a :class:`~twophase_dev.NetworkNamespace`: its ``PLAINTEXT``
+listener (and the advertised one) is on the namespace's address, its KRaft controller listener on
+127.0.0.1 inside the namespace.
+
 Runs on: the developer's or test session's machine, never on Spark executors.
 """
 
@@ -15,7 +19,7 @@ import signal
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twophase_dev._common import (
     LOOPBACK,
@@ -23,7 +27,6 @@ from twophase_dev._common import (
     ManagedProcess,
     PortRaceError,
     free_ports,
-    port_is_free,
     rotate_log,
     run_logged,
     tail,
@@ -32,6 +35,9 @@ from twophase_dev._common import (
 )
 from twophase_dev._maven import MavenArtifact, resolve_classpath
 from twophase_dev._server import ManagedService
+
+if TYPE_CHECKING:
+    from twophase_dev._netns import NetworkNamespace
 
 __all__ = ["KAFKA_VERSION", "KafkaBroker", "kafka_classpath"]
 
@@ -144,6 +150,10 @@ class KafkaBroker(ManagedService):
         (default) makes the kernel stop it if this process dies without calling :meth:`stop`.
     startup_timeout : float, optional
         Seconds to wait for the broker to answer a metadata request.
+    netns : NetworkNamespace, optional
+        Run the broker inside this (created) network namespace: clients (and
+        :attr:`bootstrap_servers`) then use the namespace's address, and the controller listens
+        on 127.0.0.1 inside it. :meth:`to_record` refuses such a broker.
 
     Notes
     -----
@@ -184,6 +194,7 @@ class KafkaBroker(ManagedService):
         config: Mapping[str, str] | None = None,
         detach: bool = False,
         startup_timeout: float = 90.0,
+        netns: NetworkNamespace | None = None,
     ):
         super().__init__(
             port=port,
@@ -191,6 +202,7 @@ class KafkaBroker(ManagedService):
             log_dir=log_dir,
             detach=detach,
             startup_timeout=startup_timeout,
+            netns=netns,
         )
         self.controller_port = controller_port
         self._fixed_port = port is not None or controller_port is not None
@@ -275,7 +287,7 @@ class KafkaBroker(ManagedService):
             return self._external_bootstrap
         if self.port is None:
             raise DevInfraError("the broker has no port yet: call start() first")
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def stdout_file(self) -> Path:
@@ -297,9 +309,9 @@ class KafkaBroker(ManagedService):
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{LOOPBACK}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{LOOPBACK}:{self.port},CONTROLLER://{LOOPBACK}:"
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{LOOPBACK}:"
             f"{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -420,11 +432,11 @@ class KafkaBroker(ManagedService):
     def _check_ports(self) -> None:
         for name, port in (("port", self.port), ("controller_port", self.controller_port)):
             assert port is not None
-            if not port_is_free(port):
+            if not self._port_free(port):
                 if not self._fixed_port:
                     raise PortRaceError()
                 raise DevInfraError(
-                    f"Kafka {name} {port} on {LOOPBACK} is already in use by another process "
+                    f"Kafka {name} {port} on {self.host} is already in use by another process "
                     f"(see 'ss -ltnp | grep :{port}'); pick another port or omit it to get a "
                     "free one"
                 )
@@ -438,6 +450,7 @@ class KafkaBroker(ManagedService):
             cwd=work_dir,
             detach=self.detach,
             death_signal=self.death_signal,
+            namespace_prefix=self._namespace_prefix(),
         )
 
     def _startup_log(self) -> str:
@@ -447,7 +460,7 @@ class KafkaBroker(ManagedService):
         return "Address already in use" in log
 
     def _ready(self) -> bool:
-        return wait_for_port(LOOPBACK, self.port or 0, timeout=0) and self._metadata_ok()
+        return wait_for_port(self.host, self.port or 0, timeout=0) and self._metadata_ok()
 
     def _metadata_ok(self) -> bool:
         from confluent_kafka.admin import AdminClient

@@ -19,7 +19,7 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from twophase_dev._common import (
     LOOPBACK,
@@ -35,6 +35,9 @@ from twophase_dev._common import (
     wait_until,
     write_owner,
 )
+
+if TYPE_CHECKING:
+    from twophase_dev._netns import NetworkNamespace
 
 __all__ = ["DatabaseServer", "ManagedService"]
 
@@ -62,6 +65,10 @@ class ManagedService(ServiceContext):
         if this process dies first.
     startup_timeout : float, optional
         Seconds to wait for the server to be ready.
+    netns : NetworkNamespace, optional
+        Run the server inside this (created) network namespace, listening on its
+        :attr:`~twophase_dev.NetworkNamespace.address` instead of 127.0.0.1, so that a test can
+        cut it off (:meth:`~twophase_dev.NetworkNamespace.cut`). Such a server has no record.
     """
 
     #: ``kind`` of the records and of the work directory's name (``postgres``, ``kafka``, ...).
@@ -94,8 +101,11 @@ class ManagedService(ServiceContext):
         log_dir: Path | None,
         detach: bool,
         startup_timeout: float,
+        netns: NetworkNamespace | None = None,
     ):
-        self.host = LOOPBACK
+        #: The network namespace the server runs in, ``None`` for this process's.
+        self.netns = netns
+        self.host = LOOPBACK if netns is None else netns.address
         self.port = port
         self._fixed_port = port is not None
         self._own_work_dir = work_dir is None
@@ -146,6 +156,18 @@ class ManagedService(ServiceContext):
         """Return the end of the logs, shown when the server died while starting."""
         return tail(self.log_file, 30)
 
+    # ---------------------------------------------------------------- network namespace
+
+    def _namespace_prefix(self) -> list[str] | None:
+        """Return the prefix that runs the server in :attr:`netns`, ``None`` without one."""
+        return None if self.netns is None else self.netns.exec_prefix()
+
+    def _port_free(self, port: int) -> bool:
+        """Tell whether ``port`` can be listened on where the server runs (its namespace)."""
+        if self.netns is None:
+            return port_is_free(port)
+        return self.netns.port_is_free(port)
+
     # ---------------------------------------------------------------- records
 
     def _marker(self) -> str:
@@ -176,6 +198,11 @@ class ManagedService(ServiceContext):
         """
         if self._process is None or self.work_dir is None:
             raise DevInfraError(f"the {self.noun} has not been started")
+        if self.netns is not None:
+            raise DevInfraError(
+                f"a {self.product} {self.noun} in network namespace {self.netns.name} has no "
+                "record: it lives only as long as the test session that made the namespace"
+            )
         return {
             "kind": self.kind,
             "pid": self._process.pid,
@@ -251,6 +278,10 @@ class ManagedService(ServiceContext):
         self._require_managed("start")
         if self.is_running():
             return self
+        if self.netns is not None and not self.netns.created:
+            raise DevInfraError(
+                f"network namespace {self.netns.name} of the {self.product} {self.noun} is gone"
+            )
         started = time.monotonic()
         self._locate()
         created = self.work_dir is None
@@ -315,6 +346,8 @@ class DatabaseServer(ManagedService):
         down if this process dies first.
     startup_timeout : float, optional
         Seconds to wait for the server to accept connections.
+    netns : NetworkNamespace, optional
+        Run the server inside this network namespace (see :class:`ManagedService`).
     """
 
     #: Signal of each shutdown mode of :meth:`stop`.
@@ -329,6 +362,7 @@ class DatabaseServer(ManagedService):
         settings: Mapping[str, str] | None,
         detach: bool,
         startup_timeout: float,
+        netns: NetworkNamespace | None = None,
     ):
         super().__init__(
             port=port,
@@ -336,6 +370,7 @@ class DatabaseServer(ManagedService):
             log_dir=log_dir,
             detach=detach,
             startup_timeout=startup_timeout,
+            netns=netns,
         )
         self.extra_settings = dict(settings or {})
         self._initialized = False
@@ -455,10 +490,10 @@ class DatabaseServer(ManagedService):
         for attempt in range(1, attempts + 1):
             if self.port is None:
                 self.port = free_ports(1)[0]
-            if not port_is_free(self.port):
+            if not self._port_free(self.port):
                 if self._fixed_port:
                     raise DevInfraError(
-                        f"{self.product} port {self.port} on {LOOPBACK} is already in use by "
+                        f"{self.product} port {self.port} on {self.host} is already in use by "
                         f"another process (see 'ss -ltnp | grep :{self.port}'); pick another port "
                         "or omit it to get a free one"
                     )

@@ -16,17 +16,21 @@ a row still locked belongs to a transaction that read the old rank -- one
 that already prepared holds the lock until the coordinator's sweep rolls it
 back, and the fence is tried again. Committed rows are also the record that a
 transaction committed: ``XA COMMIT`` of an xid the server no longer knows is
-resolved by them (:mod:`._xa`).
+resolved by them (:mod:`._xa`). Every XA transaction also takes its partition's
+slot (below) before ``XA START``, until ``XA PREPARE`` closes its session: the
+session of an attempt whose client vanished (a network partition) is killed by
+the next attempt of the slot instead of keeping the xid taken.
 
-**The markers protocol.** One live attempt per partition slot, the newest:
-the slot is a named lock (``GET_LOCK``) that every attempt takes before
-``BEGIN``; each attempt also holds a lock named after its own rank, and
-registers the rank in ``twophase_slots``, so that an attempt that finds the
-slot taken can tell who holds it (``IS_USED_LOCK``). An older holder is a
-zombie: its connection is killed (a user may kill its own connections), which
-rolls its transaction back and frees the slot. A newer holder means this
-attempt is the zombie: it stops at once. Named locks belong to the session:
-:func:`release_slot` frees them before the connection goes back to its pool.
+**The markers protocol.** One live attempt per partition slot, the newest: the
+slot is a named lock (``GET_LOCK``) that every attempt takes before ``BEGIN``
+(``XA START`` in the coordinated protocol); each attempt also holds a lock
+named after its own rank, and registers the rank in ``twophase_slots``, so
+that an attempt that finds the slot taken can tell who holds it
+(``IS_USED_LOCK``). An older holder is a zombie: its connection is killed (a
+user may kill its own connections), which rolls its transaction back and frees
+the slot. A newer holder means this attempt is the zombie: it stops at once.
+Named locks belong to the session: :func:`release_slot` frees them before the
+connection goes back to its pool.
 """
 
 from __future__ import annotations
@@ -71,7 +75,8 @@ def in_schema(options: JdbcOptions, name: str) -> str:
 
 # ------------------------------------------------------- the coordinated protocol
 def create_fence_tables(cur: Any, options: JdbcOptions, identity: str) -> None:
-    """Create the fence tables if missing and this identity's rank (nothing fenced yet)."""
+    """Create the fence tables and the slot registry if missing, and this identity's rank."""
+    create_slots_table(cur, options)
     fences = in_schema(options, FENCE_TABLE)
     prepared = in_schema(options, PREPARED_TABLE)
     cur.execute(
@@ -182,7 +187,7 @@ def _lock_name(identity: str, partition: int, rank: tuple[int, int] | None = Non
 
 
 def create_slots_table(cur: Any, options: JdbcOptions) -> None:
-    """Create the slot registry of the markers protocol if missing."""
+    """Create the slot registry (``twophase_slots``) if missing."""
     cur.execute(
         f"CREATE TABLE IF NOT EXISTS {in_schema(options, SLOTS_TABLE)} "
         "(identity VARCHAR(255) NOT NULL, partition_id INT NOT NULL, epoch BIGINT NOT NULL, "

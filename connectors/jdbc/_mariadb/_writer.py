@@ -83,10 +83,14 @@ class MariaDBWriter(MariaDBClient):
         xid = xid_of(context.identity, context.batch_id, context.partition_id, context.attempt)
 
         def start(cur: Any) -> tuple[Any, int]:
+            # One live attempt per partition slot (an older one's session is killed): the markers
+            # protocol's zombie fence; in the coordinated one, it ends the session of an attempt
+            # whose client vanished (a network partition) and whose server-side session would
+            # otherwise keep the xid taken until idle_in_transaction_timeout.
+            take_slot(cur, self.options, context)
             if self.prepare:
                 cur.execute("XA START %s, %s, %s", xid.params)
             else:
-                take_slot(cur, self.options, context)  # the zombie fence of the markers protocol
                 cur.execute("BEGIN")
             cur.execute("SELECT @@max_allowed_packet")
             packet = int(cur.fetchone()[0])
@@ -249,7 +253,7 @@ class MariaDBWriter(MariaDBClient):
                         cur.execute("XA ROLLBACK %s, %s, %s", txn.xa)
                     else:
                         cur.execute("ROLLBACK")
-                        release_slot(cur)
+                    release_slot(cur)
                 txn.pool.release(conn)
             except Exception:
                 txn.pool.discard(conn)  # closing the session rolls it back

@@ -1,0 +1,1 @@
+"""Tests that partition servers from the test process (network namespaces; root only)."""
