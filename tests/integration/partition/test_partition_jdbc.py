@@ -81,9 +81,7 @@ class Target:
         }
         if self.kind == "postgres":
             return postgres_sink(name, dsn=self.server.dsn, **common)
-        # The server's side of the bound on MariaDB: a dead client's transaction ends after
-        # idle_in_transaction_timeout (no per-session keepalive there).
-        return mariadb_sink(name, url=self.server.url, idle_in_transaction_timeout=5, **common)
+        return mariadb_sink(name, url=self.server.url, **common)
 
     def sql(self, statement: str) -> list[tuple[Any, ...]]:
         conn = self.server.connect(autocommit=True) if self.kind == "mariadb" else None
