@@ -218,6 +218,8 @@ def record_fence(options: KafkaOptions, identity: str, fence: Fence, nonce: str)
     except KafkaException as exc:
         errors.append(exc)
         left = 0
+    finally:
+        _pool.close_now(producer)  # not left to the garbage collector: it would flush forever
     if errors or left:
         err = kafka_error_of(errors[0]) if errors else None
         if err is None:

@@ -40,11 +40,15 @@ __all__ = [
     "MAX_IDLE_PRODUCERS",
     "PooledProducer",
     "clear",
+    "close_now",
     "discard_idle",
     "give_back",
     "idle_count",
     "take",
 ]
+
+#: Seconds a producer being dropped gets to close before it is left to close in the background.
+_CLOSE_WAIT = 1.0
 
 #: Idle producers kept per process; the least recently used beyond it are closed.
 MAX_IDLE_PRODUCERS = 32
@@ -216,18 +220,49 @@ class PooledProducer:
             del mine[:-_MAX_REMEMBERED]
 
     def close(self) -> None:
-        """Close the producer quietly (aborting any open transaction)."""
+        """Close the producer quietly, at once (its open transaction is abandoned)."""
         self.broken = True
-        with warnings.catch_warnings():
-            # close() warns when it cannot abort (fenced, fatal): expected here.
-            warnings.simplefilter("ignore", RuntimeWarning)
-            # Closing a broken producer is best effort.
-            with contextlib.suppress(Exception):
-                self.producer.close()
+        close_now(self.producer)
 
     def __repr__(self) -> str:
         state = "broken" if self.broken else "ok"
         return f"PooledProducer({self.transactional_id!r}, gen={self.generation}, {state})"
+
+
+def close_now(producer: Producer, wait: float = _CLOSE_WAIT) -> None:
+    """Close a producer quietly, waiting ``wait`` seconds at most.
+
+    ``Producer.close()`` aborts the open transaction or flushes, with no
+    timeout: with brokers unreachable -- a network partition -- it would wait
+    as long as the partition lasts. So the undelivered records are purged (a
+    closed producer's records are never committed) and the close runs in a
+    daemon thread that ends when the brokers answer again, or with the
+    process. The open transaction is left to the slot's next
+    ``init_transactions``, which aborts it, or to the broker's
+    ``transaction.timeout.ms``.
+
+    Parameters
+    ----------
+    producer
+        The producer.
+    wait
+        Seconds to wait for the close.
+    """
+    with contextlib.suppress(Exception):  # best effort: the producer is being dropped
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
+    closing = threading.Thread(
+        target=_close_quietly, args=(producer,), name="twophase-producer-close", daemon=True
+    )
+    closing.start()
+    closing.join(wait)
+
+
+def _close_quietly(producer: Producer) -> None:
+    with warnings.catch_warnings():
+        # close() warns when it cannot abort or flush (fenced, fatal, purged): expected here.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with contextlib.suppress(Exception):
+            producer.close()
 
 
 def take(transactional_id: str, conf_key: tuple[tuple[str, str], ...]) -> PooledProducer | None:
