@@ -69,16 +69,20 @@ class Target:
     def server(self) -> Any:
         return self.partitioned.server
 
-    def sink(self, name: str) -> Any:
+    def sink(self, name: str, *, defaults: bool = False) -> Any:
+        """The sink; with ``defaults``, at the factory's default bounds and retry policy."""
         common: dict[str, Any] = {
             "table": self.table,
             "protocol": self.protocol,
             "create_table": True,
-            "network_timeout": NETWORK_TIMEOUT,
-            "connect_timeout": CONNECT_TIMEOUT,
-            "lock_timeout": 5.0,
-            "retry": RETRY,
         }
+        if not defaults:
+            common.update(
+                network_timeout=NETWORK_TIMEOUT,
+                connect_timeout=CONNECT_TIMEOUT,
+                lock_timeout=5.0,
+                retry=RETRY,
+            )
         if self.kind == "postgres":
             return postgres_sink(name, dsn=self.server.dsn, **common)
         return mariadb_sink(name, url=self.server.url, **common)

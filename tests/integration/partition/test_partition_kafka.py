@@ -42,21 +42,22 @@ RETRY = RetryPolicy(max_attempts=2, initial_backoff=0.1, max_backoff=0.1, deadli
 class Scenario:
     """A sink on a fresh topic, batch 0 committed, and what a reader sees."""
 
-    def __init__(self, kafka: Any, checkpoint: Path) -> None:
+    def __init__(self, kafka: Any, checkpoint: Path, *, defaults: bool = False) -> None:
         self.netns = kafka.netns
         self.bootstrap = kafka.server.bootstrap_servers
         self.topic = f"part-{uuid.uuid4().hex[:10]}"
         self.control = f"ctl-{uuid.uuid4().hex[:10]}"
         kafka.server.create_topic(self.topic, partitions=2)
+        bounds: dict[str, Any] = {}
+        if not defaults:  # else the sink's default bounds and retry policy
+            bounds = {"operation_timeout": OPERATION_TIMEOUT, "local_retries": 1, "retry": RETRY}
         self.sink = KafkaSink(
             "kpart",
             bootstrap_servers=self.bootstrap,
             topic=self.topic,
             control_topic=self.control,
-            operation_timeout=OPERATION_TIMEOUT,
-            local_retries=1,
             producer_lanes=1,
-            retry=RETRY,
+            **bounds,
         )
         self.runner = LocalRunner(self.sink, checkpoint)
         self.runner.run_batch(0, batch(0))
