@@ -15,21 +15,27 @@ default suite, whose partition tests use bounds of a few seconds; the measured t
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from twophase.connectors.jdbc import close_connections
 from twophase.connectors.jdbc._base import JdbcSinkMixin
 from twophase.connectors.kafka import KafkaSink
 from twophase.errors import RetriableError
 from twophase.testing import LocalRunner
 
 from .support import cut_before
-from .test_partition_jdbc import TARGETS, Target, batch, expected_ids, phase_2_hook, run_failing
+from .test_partition_jdbc import (
+    TARGETS,
+    Target,
+    batch,
+    expected_ids,
+    open_target,
+    phase_2_hook,
+    run_failing,
+)
 from .test_partition_kafka import Scenario, ids
 from .test_partition_kafka import batch as kafka_batch
 
@@ -47,16 +53,7 @@ def _report(what: str, took: float) -> None:
 
 @pytest.fixture(params=TARGETS, ids=[f"{k}-{p}" for k, p in TARGETS])
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    kind, protocol = request.param
-    server = "pg_partition" if kind == "postgres" else "maria_partition"
-    partitioned = request.getfixturevalue(server)
-    found = Target(kind, protocol, partitioned, f"d_{uuid.uuid4().hex[:12]}")
-    found.clean()
-    close_connections()
-    yield found
-    partitioned.netns.heal()
-    close_connections()
-    found.clean()
+    yield from open_target(request)
 
 
 @pytest.mark.parametrize("phase", ["phase1", "phase2"])

@@ -131,8 +131,8 @@ TARGETS = [
 ]
 
 
-@pytest.fixture(params=TARGETS, ids=[f"{k}-{p}" for k, p in TARGETS])
-def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+def open_target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    """The body of a ``target`` fixture parametrized by ``TARGETS``: a fresh table, clean state."""
     kind, protocol = request.param
     partitioned = request.getfixturevalue(
         "pg_partition" if kind == "postgres" else "maria_partition"
@@ -144,6 +144,11 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     partitioned.netns.heal()
     close_connections()
     found.clean()
+
+
+@pytest.fixture(params=TARGETS, ids=[f"{k}-{p}" for k, p in TARGETS])
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    yield from open_target(request)
 
 
 def batch(batch_id: int, partitions: int = 2, rows: int = 50) -> list[list[pa.RecordBatch]]:
