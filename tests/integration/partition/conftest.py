@@ -99,12 +99,23 @@ def _postgres(
             log_dir=tmp_path_factory.mktemp(f"{kind}-partition-logs"),
             netns=netns,
         )
-        server.start()
-        try:
-            yield PartitionedServer(server, netns)
-        finally:
-            netns.heal()
-            server.stop()
+        yield from _serve(server, netns)
+
+
+def _serve(server: S, netns: NetworkNamespace) -> Iterator[PartitionedServer[S]]:
+    """Start the server, yield it, then heal the namespace and stop the server."""
+    server.start()
+    try:
+        yield PartitionedServer(server, netns)
+    finally:
+        netns.heal()
+        if isinstance(server, KafkaBroker):
+            # As tests/conftest.py's kafka_broker: the clients this process keeps would try to
+            # reconnect to the stopped broker until exit.
+            from twophase.connectors.kafka import close_clients
+
+            close_clients()
+        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -134,12 +145,7 @@ def maria_partition(
         pytest.skip(f"MariaDB is not installed: {exc}")
     with _namespace("maria") as netns:
         server = MariaDBServer(log_dir=tmp_path_factory.mktemp("maria-partition-logs"), netns=netns)
-        server.start()
-        try:
-            yield PartitionedServer(server, netns)
-        finally:
-            netns.heal()
-            server.stop()
+        yield from _serve(server, netns)
 
 
 @pytest.fixture(scope="session")
@@ -149,17 +155,7 @@ def kafka_partition(
     """A Kafka broker in a namespace of its own."""
     with _namespace("kafka") as netns:
         broker = KafkaBroker(log_dir=tmp_path_factory.mktemp("kafka-partition-logs"), netns=netns)
-        broker.start()
-        try:
-            yield PartitionedServer(broker, netns)
-        finally:
-            netns.heal()
-            # As tests/conftest.py's kafka_broker: the clients this process keeps would try to
-            # reconnect to the stopped broker until exit.
-            from twophase.connectors.kafka import close_clients
-
-            close_clients()
-            broker.stop()
+        yield from _serve(broker, netns)
 
 
 @pytest.fixture(autouse=True)
