@@ -14,7 +14,7 @@ import psycopg2
 from ._config import ConnectionConfig
 from ._errors import connection_error, map_error
 from ._gid import GID_PREFIX, parse_gid
-from ._pool import NetworkBounds, libpq_bounds
+from ._network import NetworkBounds, libpq_bounds
 
 __all__ = ["PreparedTransaction", "list_prepared_transactions"]
 

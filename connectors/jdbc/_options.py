@@ -15,7 +15,7 @@ from typing import Literal
 from twophase.errors import ConfigurationError
 
 from .._settings import check_number
-from ._pool import NetworkBounds
+from ._network import NetworkBounds
 
 __all__ = ["JdbcOptions", "QualifiedName", "WriteMode"]
 

@@ -40,7 +40,7 @@ from twophase.errors import (
 )
 
 from .._config import ConnectionConfig, redact
-from .._pool import NetworkBounds
+from .._network import NetworkBounds
 
 __all__ = ["MARIADB_ERRORS", "PYMYSQL", "errno", "guess_column", "parse_url"]
 
