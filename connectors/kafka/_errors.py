@@ -91,6 +91,8 @@ class ErrorContext:
         The configured ``transaction.timeout.ms``.
     elapsed
         Seconds since the transaction began, when known.
+    brokers
+        ``bootstrap.servers``, to name the target of a failure to reach it.
     """
 
     action: str
@@ -101,6 +103,7 @@ class ErrorContext:
     transactional_id: str | None = None
     transaction_timeout_ms: int | None = None
     elapsed: float | None = None
+    brokers: str | None = None
 
 
 def kafka_error_of(exc: BaseException) -> KafkaError | None:
@@ -293,8 +296,9 @@ def map_kafka_error(err: KafkaError, ctx: ErrorContext) -> TwoPhaseError:
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
     ):
+        brokers = f"brokers at {ctx.brokers}" if ctx.brokers else "brokers"
         return RetriableError(
-            f"{ctx.action} failed transiently (brokers unreachable or busy); retrying may "
+            f"{ctx.action} failed transiently ({brokers} unreachable or busy); retrying may "
             f"succeed. {said}",
             **where,
         )

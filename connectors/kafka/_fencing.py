@@ -194,6 +194,7 @@ def record_fence(options: KafkaOptions, identity: str, fence: Fence, nonce: str)
         options.sink,
         batch_id=batch,
         topic=options.control_topic,
+        brokers=options.brokers,
     )
     # One record, sent at once; an idempotent producer would first wait for a producer id
     # (librdkafka's 500 ms timer: 0.5 s against 0.01 s measured), and a duplicate is harmless.

@@ -319,7 +319,14 @@ class MarkerReader:
         self.fences: list[Fence] = []
 
     def _ctx(self, action: str, batch_id: int) -> ErrorContext:
-        return ErrorContext(action, self.sink, batch_id=batch_id, topic=self.control_topic)
+        brokers = self.client_conf.get("bootstrap.servers")
+        return ErrorContext(
+            action,
+            self.sink,
+            batch_id=batch_id,
+            topic=self.control_topic,
+            brokers=str(brokers) if brokers else None,
+        )
 
     def _offsets(self, admin: AdminClient, spec: Any, level: Any, batch_id: int) -> int:
         tp = TopicPartition(self.control_topic, CONTROL_PARTITION)

@@ -230,7 +230,20 @@ local_retries
             transactional_id=transactional_id,
             transaction_timeout_ms=self.transaction_timeout_ms,
             elapsed=elapsed,
+            brokers=self.brokers,
         )
+
+    @property
+    def brokers(self) -> str | None:
+        """``bootstrap.servers`` (host:port list, no secret), for error messages.
+
+        Returns
+        -------
+        str or None
+            The brokers, when configured.
+        """
+        found = self.producer_config.get("bootstrap.servers")
+        return str(found) if found else None
 
 
 def arguments_from_spark_options(

@@ -239,7 +239,7 @@ class KafkaTransaction:
         raise RetriableError(
             f"flush: {remaining} records still undelivered after "
             f"{options.local_retries * options.operation_timeout:.0f} s "
-            "(brokers slow or unreachable)",
+            f"(brokers at {options.brokers} slow or unreachable)",
             sink=options.sink,
             batch_id=self.context.batch_id,
             partition_id=self.context.partition_id,

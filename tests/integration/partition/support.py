@@ -27,9 +27,9 @@ class Cut:
         with self._lock:
             if self.started is not None:
                 return
-            self._at_cut = self.netns.counters()
             self.netns.cut("wire")
             self.started = time.monotonic()
+            self._at_cut = self.netns.counters()  # after: frames sent before the cut arrive
 
     def heal(self) -> None:
         """End the partition, once, after reading the counters."""

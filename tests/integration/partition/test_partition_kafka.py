@@ -76,6 +76,7 @@ class Scenario:
         assert error.restartable, error
         assert error.sink == "kpart", error
         assert error.batch_id == batch_id, error
+        assert self.bootstrap in str(error), error  # the brokers it could not reach
         return error, took
 
     def finish_after_heal(self, batch_id: int) -> None:
