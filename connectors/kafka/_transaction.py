@@ -79,6 +79,8 @@ class KafkaTransaction:
         self.records = 0
         #: "open" -> "committed", or "aborted".
         self.state = "open"
+        #: A step timed out on the brokers (a partition, brokers down): the abort tries once.
+        self.unreachable = False
         self.marker: Marker | None = None
         self.marker_key: bytes | None = None
         self.tombstoned: list[bytes] = []
@@ -236,6 +238,7 @@ class KafkaTransaction:
             if remaining == 0:
                 self._raise_delivery_errors("flush")
                 return
+        self.unreachable = True
         raise RetriableError(
             f"flush: {remaining} records still undelivered after "
             f"{options.local_retries * options.operation_timeout:.0f} s "
@@ -328,8 +331,12 @@ class KafkaTransaction:
                     return  # nothing open: already ended
                 raise
 
+        # After the brokers timed out, one attempt: a failed abort only leaves the transaction to
+        # the slot's next init_transactions (or the broker's timeout), and each attempt would wait
+        # operation_timeout again on a partitioned network.
+        attempts = 1 if self.unreachable else self.options.local_retries
         try:
-            retry_locally(abort_once, self._ctx("abort"), attempts=self.options.local_retries)
+            retry_locally(abort_once, self._ctx("abort"), attempts=attempts)
         except FatalError as exc:
             entry.close()
             if isinstance(exc.__cause__, BaseException):
@@ -418,7 +425,9 @@ class KafkaTransaction:
             raise exc
         if err.fatal() or is_fenced(err):
             self.producer.broken = True
-        raise map_kafka_error(err, self._ctx(action, topic)) from exc
+        mapped = map_kafka_error(err, self._ctx(action, topic))
+        self.unreachable = isinstance(mapped, RetriableError)
+        raise mapped from exc
 
     def _raise_delivery_errors(self, action: str) -> None:
         entry = self.producer
