@@ -49,7 +49,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from twophase import Fingerprint, Marker
@@ -216,6 +216,8 @@ class _Window:
 #: reads: a Python worker reads the markers before a retry and before the commit of a new
 #: producer, and opening both clients (connections, metadata) took about 100 ms of each read.
 _MAX_IDLE_CLIENTS = 4
+#: Seconds a pooled reader gets to answer before it is replaced by a new one.
+_HEALTH_TIMEOUT = 1.0
 #: Client configurations (clusters, credentials) a process keeps clients for, most recent last.
 _MAX_CONFIGS = 4
 _idle_lock = threading.Lock()
@@ -232,6 +234,9 @@ def _clients(conf: Mapping[str, Any]) -> Iterator[tuple[AdminClient, Consumer]]:
     with _idle_lock:
         pool = _idle.setdefault(key, [])
         pair = pool.pop() if pool else None
+    if pair is not None and not _answers(pair[1]):
+        pair[1].close()  # its connections may be stuck in TCP's backoff since a partition
+        pair = None
     if pair is None:
         consumer = Consumer(
             {
@@ -262,6 +267,15 @@ def _clients(conf: Mapping[str, Any]) -> Iterator[tuple[AdminClient, Consumer]]:
             unused.extend(_idle.popitem(last=False)[1])
     for _admin, consumer in unused:
         consumer.close()
+
+
+def _answers(consumer: Consumer) -> bool:
+    """Whether a pooled consumer reaches the brokers at once (one metadata round trip)."""
+    try:
+        consumer.list_topics(timeout=_HEALTH_TIMEOUT)
+    except KafkaException:
+        return False
+    return True
 
 
 def close_idle_clients() -> None:

@@ -47,6 +47,11 @@ __all__ = [
     "take",
 ]
 
+#: librdkafka's words for brokers that do not answer.
+_NETWORK_ERRORS = frozenset(
+    {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
+)
+
 #: Seconds a producer being dropped gets to close before it is left to close in the background.
 _CLOSE_WAIT = 1.0
 
@@ -115,6 +120,18 @@ class PooledProducer:
             if entry is not None:
                 entry._on_delivery(err, msg)
 
+        users_error_cb = conf.get("error_cb")
+
+        def on_error(err: KafkaError) -> None:
+            entry = me()
+            if entry is not None and err.code() in _NETWORK_ERRORS:
+                entry.unreachable = True
+            if users_error_cb is not None:
+                users_error_cb(err)
+
+        #: The brokers were unreachable since it was created (a partition, brokers down): its
+        #: connections may be stuck in TCP's backoff, so the pool does not lend it again.
+        self.unreachable = False
         self.producer = Producer(
             {
                 **conf,
@@ -122,6 +139,7 @@ class PooledProducer:
                 # Only failed deliveries call back into Python: no per-record cost.
                 "delivery.report.only.error": True,
                 "on_delivery": on_delivery,
+                "error_cb": on_error,
             }
         )
 
@@ -282,7 +300,11 @@ def take(transactional_id: str, conf_key: tuple[tuple[str, str], ...]) -> Pooled
         The producer, now owned by the caller until :func:`give_back`.
     """
     with _lock:
-        return _idle.pop((transactional_id, conf_key), None)
+        entry = _idle.pop((transactional_id, conf_key), None)
+    if entry is not None and entry.unreachable:
+        entry.close()  # a new producer connects at once; this one may wait out TCP's backoff
+        return None
+    return entry
 
 
 def give_back(entry: PooledProducer) -> None:
