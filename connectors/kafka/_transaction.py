@@ -291,6 +291,9 @@ class KafkaTransaction:
         except FatalError:
             self.producer.broken = True
             raise
+        except RetriableError:
+            self.unreachable = True
+            raise
         self.state = "committed"
         self.producer.checked = True
         self.producer.remember_marker(
@@ -441,6 +444,8 @@ class KafkaTransaction:
         if err.fatal() or is_fenced(err):
             entry.broken = True
         mapped = map_kafka_error(err, self._ctx(action, topic))
+        # Records timed out (message.timeout.ms): the brokers did not answer.
+        self.unreachable = isinstance(mapped, RetriableError)
         if not causes:
             # Only purged records: the transaction failed (the brokers refused to add a
             # partition to it, or fenced the producer) and librdkafka logged why (TXNERR)
