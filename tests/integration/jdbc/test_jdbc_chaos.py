@@ -87,6 +87,7 @@ def test_postgres_restarted_between_prepare_and_commit_then_the_batch_finishes(
     assert_exactly_once(pg_a.ids(table), expected_ids(0, 1, 2))
 
 
+@pytest.mark.extended  # the same path as tests/integration/partition's long cut in phase 2
 def test_postgres_down_during_phase_2_then_back_and_restart_finishes_the_batch(
     pg_a: PgTarget, table: str
 ) -> None:

@@ -171,6 +171,7 @@ def test_a_crash_between_prepare_and_commit_keeps_the_prepared_branches_and_comm
     assert target.prepared() == []
 
 
+@pytest.mark.extended  # the same path as tests/integration/partition's long cut in phase 2
 def test_the_server_down_in_phase_2_fails_the_batch_and_the_restarted_query_commits_it(
     target: Target,
 ) -> None:

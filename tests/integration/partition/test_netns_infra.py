@@ -108,6 +108,7 @@ def test_postgres_through_veth_and_cut(pg_partition: PartitionedServer[Any]) -> 
     assert delta.lost_packets > 0, delta
 
 
+@pytest.mark.extended  # every partition test proves its own cut with these counters
 def test_postgres_wire_cut_loses_packets(pg_partition: PartitionedServer[Any]) -> None:
     server, netns = pg_partition.server, pg_partition.netns
     conn = server.connect()
@@ -140,6 +141,7 @@ def test_postgres_wire_cut_loses_packets(pg_partition: PartitionedServer[Any]) -
     assert delta.ns_tcp_in_segs == 0, delta
 
 
+@pytest.mark.extended  # every partition test proves its own cut with these counters
 def test_postgres_without_prepared_transactions(
     pg_partition_no_prepared: PartitionedServer[Any],
 ) -> None:
@@ -152,6 +154,7 @@ def test_postgres_without_prepared_transactions(
         conn.close()
 
 
+@pytest.mark.extended  # every partition test proves its own cut with these counters
 def test_mariadb_through_veth_and_cut(maria_partition: PartitionedServer[Any]) -> None:
     server, netns = maria_partition.server, maria_partition.netns
     assert netns.address in server.url
@@ -175,6 +178,7 @@ def test_mariadb_through_veth_and_cut(maria_partition: PartitionedServer[Any]) -
     assert delta.root_ip_out_no_routes > 0, delta
 
 
+@pytest.mark.extended  # every partition test proves its own cut with these counters
 def test_kafka_through_veth_and_cut(kafka_partition: PartitionedServer[Any]) -> None:
     from confluent_kafka.admin import AdminClient
 

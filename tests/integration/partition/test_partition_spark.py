@@ -118,7 +118,11 @@ def cut_at_batch_1(sink: Any, cut: Cut, heal_after: float | None = None) -> None
     install_step_listener(sink, listener)
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mariadb", "kafka"])
+@pytest.mark.parametrize(
+    "kind",
+    # Kafka's steps under a partition: test_partition_kafka.py, through the same coordinator.
+    ["postgres", "mariadb", pytest.param("kafka", marks=pytest.mark.extended)],
+)
 def test_a_long_partition_fails_the_query_and_the_restart_is_exact(
     spark: Any, tmp_path: Path, request: pytest.FixtureRequest, kind: str
 ) -> None:
