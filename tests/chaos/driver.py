@@ -11,7 +11,8 @@ points), and calls ``query.stop()`` from a thread when the harness asks (file ``
 
 Exit codes: 0 the query processed its input; 3 ``query.stop()`` was called (unless the harness
 asked for a restart in this process: ``control/stop`` holding ``restart``); 4 the query failed with
-``NondeterministicBatchError``; 1 any other failure (the event ``query_failed`` names it).
+``NondeterministicBatchError``; 1 any other failure (the event ``query_failed`` names it, and the
+twophase error behind it with whether it is restartable, ``twophase.errors.find_error``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,19 @@ ERROR_NAMES = (
 
 SCHEMA = "id long, payload string"
 
+#: What the connectors' errors say when a step ran into a network bound: a connection lost or not
+#: made within the JDBC sinks' ``network_timeout`` / ``connect_timeout``, brokers not answering
+#: within the Kafka sink's ``operation_timeout`` (``_PURGE_QUEUE``: the records of a producer
+#: dropped after its flush ran out of time, e.g. a fence record).
+NETWORK_BOUND_NEEDLES = (
+    "(a network partition",
+    "slow or unreachable",
+    "unreachable or busy",
+    "(operation_timeout)",
+    "(_PURGE_QUEUE)",
+    "not acknowledged within",
+)
+
 
 def classify(message: str) -> str:
     """Return the first known error name found in ``message`` (``"other"`` if none)."""
@@ -71,6 +85,7 @@ def connector_sink(spec: dict[str, Any]) -> Any:
             control_topic=target["control_topic"],
             producer_config=target.get("producer_config") or {},
             operation_timeout=target.get("operation_timeout", 30.0),
+            local_retries=target.get("local_retries", 3),
             staging=spec["staging"],
         )
     # The JDBC sinks: pg-coordinated, pg-markers, maria-coordinated, maria-markers.
@@ -84,12 +99,14 @@ def connector_sink(spec: dict[str, Any]) -> Any:
 
         connection = {"dsn": target["dsn"]}
     extra = {"staging": spec["staging"]} if protocol == "markers" else {}
+    if "network_timeout" in target:  # a trial with partitions: short bounds
+        extra["network_timeout"] = target["network_timeout"]
     return factory(
         name,
         table=target["table"],
         protocol=protocol,
         lock_timeout=10.0,
-        connect_timeout=5,
+        connect_timeout=target.get("connect_timeout", 5),
         **connection,
         **extra,
     )
@@ -244,9 +261,21 @@ def run(spec: dict[str, Any]) -> int:
         try:
             query.awaitTermination()
         except Exception as exc:
+            from twophase.errors import find_error
+
             message = str(exc)
             kind = classify(message)
-            emit(events, src="driver", name="query_failed", error=kind, message=message[:4000])
+            found = find_error(exc)
+            emit(
+                events,
+                src="driver",
+                name="query_failed",
+                error=kind,
+                twophase_error=None if found is None else type(found).__name__,
+                restartable=None if found is None else found.restartable,
+                network_bound=any(needle in message for needle in NETWORK_BOUND_NEEDLES),
+                message=message[:4000],
+            )
             print(f"query failed ({kind}):\n{message}", file=sys.stderr)
             return EXIT_NONDETERMINISTIC if kind == "NondeterministicBatchError" else EXIT_FAILED
         finally:

@@ -22,7 +22,12 @@
   (``twophase.testing.with_faults``); for ``pg-coordinated`` and ``maria-coordinated``, a zombie:
   an attempt of a task that Spark gave up on, which opens its transaction when the task reaches the
   point and tries to prepare only after the trial's last driver has exited
-  (:mod:`tests.chaos.zombie`).
+  (:mod:`tests.chaos.zombie`);
+* where the harness can run its servers in network namespaces of their own (root), 0-2 network
+  partitions of the sink's server, short (1-2 s, below the sinks' bounds: a pause) or long (8-15 s,
+  past them: a step may fail, restartably), drawn from a stream of their own so that the rest of
+  the trial is the one drawn without them; a trial with a partition runs its sink with short
+  network bounds (:data:`SHORT_BOUNDS`).
 
 The driver (:mod:`tests.chaos.driver`) runs in a process group of its own and is started again
 after every exit until its query has processed the input, or until the trial's time runs out. Then
@@ -57,6 +62,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.chaos.driver import NETWORK_BOUND_NEEDLES
 from tests.chaos.events import emit, go, matches, read_events
 from tests.integration.kafka.kafka_support import unstable_partitions
 from twophase.testing import COORDINATED_STEPS, MARKER_STEPS, FakeTarget
@@ -115,6 +121,8 @@ FAULT_KINDS = (
     "query_stop",
     "task_failure",
     "zombie",
+    "partition_short",
+    "partition_long",
 )
 
 #: Restart faults of each database server, by kind: the mode of ``server.restart(mode=...)``.
@@ -144,6 +152,40 @@ FAILABLE_HOOKS = {sink: TASK_POINTS[sink][:3] for sink in SINKS}
 #: librdkafka's ``request.timeout.ms`` for the chaos sinks: a freeze outlasts it.
 KAFKA_REQUEST_TIMEOUT_MS = 5000
 
+#: Network partitions of the sink's server (a "wire" cut of its network namespace), by kind: the
+#: range their length is drawn from, in seconds. ``partition_short`` stays below the sinks' short
+#: bounds (:data:`SHORT_BOUNDS`): TCP sends a segment lost at the cut again 0.2, 0.6, 1.4 and 3.0 s
+#: later (a SYN 1 and 3 s later), so after a cut of at most 2 s the next try gets through before
+#: ``TCP_USER_TIMEOUT`` and ``connect_timeout`` (4 s) or ``request.timeout.ms`` (5 s): a pause.
+#: ``partition_long`` lasts well past them: a step may fail with a restartable error.
+PARTITION_SECONDS = {"partition_short": (1.0, 2.0), "partition_long": (8.0, 15.0)}
+#: The kinds of :data:`PARTITION_SECONDS`, in their draw order.
+PARTITION_KINDS = tuple(PARTITION_SECONDS)
+#: How many partitions a trial draws (when they can be drawn), and how often: half the trials
+#: none, and 0.6 on average. They come from a random stream of their own (see :func:`draw_plan`).
+PARTITION_COUNTS = ((0, 1, 2), (5, 4, 1))
+#: The network bounds of the sinks of a trial that draws a partition (the other trials keep the
+#: bounds they always had): JDBC ``network_timeout`` and ``connect_timeout``; Kafka
+#: ``operation_timeout`` per call and ``local_retries`` calls, 5 s per step like
+#: ``request.timeout.ms``.
+SHORT_BOUNDS = {
+    "network_timeout": 4.0,
+    "connect_timeout": 4,
+    "operation_timeout": 2.5,
+    "local_retries": 2,
+}
+#: A query failure up to this many seconds after a server fault (a partition, a restart, a
+#: freeze) ended may be that fault's (a step fails within the bounds, its batch's retries and
+#: clean-up come after); it is counted as the partition's when the partition is the server fault
+#: that began last before it (:meth:`_Trial.attribute_failures`).
+PARTITION_FAILURE_GRACE = 30.0
+#: A partition does not fire while another partition of the server is in force or less than this
+#: many seconds after it healed: the two would make one longer outage (TCP's next try after a
+#: heal comes up to a few seconds late), and a "short" one would not be short.
+PARTITION_GAP = 5.0
+#: Fault kinds that act on the trial's server: their failures compete with a partition's.
+SERVER_FAULTS = frozenset({*RESTART_MODES, "kafka_restart", "kafka_freeze", *PARTITION_SECONDS})
+
 EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, EXIT_NONDETERMINISTIC = 0, 1, 3, 4
 
 
@@ -168,6 +210,8 @@ class Fault:
     params: dict[str, Any] = field(default_factory=dict)
     fired: bool = False
     detail: str = ""
+    #: What proves a partition: the counters of the cut and the times it began and ended.
+    evidence: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         """Return ``kind@point(timing)`` with the outcome mark (+ fired, - did not)."""
@@ -182,7 +226,7 @@ class Fault:
         extra = ""
         if self.kind == "task_failure":
             extra = f"[{self.params.get('error')}]"
-        elif self.kind == "kafka_freeze":
+        elif self.kind == "kafka_freeze" or self.kind in PARTITION_SECONDS:
             extra = f"[{self.params.get('seconds')}s]"
         elif self.kind == "query_stop" and self.params.get("restart") == "in-process":
             extra = "[in-process restart]"
@@ -209,6 +253,11 @@ class TrialPlan:
     faults: list[Fault]
     #: Extra Spark settings of the driver (tests only; drawn trials use none).
     spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def short_bounds(self) -> bool:
+        """Whether the sink runs with :data:`SHORT_BOUNDS` (the trial has a partition)."""
+        return any(f.kind in PARTITION_SECONDS for f in self.faults)
 
     @property
     def nondeterministic(self) -> bool:
@@ -251,6 +300,25 @@ def _draw_point(rng: random.Random, plan_sink: str, batches: int, parts: int) ->
     return {"src": "driver", "name": "query_started"}
 
 
+def _draw_timing(rng: random.Random, point: dict[str, Any]) -> tuple[bool, float]:
+    """Draw whether a fault fires at its point (sync) or after a delay, and the delay."""
+    if point["name"] == "query_started":
+        return False, round(rng.uniform(0.0, 6.0), 2)
+    # A batch of this size takes a few tenths of a second: land within it.
+    sync = rng.random() < 0.4
+    return sync, 0.0 if sync else round(rng.uniform(0.0, 0.4), 2)
+
+
+def _draw_partition(rng: random.Random, sink: str, batches: int, parts: int) -> Fault:
+    """Draw a partition of the sink's server: its kind, length, point and timing."""
+    kind = rng.choice(PARTITION_KINDS)
+    low, high = PARTITION_SECONDS[kind]
+    seconds = round(rng.uniform(low, high), 1)
+    point = _draw_point(rng, sink, batches, parts)
+    sync, delay = _draw_timing(rng, point)
+    return Fault(kind, point, sync=sync, delay=delay, params={"seconds": seconds})
+
+
 def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Fault:
     kinds = ["kill_driver", "query_stop", "task_failure"]
     if sink == "kafka":
@@ -279,12 +347,7 @@ def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Faul
         error = rng.choice(["AbortRequiredError", "RetriableError", "kill"])
         return Fault(kind, point, params={"error": error})
     point = _draw_point(rng, sink, batches, parts)
-    if point["name"] == "query_started":
-        sync, delay = False, round(rng.uniform(0.0, 6.0), 2)
-    else:
-        # A batch of this size takes a few tenths of a second: land within it.
-        sync = rng.random() < 0.4
-        delay = 0.0 if sync else round(rng.uniform(0.0, 0.4), 2)
+    sync, delay = _draw_timing(rng, point)
     params: dict[str, Any] = {}
     if kind == "kafka_freeze":
         params["seconds"] = round(KAFKA_REQUEST_TIMEOUT_MS / 1000 + rng.uniform(1.0, 4.0), 1)
@@ -293,8 +356,20 @@ def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Faul
     return Fault(kind, point, sync=sync, delay=delay, params=params)
 
 
-def draw_plan(seed: str | int, index: int, sinks: Sequence[str] = DEFAULT_SINKS) -> TrialPlan:
-    """Draw trial ``index`` of run ``seed`` (from ``random.Random(f"{seed}:{index}")``)."""
+def draw_plan(
+    seed: str | int,
+    index: int,
+    sinks: Sequence[str] = DEFAULT_SINKS,
+    *,
+    network_partitions: bool = False,
+) -> TrialPlan:
+    """Draw trial ``index`` of run ``seed`` (from ``random.Random(f"{seed}:{index}")``).
+
+    With ``network_partitions``, 0-2 network partitions (:data:`PARTITION_COUNTS`) are drawn
+    after the other faults from a stream of their own,
+    ``random.Random(f"{seed}:{index}:partitions")``: the rest of the trial is the one drawn
+    without them (and before they existed).
+    """
     rng = random.Random(f"{seed}:{index}")
     sink = rng.choice([s for s in SINKS if s in sinks])  # the same draw whatever the order given
     pipeline = rng.choice(PIPELINES)
@@ -318,6 +393,13 @@ def draw_plan(seed: str | int, index: int, sinks: Sequence[str] = DEFAULT_SINKS)
         _draw_fault(rng, sink, plan.batches, plan.write_partitions)
         for _ in range(rng.randint(1, 3))
     ]
+    if network_partitions:
+        cut_rng = random.Random(f"{seed}:{index}:partitions")
+        count = cut_rng.choices(*PARTITION_COUNTS)[0]
+        plan.faults += [
+            _draw_partition(cut_rng, sink, plan.batches, plan.write_partitions)
+            for _ in range(count)
+        ]
     return plan
 
 
@@ -349,9 +431,33 @@ class Infra:
     pg_b: Any = None
     #: One MariaDB server for both MariaDB sinks (the markers protocol needs no special server).
     maria: Any = None
+    #: The network namespace (``twophase_dev.NetworkNamespace``) each server runs in, by the
+    #: attribute holding the server: only servers :func:`own_infra` started in one. The harness
+    #: process made them, and only it can cut and heal them (the cut is kept in the object).
+    namespaces: dict[str, Any] = field(default_factory=dict)
+    #: Why partitions are not drawn; empty when every server runs in a namespace of its own.
+    no_partitions: str = "the servers do not run in network namespaces of this harness"
 
     #: The attributes holding servers.
     SERVERS = ("kafka", "pg_a", "pg_b", "maria")
+
+    @property
+    def partitions(self) -> bool:
+        """Whether ``partition_*`` faults can be drawn (and fired) against these servers."""
+        return not self.no_partitions
+
+    @staticmethod
+    def attribute(sink: str) -> str:
+        """The attribute holding the server of ``sink``."""
+        if sink == "kafka":
+            return "kafka"
+        if DATABASE[sink] == "maria":
+            return "maria"
+        return "pg_a" if sink == "pg-coordinated" else "pg_b"
+
+    def namespace(self, sink: str) -> Any:
+        """The network namespace of the server of ``sink``, None if it has none of ours."""
+        return self.namespaces.get(self.attribute(sink))
 
     def db(self, sink: str) -> Any:
         """The database server of a JDBC sink (``pg-*`` or ``maria-*``)."""
@@ -368,9 +474,47 @@ class Infra:
         return self.kafka if kind.startswith("kafka") else self.db(sink)
 
 
+def _server_env(sink: str) -> str:
+    """The environment variable that makes :func:`own_infra` reuse a running server of ``sink``."""
+    from twophase_dev import ENV_KAFKA_BOOTSTRAP, ENV_MARIADB_URL, ENV_PG_DSN, ENV_PG_NOPREP_DSN
+
+    if sink == "kafka":
+        return ENV_KAFKA_BOOTSTRAP
+    if DATABASE[sink] == "maria":
+        return ENV_MARIADB_URL
+    return ENV_PG_DSN if sink == "pg-coordinated" else ENV_PG_NOPREP_DSN
+
+
+def partition_support(sinks: Sequence[str]) -> str:
+    """Tell why partitions cannot be drawn for ``sinks`` here; empty when they can.
+
+    They need root, network namespaces with a veth pair (one is made and removed to find out) and
+    servers the harness starts itself, inside them: a server reused through a ``TWOPHASE_*``
+    variable runs outside.
+    """
+    from twophase_dev import DevInfraError, NetworkNamespace
+
+    reused = sorted({_server_env(s) for s in sinks if os.environ.get(_server_env(s))})
+    if reused:
+        return f"{', '.join(reused)} set: such servers do not run in a namespace of the harness"
+    if os.geteuid() != 0:
+        return "not root (network namespaces need CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+    try:
+        NetworkNamespace.remove_stale()
+        with NetworkNamespace(f"tp-chaosprobe-{os.getpid()}"):
+            pass
+    except DevInfraError as exc:
+        return f"cannot make a network namespace here: {exc}"
+    return ""
+
+
 @contextlib.contextmanager
-def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
-    """Start the servers ``sinks`` need (or reuse those of ``twophase-dev up``), stop them after."""
+def own_infra(sinks: Sequence[str], log_dir: Path, *, partitions: bool = True) -> Iterator[Infra]:
+    """Start the servers ``sinks`` need (or reuse those of ``twophase-dev up``), stop them after.
+
+    With ``partitions`` (and :func:`partition_support`), each server it starts runs in a network
+    namespace of its own (``tp-chaos<server>-<pid>``), removed after the server stops.
+    """
     from twophase_dev import (
         ENV_KAFKA_BOOTSTRAP,
         ENV_MARIADB_URL,
@@ -378,6 +522,7 @@ def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
         ENV_PG_NOPREP_DSN,
         KafkaBroker,
         MariaDBServer,
+        NetworkNamespace,
         PostgresServer,
         attach_kafka,
         attach_mariadb,
@@ -388,13 +533,24 @@ def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
     clean_stale_work_dirs()
     started: list[Any] = []
     infra = Infra()
+    infra.no_partitions = partition_support(sinks) if partitions else "turned off (--no-partitions)"
+
+    def namespace(attribute: str) -> Any:
+        """A new namespace for the server held by ``attribute``, None without partitions."""
+        if not infra.partitions:
+            return None
+        netns = NetworkNamespace(f"tp-chaos{attribute.replace('_', '')}-{os.getpid()}")
+        infra.namespaces[attribute] = netns.create()
+        return netns
+
     try:
         if "kafka" in sinks:
             if os.environ.get(ENV_KAFKA_BOOTSTRAP):
                 infra.kafka = attach_kafka(os.environ[ENV_KAFKA_BOOTSTRAP])
             else:
-                infra.kafka = KafkaBroker(log_dir=log_dir / "kafka").start()
-                started.append(infra.kafka)
+                broker = KafkaBroker(log_dir=log_dir / "kafka", netns=namespace("kafka"))
+                started.append(broker)
+                infra.kafka = broker.start()
         for sink, env, prepared in (
             ("pg-coordinated", ENV_PG_DSN, 64),
             ("pg-markers", ENV_PG_NOPREP_DSN, 0),
@@ -405,9 +561,12 @@ def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
                 server = attach_postgres(os.environ[env], max_prepared_transactions=prepared)
             else:
                 server = PostgresServer(
-                    max_prepared_transactions=prepared, log_dir=log_dir / f"postgres-{sink}"
-                ).start()
+                    max_prepared_transactions=prepared,
+                    log_dir=log_dir / f"postgres-{sink}",
+                    netns=namespace(Infra.attribute(sink)),
+                )
                 started.append(server)
+                server.start()
             if sink == "pg-coordinated":
                 infra.pg_a = server
             else:
@@ -416,13 +575,17 @@ def own_infra(sinks: Sequence[str], log_dir: Path) -> Iterator[Infra]:
             if os.environ.get(ENV_MARIADB_URL):
                 infra.maria = attach_mariadb(os.environ[ENV_MARIADB_URL])
             else:
-                infra.maria = MariaDBServer(log_dir=log_dir / "mariadb").start()
-                started.append(infra.maria)
+                maria = MariaDBServer(log_dir=log_dir / "mariadb", netns=namespace("maria"))
+                started.append(maria)
+                infra.maria = maria.start()
         yield infra
     finally:
         for server in reversed(started):
             with contextlib.suppress(Exception):
                 server.stop()
+        for netns in infra.namespaces.values():  # heals a cut, removes the veth pair
+            with contextlib.suppress(Exception):
+                netns.destroy()
 
 
 class _ServerOps:
@@ -582,6 +745,8 @@ class TrialResult:
     failures: list[str] = field(default_factory=list)
     #: Notable JVM/Spark errors found in the driver logs (one entry per run that shows it).
     log_findings: list[str] = field(default_factory=list)
+    #: Distinct errors of steps that ran into a network bound (:func:`network_bound_errors`).
+    bound_errors: list[str] = field(default_factory=list)
     duration: float = 0.0
     work_dir: str = ""
     notes: list[str] = field(default_factory=list)
@@ -627,6 +792,26 @@ def _failure_summary(message: str) -> str:
     return " ".join(cause.split("=== Streaming Query ===")[0].split())[:300]
 
 
+def network_bound_errors(path: Path) -> list[str]:
+    """Return the distinct twophase errors of a driver log that name a network bound.
+
+    Each is a step (a task's, or the driver's) that failed because the server did not answer in
+    time; Spark's task retries and the driver's retry policy may have absorbed it (the query
+    failed only if they ran out).
+    """
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    found = {
+        line.strip()[:300]
+        for line in text.splitlines()
+        if line.lstrip().startswith("twophase.errors.")
+        and any(needle in line for needle in NETWORK_BOUND_NEEDLES)
+    }
+    return sorted(found)
+
+
 def scan_log(path: Path) -> list[str]:
     """Return the names of :data:`LOG_PATTERNS` found in a driver log."""
     try:
@@ -656,23 +841,37 @@ class Target:
         return f"`{table}`" if DATABASE[self.plan.sink] == "maria" else f'"{table}"'
 
     def create(self) -> dict[str, Any]:
-        """Create the table or topic; return the driver's ``target`` settings."""
+        """Create the table or topic; return the driver's ``target`` settings.
+
+        A trial with a partition gets the sink's :data:`SHORT_BOUNDS`; the others the bounds
+        trials always had (Kafka: ``operation_timeout`` 30 s, 3 local retries; JDBC:
+        ``connect_timeout`` 5 s and the default ``network_timeout``).
+        """
+        short = self.plan.short_bounds
         if self.plan.sink == "kafka":
             self.infra.kafka.create_topic(self.topic, partitions=self.plan.topic_partitions)
-            return {
+            settings: dict[str, Any] = {
                 "bootstrap": self.infra.kafka.bootstrap_servers,
                 "topic": self.topic,
                 "control_topic": self.control_topic,
                 "producer_config": {"request.timeout.ms": KAFKA_REQUEST_TIMEOUT_MS},
                 "operation_timeout": 30.0,
             }
+            if short:
+                settings["operation_timeout"] = SHORT_BOUNDS["operation_timeout"]
+                settings["local_retries"] = SHORT_BOUNDS["local_retries"]
+            return settings
         server = self._db
         _sql(server, f"CREATE TABLE {self._quoted(self.table)} (k bigint, v text)")
+        settings = {"table": self.table}
+        if short:
+            settings["network_timeout"] = SHORT_BOUNDS["network_timeout"]
+            settings["connect_timeout"] = SHORT_BOUNDS["connect_timeout"]
         if DATABASE[self.plan.sink] == "maria":
             # The password user (all privileges on its database only) where the harness knows it.
             url = server.password_url if getattr(server, "managed", False) else server.url
-            return {"url": url, "table": self.table}
-        return {"dsn": server.dsn, "table": self.table}
+            return {"url": url, **settings}
+        return {"dsn": server.dsn, **settings}
 
     def counts(self) -> collections.Counter[tuple[int, str]]:
         """How many times each ``(key, value)`` is visible to a reader."""
@@ -837,6 +1036,15 @@ class _Trial:
         self.in_process_restarts = True
         self.at: dict[int, dict[str, Any]] = {}  # the event that triggered each fault
         self.zombies: dict[int, tuple[Path, subprocess.Popen[bytes]]] = {}
+        #: Held by a restart or a partition of the trial's server: one at a time (a server
+        #: restarting during a cut would wait in vain for its readiness check to connect).
+        self.server_lock = threading.Lock()
+        #: The partition in force or waiting for the server (its number), and when the last one
+        #: healed (:data:`PARTITION_GAP`).
+        self.partition_busy: int | None = None
+        self.last_heal = 0.0
+        #: When each server fault that fired acted: fault number -> (start, end), epoch seconds.
+        self.windows: dict[int, tuple[float, float]] = {}
 
     # -------------------------------------------------------------- fault actions
     def note(self, **fields: Any) -> None:
@@ -859,10 +1067,17 @@ class _Trial:
         try:
             if not fault.sync and fault.delay:
                 time.sleep(fault.delay)
+            started = time.time()
             if fault.kind == "zombie":
                 fault.fired, fault.detail = self._spawn_zombie(number, self.at[number])
+            elif fault.kind in PARTITION_SECONDS:
+                fault.fired, fault.detail = self._partition(number, fault)
             else:
                 fault.fired, fault.detail = self._act(fault)
+            if fault.fired and fault.kind in SERVER_FAULTS:
+                if fault.kind in PARTITION_SECONDS:
+                    started = fault.evidence["cut_at"]
+                self.windows[number] = (started, time.time())
         except Exception as exc:
             fault.fired, fault.detail = False, f"action failed: {exc!r}"
         finally:
@@ -918,13 +1133,15 @@ class _Trial:
         before = server.pid
         if kind in RESTART_MODES:
             mode = RESTART_MODES[kind]
-            _ServerOps.run(lambda: server.restart(mode=mode))
+            with self.server_lock:
+                _ServerOps.run(lambda: server.restart(mode=mode))
             return (
                 server.pid != before and server.is_running(),
                 f"{mode}: pid {before} -> {server.pid}",
             )
         if kind == "kafka_restart":
-            _ServerOps.run(server.restart)
+            with self.server_lock:
+                _ServerOps.run(server.restart)
             return server.pid != before and server.is_running(), f"pid {before} -> {server.pid}"
         if kind == "kafka_freeze":
             seconds = float(fault.params["seconds"])
@@ -935,6 +1152,111 @@ class _Trial:
                 os.kill(before, signal.SIGCONT)
             return True, f"broker {before} stopped for {seconds}s"
         raise ValueError(f"unknown fault kind {kind!r}")
+
+    # -------------------------------------------------------------- partitions
+    def _partition(self, number: int, fault: Fault) -> tuple[bool, str]:
+        """Cut the sink's server off (a "wire" cut), heal it ``seconds`` later; prove the loss.
+
+        A process held at the fault's point goes on as soon as the cut is in place, into the
+        partition. Fired when the cut was placed and healed, and the namespace's counters show
+        that frames were sent to the server during it and every one was lost (dropped by its
+        veth as addressed to another host: ``ns_rx_packets > 0`` and ``ns_rx_otherhost ==
+        ns_rx_packets``); a cut during which nothing was sent did not fire.
+        """
+        netns = self.infra.namespace(self.plan.sink)
+        if netns is None:
+            return False, "the server does not run in a network namespace of this harness"
+        seconds = float(fault.params["seconds"])
+        with self.lock:
+            if self.partition_busy is not None:
+                return False, f"partition {self.partition_busy} of the server was in force"
+            since = time.monotonic() - self.last_heal
+            if since < PARTITION_GAP:
+                return False, f"the last partition of the server healed {since:.1f} s before"
+            self.partition_busy = number
+        try:
+            return self._cut_and_heal(number, fault, netns, seconds)
+        finally:
+            with self.lock:
+                self.partition_busy = None
+                self.last_heal = time.monotonic()
+
+    def _cut_and_heal(
+        self, number: int, fault: Fault, netns: Any, seconds: float
+    ) -> tuple[bool, str]:
+        with self.server_lock:
+            netns.cut("wire")
+            try:
+                # Read after the cut is in place: frames of the healthy link before it (traffic
+                # flows at any time here) must not count as having got through it.
+                at_cut = netns.counters()
+                cut_at = time.time()
+                self.note(name="partition_cut", fault=number, kind=fault.kind, seconds=seconds)
+                go(self.control, f"f{number}")
+                time.sleep(seconds)
+                at_heal = netns.counters()
+            finally:
+                netns.heal()
+            healed_at = time.time()
+            self.note(name="partition_healed", fault=number, kind=fault.kind)
+        during = at_heal - at_cut
+        fault.evidence = {"cut_at": cut_at, "healed_at": healed_at, **asdict(during)}
+        sent, dropped = during.ns_rx_packets, during.ns_rx_otherhost
+        proven = sent > 0 and dropped == sent
+        detail = (
+            f"wire cut of {netns.name} for {healed_at - cut_at:.1f} s: {sent} frames sent to the "
+            f"server, {dropped} dropped, {during.root_tcp_retrans_segs} TCP retransmissions"
+        )
+        if not proven:
+            detail += "; nothing was sent during it" if sent == 0 else "; frames got through"
+        return proven, detail
+
+    def attribute_failures(self) -> None:
+        """Note in each fired partition the query failures that may be its own.
+
+        A query failure belongs to the server fault that fired and began last before it, if the
+        failure came while that fault acted or within :data:`PARTITION_FAILURE_GRACE` seconds
+        after; when that fault is a partition, the failure is noted in the partition's
+        ``evidence["query_failures"]`` and detail, with whether its message names a network
+        bound and whether a restart or freeze of the server was in that window too.
+        """
+        for number in self.windows:
+            fault = self.plan.faults[number]
+            if fault.kind in PARTITION_SECONDS:
+                fault.evidence["query_failures"] = []
+        for event in self.seen:
+            if event.get("name") != "query_failed":
+                continue
+            t = float(event.get("t", 0))
+            candidates = sorted(
+                (start, n)
+                for n, (start, end) in self.windows.items()
+                if start <= t <= end + PARTITION_FAILURE_GRACE
+            )
+            if not candidates:
+                continue
+            start, number = candidates[-1]
+            fault = self.plan.faults[number]
+            if fault.kind not in PARTITION_SECONDS:
+                continue
+            failure = {
+                "error": event.get("error"),
+                "twophase_error": event.get("twophase_error"),
+                "restartable": event.get("restartable"),
+                "network_bound": event.get("network_bound"),
+                "after": round(t - start, 1),
+                "other_server_fault": any(
+                    self.plan.faults[n].kind not in PARTITION_SECONDS for _s, n in candidates
+                ),
+            }
+            fault.evidence["query_failures"].append(failure)
+            fault.detail += (
+                f"; the query failed {failure['after']} s after the cut: "
+                f"{failure['twophase_error'] or failure['error']} "
+                f"({'restartable' if failure['restartable'] else 'not restartable'}"
+                f"{', on a network bound' if failure['network_bound'] else ''}"
+                f"{', a restart or freeze too' if failure['other_server_fault'] else ''})"
+            )
 
     # -------------------------------------------------------------- zombies
     def _spawn_zombie(self, number: int, event: dict[str, Any]) -> tuple[bool, str]:
@@ -1148,6 +1470,7 @@ def run_trial(
             if survivors:
                 result.notes.append(f"run {result.runs}: processes survived: {survivors}")
             result.log_findings += scan_log(driver.log_path)
+            result.bound_errors += network_bound_errors(driver.log_path)
             result.exit_codes.append(code)
             say(f"  run {result.runs - 1}: exit {code}")
             if result.timed_out:
@@ -1164,6 +1487,7 @@ def run_trial(
             trial.driver.kill()
     result.notes += trial.wake_zombies()
     trial.settle_rules()
+    trial.attribute_failures()
     failures = [e for e in trial.seen if e.get("name") == "query_failed"]
     result.errors = [e.get("error", "?") for e in failures]
     result.failures = [_failure_summary(str(e.get("message", ""))) for e in failures]
@@ -1223,8 +1547,59 @@ def _check(result: TrialResult, target: Target) -> None:
 # ------------------------------------------------------------------------------------ summary
 
 
-def summarize(results: Sequence[TrialResult], seed: str, wall: float) -> tuple[str, bool]:
-    """Return the summary table and whether every trial passed."""
+def _partition_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
+    """The partition-specific rows of the summary: the cuts and the query failures they caused."""
+    cuts = [f for r in results for f in r.plan.faults if f.kind in PARTITION_SECONDS]
+    if not cuts:
+        return []
+    with_cut = [r for r in results if r.plan.short_bounds]
+    bound = sum(len(r.bound_errors) for r in with_cut)
+    rows = [
+        (
+            "steps failed on a network bound",
+            f"{bound} in {sum(1 for r in with_cut if r.bound_errors)} of the {len(with_cut)} "
+            f"trials with a partition (and {sum(len(r.bound_errors) for r in results) - bound} "
+            "in the others)",
+        )
+    ]
+    placed = [f for f in cuts if f.evidence]
+    unproven = [f for f in placed if not f.fired]
+    if unproven:
+        idle = sum(1 for f in unproven if f.evidence.get("ns_rx_packets", 0) == 0)
+        rows.append(
+            (
+                "partitions placed, not proven",
+                f"{len(unproven)} (nothing sent during the cut: {idle}, "
+                f"frames got through: {len(unproven) - idle})",
+            )
+        )
+    for kind in PARTITION_KINDS:
+        fired = [f for f in cuts if f.kind == kind and f.fired]
+        seconds = [f.evidence["healed_at"] - f.evidence["cut_at"] for f in fired]
+        length = f" ({min(seconds):.1f}-{max(seconds):.1f} s)" if seconds else ""
+        failures = [q for f in fired for q in f.evidence.get("query_failures", [])]
+        network = [q for q in failures if q.get("network_bound")]
+        alone = [q for q in network if not q.get("other_server_fault")]
+        restartable = sum(1 for q in alone if q.get("restartable"))
+        rows.append((f"{kind} fired", f"{len(fired)}{length}"))
+        rows.append(
+            (
+                "  queries failed on a network bound",
+                f"{len(alone)} ({restartable} with a restartable twophase error); "
+                f"{len(network) - len(alone)} more with a restart or freeze of the server in "
+                f"the window; {len(failures) - len(network)} other failures",
+            )
+        )
+    return rows
+
+
+def summarize(
+    results: Sequence[TrialResult], seed: str, wall: float, *, partitions: str | None = None
+) -> tuple[str, bool]:
+    """Return the summary table and whether every trial passed.
+
+    ``partitions`` is a row on the partitions of the run (e.g. why none were drawn).
+    """
     scheduled: collections.Counter[str] = collections.Counter()
     fired: collections.Counter[str] = collections.Counter()
     for r in results:
@@ -1287,6 +1662,9 @@ def summarize(results: Sequence[TrialResult], seed: str, wall: float) -> tuple[s
             ", ".join(f"{k}: {v}" for k, v in sorted(findings.items())) or "nothing notable",
         ),
     ]
+    if partitions:
+        rows.append(("partitions", partitions))
+    rows += _partition_rows(results)
     width = max(len(k) for k, _ in rows)
     header = f"| {'what'.ljust(width)} | count |\n|{'-' * (width + 2)}|-------|\n"
     table = header + "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)
@@ -1312,6 +1690,7 @@ def run_trials(
     """Run trials ``first .. first + trials - 1`` of ``seed``; print one line per trial.
 
     With ``max_seconds``, no trial starts after that many seconds: fewer trials may run.
+    Partitions are drawn when ``infra`` can make them (:attr:`Infra.partitions`).
     """
     results = []
     started = time.monotonic()
@@ -1322,7 +1701,7 @@ def run_trials(
                 f"after {len(results)} trials"
             )
             break
-        plan = draw_plan(seed, index, sinks)
+        plan = draw_plan(seed, index, sinks, network_partitions=infra.partitions)
         trial_dir = work / f"trial-{index:04d}"
         try:
             result = run_trial(
@@ -1369,6 +1748,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="after query.stop(), always start a new driver process (the draw is unchanged)",
     )
+    parser.add_argument(
+        "--no-partitions",
+        action="store_true",
+        help="draw no network partitions and run the servers outside network namespaces (the "
+        "other faults of each trial are drawn the same)",
+    )
     parser.add_argument("--plan-only", action="store_true", help="print the drawn plans and exit")
     args = parser.parse_args(argv)
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
@@ -1383,8 +1768,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     if args.plan_only:
+        no_partitions = "turned off" if args.no_partitions else partition_support(sinks)
+        print(
+            "chaos: "
+            + (f"partitions not drawn: {no_partitions}" if no_partitions else "partitions drawn"),
+            flush=True,
+        )
         for index in range(args.first, args.first + args.trials):
-            plan = draw_plan(seed, index, sinks)
+            plan = draw_plan(seed, index, sinks, network_partitions=not no_partitions)
             print(
                 f"trial {index:3d} {plan.describe()} faults=["
                 + " ".join(f.describe()[:-1] for f in plan.faults)
@@ -1398,7 +1789,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     (work / "results.jsonl").unlink(missing_ok=True)  # this run's trials only
     print(f"chaos: work directory {work} (results.jsonl, failed trials' logs)", flush=True)
     started = time.monotonic()
-    with own_infra(sinks, work / "server-logs") as infra:
+    with own_infra(sinks, work / "server-logs", partitions=not args.no_partitions) as infra:
+        partitions = "drawn" if infra.partitions else f"not drawn: {infra.no_partitions}"
+        where = ", ".join(f"{n.name} ({n.address})" for n in infra.namespaces.values())
+        print(
+            f"chaos: partitions {partitions}"
+            + (f"; servers in network namespaces {where}" if where else ""),
+            flush=True,
+        )
         results = run_trials(
             seed,
             args.trials,
@@ -1413,7 +1811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results_path=work / "results.jsonl",
             max_seconds=None if args.max_minutes is None else args.max_minutes * 60,
         )
-    table, ok = summarize(results, seed, time.monotonic() - started)
+    table, ok = summarize(results, seed, time.monotonic() - started, partitions=partitions)
     if len(results) < args.trials:
         print(f"\nchaos: {len(results)} of the {args.trials} trials asked for ran", flush=True)
     print("\n" + table, flush=True)

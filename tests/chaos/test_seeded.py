@@ -6,6 +6,9 @@ past the request timeout, a task failure), Kafka behind an aggregation (driver k
 stopped, a task failure), PostgreSQL with the coordinated protocol behind an aggregation (driver
 killed) and with the markers protocol (server restarted twice, driver killed). Every trial must end
 exact, with at least one of its faults fired.
+
+The session's servers do not run in network namespaces of the harness, so no partition is drawn
+(``Infra.partitions`` is false): these are the same four trials as before partitions existed.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def test_seeded_chaos_trials_are_exact(infra_for: Callable[..., Infra], tmp_path
     sinks = {draw_plan(SEED, i).sink for i in range(TRIALS)}
     infra = infra_for(*[s for s in SINKS if s in sinks])
     lines: list[str] = []
+    assert not infra.partitions  # the session's servers: the four trials above, unchanged
     results = run_trials(SEED, TRIALS, infra, tmp_path, timeout=300, keep=True, out=lines.append)
     table, ok = summarize(results, SEED, sum(r.duration for r in results))
     report = "\n".join(lines) + "\n" + table
