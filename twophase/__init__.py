@@ -41,6 +41,7 @@ from ._types import (
     TransactionHandle,
     parse_transaction_id,
 )
+from ._version import __version__
 from .errors import (
     AbortRequiredError,
     CommitFailedError,
@@ -55,8 +56,6 @@ from .errors import (
     TwoPhaseError,
     UnsafeConfigurationError,
 )
-
-__version__ = "0.2.0"
 
 __all__ = [
     "AbortRequiredError",

@@ -23,13 +23,15 @@ The markers protocol, per batch::
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
+from ._codec import HandleCodecError
 from ._execution import BatchExecution, StepListener
 from ._hooks import AnySink, CoordinatedHooks, MarkerHooks, as_coordinated, as_markers
 from ._log import CoordinatorLog
@@ -425,7 +427,9 @@ class Coordinator:
         handles: list[TransactionHandle] = [r.handle for r in results if r.handle is not None]
         rows = sum(r.rows for r in results)
         t1 = time.perf_counter()
-        self.log.record_decision(batch_id, handles, {"rows": rows})
+        self.log.record_decision(
+            batch_id, handles, {"rows": rows}, encode=_checked_encoder(sink, batch_id)
+        )
         self._step("decided", batch_id)
         t2 = time.perf_counter()
         retries = [0]
@@ -553,3 +557,41 @@ class Coordinator:
             recovered_committed=recovered[0],
             recovered_aborted=recovered[1],
         )
+
+
+def _checked_encoder(sink: CoordinatedHooks, batch_id: int) -> Callable[[Any], Mapping[str, Any]]:
+    """Return the sink's ``encode_handle``, checked: plain JSON that decodes to an equal handle.
+
+    Runs before the decision is written, so that a handle the log cannot give
+    back fails the batch before its commit point (its transactions are rolled
+    back) instead of stranding a decided batch.
+    """
+
+    def encode(handle: Any) -> Mapping[str, Any]:
+        what = f"the handle {getattr(handle, 'transaction_id', handle)!r}"
+        fix = (
+            "A handle is stored as JSON: return a frozen dataclass of plain fields "
+            f"(set {type(sink).__name__}.handle_type to its class), or override "
+            "encode_handle and decode_handle (docs/custom-sink.md)"
+        )
+        try:
+            data = sink.encode_handle(handle)
+            again = sink.decode_handle(json.loads(json.dumps(data, allow_nan=False)))
+        except (HandleCodecError, TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"{what} cannot be recorded in the commit decision: {exc}. {fix}",
+                sink=sink.name,
+                batch_id=batch_id,
+                setting="encode_handle",
+            ) from exc
+        if again != handle:
+            raise ConfigurationError(
+                f"{what} does not survive the coordinator log: recorded as {data!r:.200}, "
+                f"it decodes to {again!r:.200}. {fix}",
+                sink=sink.name,
+                batch_id=batch_id,
+                setting="encode_handle",
+            )
+        return data
+
+    return encode

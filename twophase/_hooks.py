@@ -9,7 +9,7 @@ depends on the engine: the import graph stays a tree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias
 
 from ._types import CommitProtocol, Marker, RecoveryContext, SinkContext, TaskContext
@@ -61,6 +61,8 @@ class CoordinatedHooks(SinkHooks, Protocol):
     def commit(self, handle: Any) -> None: ...
     def fence_attempts(self, identity: str, epoch: int, batch_id: int) -> bool: ...
     def recover_and_commit(self, handle: Any) -> None: ...
+    def encode_handle(self, handle: Any) -> Mapping[str, Any]: ...
+    def decode_handle(self, data: Mapping[str, Any]) -> Handle: ...
 
 
 class MarkerHooks(SinkHooks, Protocol):

@@ -9,6 +9,14 @@ Layout under ``<checkpoint>/twophase/<sink name>/<query id>/``::
     batches/<batch>.rewrite.json   an operator's decision: rewrite markers batch N whole
     state.json                   compaction summary (committed-through, slot high-water)
 
+Every record is JSON and carries its format (``"format": 2`` since 0.3.0, with
+``"writer": "twophase <version>"``; records of 0.2.0 have no format and are
+format 1). This release reads formats 1 and 2 and refuses a newer one, naming
+it and the release that wrote it (``docs/upgrading.md``). A decision stores its
+handles as JSON through the sink's codec (``encode_handle``/``decode_handle``,
+``_codec.py``); nothing read from the log is unpickled, except a 0.2.0
+decision's handles, through the restricted reader of ``_legacy.py``.
+
 Every record is written with an atomic create (write then rename, or the
 file system's own atomic create), the decision without overwrite, so that a
 record is either absent or complete. The files go to a
@@ -17,21 +25,27 @@ record is either absent or complete. The files go to a
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._serde import dumps, loads
+from ._legacy import LegacyRecordError, read_legacy_handles
 from ._store import LogStore
+from ._version import __version__
 from .errors import ConcurrentQueryError, CoordinatorLogError
 
-__all__ = ["CoordinatorLog", "LogState"]
+__all__ = ["LOG_FORMAT", "CoordinatorLog", "LogState"]
+
+#: The format of the records this release writes. 1: twophase 0.2.0 (no "format" field,
+#: pickled handles in decisions); 2: since 0.3.0 (handles as JSON).
+LOG_FORMAT = 2
+#: Who wrote a record, kept in it so that a reader too old for it can name the release to run.
+WRITER = f"twophase {__version__}"
 
 _log = logging.getLogger("twophase.log")
 _BATCH_RE = re.compile(r"^(\d{20})\.(intent|decision|committed|rewrite)\.json$")
@@ -80,7 +94,33 @@ class LogState:
 
 
 def _dumps(record: dict[str, Any]) -> bytes:
-    return (json.dumps(record, sort_keys=True) + "\n").encode()
+    stamped = {**record, "format": LOG_FORMAT, "writer": WRITER}
+    return (json.dumps(stamped, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+def record_format(value: Mapping[str, Any], where: str, sink: str) -> int:
+    """Return a record's format (1 when it has none), refusing one this release cannot read.
+
+    Raises
+    ------
+    CoordinatorLogError
+        The record is of a newer (or a nonsensical) format.
+    """
+    fmt = value.get("format", 1)
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
+        raise CoordinatorLogError(
+            f"coordinator log record {where} has an invalid format {fmt!r}", sink=sink
+        )
+    if fmt > LOG_FORMAT:
+        writer = value.get("writer")
+        by = f"{writer}" if isinstance(writer, str) else "a newer release of twophase"
+        raise CoordinatorLogError(
+            f"coordinator log record {where} has format {fmt}, written by {by}; "
+            f"{WRITER} reads formats 1 to {LOG_FORMAT}. Run {by} or a later release "
+            "on the driver and every executor (docs/upgrading.md)",
+            sink=sink,
+        )
+    return fmt
 
 
 class CoordinatorLog:
@@ -125,6 +165,7 @@ class CoordinatorLog:
                 f"coordinator log record {self.store.location}/{name} is not an object",
                 sink=self.sink,
             )
+        record_format(value, f"{self.store.location}/{name}", self.sink)
         return value
 
     def load(self) -> LogState:
@@ -260,7 +301,13 @@ class CoordinatorLog:
         state.intents[batch_id] = partitions
         state.partition_slots = max(state.partition_slots, partitions)
 
-    def record_decision(self, batch_id: int, handles: Sequence[Any], extra: dict[str, Any]) -> None:
+    def record_decision(
+        self,
+        batch_id: int,
+        handles: Sequence[Any],
+        extra: dict[str, Any],
+        encode: Callable[[Any], Mapping[str, Any]],
+    ) -> None:
         """Durably record "commit batch ``batch_id`` with these handles" (the commit point).
 
         Parameters
@@ -271,6 +318,10 @@ class CoordinatorLog:
             Every prepared handle of the batch.
         extra
             Small JSON-able facts kept with the decision (row counts...).
+        encode
+            The sink's ``encode_handle``: a handle as JSON-able data. The encoded
+            handles must be plain JSON; checking that they decode back to equal
+            handles is the caller's.
 
         Raises
         ------
@@ -278,11 +329,10 @@ class CoordinatorLog:
             A newer run holds the identity, or another run decided this batch.
         """
         self.check_epoch(batch_id)
-        payload = base64.b64encode(dumps(list(handles))).decode("ascii")
         record = {
             "batch": batch_id,
             "epoch": self.epoch,
-            "handles": payload,
+            "transactions": [dict(encode(h)) for h in handles],
             "transaction_ids": [getattr(h, "transaction_id", None) for h in handles],
             **extra,
         }
@@ -297,32 +347,54 @@ class CoordinatorLog:
             )
         self.state.decided.add(batch_id)
 
-    def read_decision(self, batch_id: int) -> list[Any]:
+    def read_decision(self, batch_id: int, decode: Callable[[dict[str, Any]], Any]) -> list[Any]:
         """Return the handles recorded in the decision of ``batch_id``.
+
+        A decision of 0.2.0 (format 1) keeps its handles as a pickle: they are
+        read by the restricted reader (``_legacy.py``), which loads no code and
+        refuses every class but the handle classes 0.2.0 shipped.
 
         Parameters
         ----------
         batch_id
             A decided batch.
+        decode
+            The sink's ``decode_handle``: a recorded handle back into a handle.
 
         Returns
         -------
         list
-            The handles, unpickled.
+            The handles.
+
+        Raises
+        ------
+        CoordinatorLogError
+            The decision is missing, of a newer format, or its handles cannot be
+            read; the message names the file.
         """
-        record = self._load_json(self._batch_name(batch_id, "decision"))
+        name = self._batch_name(batch_id, "decision")
+        where = f"{self.store.location}/{name}"
+        record = self._load_json(name)
         if record is None:
             raise CoordinatorLogError(f"no decision recorded for batch {batch_id}", sink=self.sink)
         try:
-            handles = loads(base64.b64decode(record["handles"]))
-        except Exception as exc:
+            if record_format(record, where, self.sink) == 1:
+                encoded = read_legacy_handles(record.get("handles"))
+            else:
+                listed = record.get("transactions")
+                if not isinstance(listed, list) or not all(isinstance(h, dict) for h in listed):
+                    raise ValueError("its transactions are not a list of objects")
+                encoded = listed
+            return [decode(h) for h in encoded]
+        except (LegacyRecordError, ValueError, TypeError, KeyError) as exc:
+            legacy = " (written by twophase 0.2.0)" if "format" not in record else ""
             raise CoordinatorLogError(
-                f"the decision of batch {batch_id} cannot be read ({exc}); the handle "
-                "classes must be importable on the driver",
+                f"the decision of batch {batch_id} in {where}{legacy} cannot be read: {exc}. "
+                "The batch's prepared transactions are left as they are; see "
+                "docs/upgrading.md",
                 sink=self.sink,
                 batch_id=batch_id,
             ) from exc
-        return list(handles)
 
     def record_committed(self, batch_id: int, extra: dict[str, Any]) -> None:
         """Record that batch ``batch_id`` is fully committed.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,14 @@ from ._types import (
     TaskContext,
     TransactionHandle,
 )
-from .errors import AbortRequiredError, NondeterministicBatchError, TwoPhaseError, add_note
+from ._version import __version__
+from .errors import (
+    AbortRequiredError,
+    ConfigurationError,
+    NondeterministicBatchError,
+    TwoPhaseError,
+    add_note,
+)
 
 __all__ = ["TaskPlan", "TaskResult", "run_participant"]
 
@@ -59,6 +67,9 @@ class TaskPlan:
         ``(partition_id, attempt, fingerprint)``; a retried task ignores them.
     epoch
         The run's epoch in the coordinator log (see :attr:`TaskContext.epoch`).
+    twophase_version
+        The release of twophase on the driver that made the plan; a participant
+        of another release refuses to write (:func:`check_same_release`).
     """
 
     sink_name: str
@@ -69,6 +80,7 @@ class TaskPlan:
     expected: Mapping[int, Fingerprint] = field(default_factory=dict)
     preexisting_markers: frozenset[tuple[int, int, str]] = frozenset()
     epoch: int = 0
+    twophase_version: str = __version__
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,7 @@ def run_participant(
     TaskResult
         Handle (coordinated) or marker (markers) and counts.
     """
+    check_same_release(plan, partition_id)
     started = time.perf_counter()
     ctx = TaskContext(
         plan.sink_name, plan.identity, plan.batch_id, partition_id, attempt, plan.epoch
@@ -162,6 +175,36 @@ def run_participant(
         marker=result.marker,
         skipped=result.skipped,
         seconds=time.perf_counter() - started,
+    )
+
+
+def check_same_release(plan: TaskPlan, partition_id: int) -> None:
+    """Refuse to write when this executor's twophase is not the driver's release.
+
+    The sink and the plan are pickled by reference to classes the executor
+    imports from its own installation; a participant of another release could
+    write records its driver (or the next release) reads differently.
+
+    Raises
+    ------
+    ConfigurationError
+        The releases differ (a driver before 0.3.0 sends no version).
+    """
+    # A plan pickled by a driver before 0.3.0 has no such attribute in its state.
+    driver = vars(plan).get("twophase_version")
+    if driver == __version__:
+        return
+    raise ConfigurationError(
+        f"the driver runs twophase {driver or 'older than 0.3.0'} but this executor has "
+        f"twophase {__version__} (at {os.path.dirname(__file__)}): a "
+        "participant refuses to write for a driver of another release. Install the same "
+        "twophase wheel on the driver and on every executor (spark.submit.pyFiles, "
+        "--py-files, or the cluster's libraries), then restart the query; nothing was "
+        "written (docs/upgrading.md)",
+        sink=plan.sink_name,
+        batch_id=plan.batch_id,
+        partition_id=partition_id,
+        setting="twophase version",
     )
 
 

@@ -84,7 +84,7 @@ def recover(
     retries = [0]
     committed = 0
     for batch_id in state.pending_decisions():
-        handles = log.read_decision(batch_id)
+        handles = log.read_decision(batch_id, as_coordinated(sink).decode_handle)
         _log.info(
             "sink %s: finishing batch %d from its recorded decision (%d handles)",
             sink.name,

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import abc
-from typing import ClassVar, Generic
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar, Generic
 
+from ._codec import decode_dataclass, encode_dataclass
 from ._sink import HandleT, TxnT, _SinkBase, required
-from ._types import CommitProtocol
+from ._types import CommitProtocol, TransactionHandle
 
 __all__ = ["TwoPhaseCommitSink"]
 
@@ -25,7 +28,10 @@ class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
     Hooks to implement: :meth:`begin_transaction`, :meth:`write`,
     :meth:`pre_commit`, :meth:`abort` (executor); :meth:`commit`,
     :meth:`list_in_doubt`, :meth:`recover_and_abort` (driver). Optional:
-    :meth:`open`, :meth:`check_schema`, :meth:`recover_and_commit`.
+    :meth:`open`, :meth:`check_schema`, :meth:`recover_and_commit`,
+    :meth:`fence_attempts`, and the handle codec :meth:`encode_handle` /
+    :meth:`decode_handle` (needed only for handles that are not frozen
+    dataclasses of plain fields).
 
     The sink is pickled to the executors with every batch: keep connections
     out of ``__init__`` (open them in ``begin_transaction``), or exclude them
@@ -60,6 +66,25 @@ class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
 
     protocol: ClassVar[CommitProtocol] = CommitProtocol.COORDINATED
 
+    #: The class of the handles :meth:`pre_commit` returns, which the default
+    #: :meth:`decode_handle` rebuilds from the coordinator log. Taken from the
+    #: class's type parameters (``TwoPhaseCommitSink[MyTxn, MyHandle]``) when a
+    #: subclass does not set it; :class:`~twophase.TransactionHandle` otherwise.
+    handle_type: ClassVar[type[TransactionHandle]] = TransactionHandle
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "handle_type" not in cls.__dict__:
+            for base in getattr(cls, "__orig_bases__", ()):
+                found = [
+                    arg
+                    for arg in typing.get_args(base)
+                    if isinstance(arg, type) and issubclass(arg, TransactionHandle)
+                ]
+                if found:
+                    cls.handle_type = found[-1]
+                    break
+
     list_in_doubt = required(_SinkBase.list_in_doubt)
     recover_and_abort = required(_SinkBase.recover_and_abort)
 
@@ -85,9 +110,10 @@ class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
         -------
         HandleT
             The handle that names the prepared transaction. It is sent to the
-            driver and recorded in the commit decision, so it must be small and
-            picklable (a frozen dataclass subclassing
-            :class:`~twophase.TransactionHandle`).
+            driver and recorded in the commit decision through
+            :meth:`encode_handle`, so it must be small: a frozen dataclass
+            subclassing :class:`~twophase.TransactionHandle` whose fields are
+            plain values needs nothing more.
         """
 
     @abc.abstractmethod
@@ -183,3 +209,72 @@ class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
             A handle recorded in the commit decision.
         """
         self.commit(handle)
+
+    def encode_handle(self, handle: HandleT) -> Mapping[str, Any]:
+        """Encode a handle for the commit decision, as JSON-able data. Optional.
+
+        The default stores a dataclass's fields (str, int, float, bool, None,
+        bytes, and lists, tuples and dicts of them) with its class name:
+        ``{"type": "MyHandle", "fields": {...}}``. Override it, with
+        :meth:`decode_handle`, for a handle that holds anything else. Keep a
+        version of your own in what you return if its shape may change: what
+        one release of the sink records, every later release must decode.
+
+        Runs on
+            the driver, when the batch's decision is recorded.
+        Called
+            once per handle of the batch, before the decision is written; the
+            framework decodes the result again with :meth:`decode_handle` and
+            requires a handle equal to this one.
+        Idempotent
+            required (pure).
+        On failure
+            the batch fails before its commit point with a
+            :class:`~twophase.errors.ConfigurationError` naming the sink, the
+            batch and the handle; its prepared transactions are rolled back
+            (nothing is committed, nothing is lost).
+
+        Parameters
+        ----------
+        handle
+            A handle returned by :meth:`pre_commit`.
+
+        Returns
+        -------
+        Mapping
+            JSON-able data (str keys; str, int, float, bool, None, lists and
+            mappings inside). Never code, never a pickle.
+        """
+        return encode_dataclass(handle)
+
+    def decode_handle(self, data: Mapping[str, Any]) -> HandleT:
+        """Rebuild a handle from what :meth:`encode_handle` recorded. Optional.
+
+        The default builds :attr:`handle_type` from the recorded fields; a
+        field the record lacks takes the class's default, so a handle class
+        may grow fields with defaults. It also reads the handles of a decision
+        written by twophase 0.2.0, which reach it in the same shape (``type``
+        is then the 0.2.0 class's module and name).
+
+        Runs on
+            the driver: at recovery, for every decision not yet recorded as
+            committed, and right after :meth:`encode_handle` as its check.
+        Called
+            once per recorded handle.
+        Idempotent
+            required (pure).
+        On failure
+            recovery stops with a :class:`~twophase.errors.CoordinatorLogError`
+            naming the decision file; nothing is committed or rolled back.
+
+        Parameters
+        ----------
+        data
+            What :meth:`encode_handle` returned, after a round trip through JSON.
+
+        Returns
+        -------
+        HandleT
+            The handle.
+        """
+        return typing.cast(HandleT, decode_dataclass(self.handle_type, data))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from twophase import TransactionHandle
+from twophase._codec import decode_dataclass, encode_dataclass
 from twophase._log import CoordinatorLog
 from twophase._store import HadoopFileStore
 
@@ -32,7 +33,12 @@ def test_coordinator_log_round_trip_through_hadoop(spark: Any, tmp_path: Path) -
     log = CoordinatorLog(HadoopFileStore(spark, str(tmp_path / "log")), sink="s", identity="s.1")
     log.claim("run", "q")
     handles = [TransactionHandle("t", 3, 0, 0)]
-    log.record_decision(3, handles, {"rows": 1})
+    log.record_decision(3, handles, {"rows": 1}, encode_dataclass)
     again = CoordinatorLog(HadoopFileStore(spark, str(tmp_path / "log")), sink="s", identity="s.1")
     assert again.load().pending_decisions() == [3]
-    assert again.read_decision(3) == handles
+    assert again.read_decision(3, decode_handle) == handles
+
+
+def decode_handle(data: Any) -> TransactionHandle:
+    """The default codec's decoder for plain handles."""
+    return decode_dataclass(TransactionHandle, data)

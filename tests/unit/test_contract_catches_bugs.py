@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,25 @@ class CommitsAtPrepare(FakeSink):
         handle = super().pre_commit(txn)
         self.target.commit_prepared(handle.transaction_id)  # visible too early
         return handle
+
+
+@dataclass(frozen=True)
+class TaggedHandle(TransactionHandle):
+    tag: str = "x"
+
+
+class UndeclaredHandleClass(FakeSink):
+    # Returns a subclass with a field of its own but declares TransactionHandle: the log
+    # would give back a TransactionHandle without the tag.
+    def pre_commit(self, txn: FakeTransaction) -> TransactionHandle:
+        h = super().pre_commit(txn)
+        return TaggedHandle(h.transaction_id, h.batch_id, h.partition_id, h.attempt, "y")
+
+
+class DecodesAnotherHandle(FakeSink):
+    def decode_handle(self, data: Mapping[str, Any]) -> TransactionHandle:
+        h = super().decode_handle(data)
+        return TransactionHandle(h.transaction_id, h.batch_id, h.partition_id, h.attempt + 1)
 
 
 class NeverAborts(FakeSink):
@@ -67,7 +87,9 @@ def _fixtures(cls: type[Any]) -> tuple[Callable[[str], Any], Callable[[], list[i
     ("mutant", "test", "args"),
     [
         (LosesDecidedCommits, "test_contract_driver_crash_at_each_step_then_restart", ("decided",)),
-        (CommitsAtPrepare, "test_contract_handles_are_picklable", ()),
+        (CommitsAtPrepare, "test_contract_handles_survive_the_coordinator_log", ()),
+        (UndeclaredHandleClass, "test_contract_handles_survive_the_coordinator_log", ()),
+        (DecodesAnotherHandle, "test_contract_handles_survive_the_coordinator_log", ()),
         (CommitsAtPrepare, "test_contract_failed_batch_then_restart_is_exact", ()),
         (NeverAborts, "test_contract_orphan_of_dead_attempt_is_aborted", ()),
         (NeverAborts, "test_contract_failed_batch_then_restart_is_exact", ()),

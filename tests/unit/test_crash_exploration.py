@@ -244,7 +244,9 @@ def test_phase2_commit_that_fails_for_good_is_finished_by_the_restart(partition:
         runner.run_batch(1, layout(1, 3))
     assert target.fired(rule) == 1
     # the decision stands; phase 2 commits in partition order and stopped at the failing handle
-    assert sorted(h.partition_id for h in runner.log.read_decision(1)) == [0, 1, 2]
+    assert sorted(
+        h.partition_id for h in runner.log.read_decision(1, runner.sink.decode_handle)
+    ) == [0, 1, 2]
     prepared = sorted(t.split(":")[2] for t in target.prepared())
     assert prepared == [str(p) for p in range(partition, 3)]
     runner.restart()

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from twophase import ConcurrentQueryError, CoordinatorLogError, TransactionHandle
+from twophase._codec import decode_dataclass, encode_dataclass
 from twophase._log import CoordinatorLog
 from twophase._store import LocalFileStore, LogStore, S3FileStore
 
@@ -108,7 +109,7 @@ def test_racing_claims_get_distinct_epochs_and_the_newest_fences_the_rest(
     for log in logs:
         if log is not newest:
             with pytest.raises(ConcurrentQueryError, match=f"epoch {len(logs)} >"):
-                log.record_decision(0, [], {})
+                log.record_decision(0, [], {}, encode_dataclass)
 
 
 def test_decision_round_trip_and_state(open_store: OpenStore) -> None:
@@ -116,12 +117,12 @@ def test_decision_round_trip_and_state(open_store: OpenStore) -> None:
     log.claim("run-1", "q")
     handles = [TransactionHandle("t1", 4, 0, 0), TransactionHandle("t2", 4, 1, 2)]
     log.record_intent(4, 2)
-    log.record_decision(4, handles, {"rows": 10})
+    log.record_decision(4, handles, {"rows": 10}, encode_dataclass)
     fresh = make_log(open_store)
     state = fresh.load()
     assert state.pending_decisions() == [4]
     assert state.partition_slots == 2
-    assert fresh.read_decision(4) == handles
+    assert fresh.read_decision(4, decode_handle) == handles
     fresh.claim("run-2", "q")
     fresh.record_committed(4, {})
     assert make_log(open_store).load().pending_decisions() == []
@@ -130,9 +131,9 @@ def test_decision_round_trip_and_state(open_store: OpenStore) -> None:
 def test_second_decision_for_a_batch_is_refused(open_store: OpenStore) -> None:
     log = make_log(open_store)
     log.claim("run-1", "q")
-    log.record_decision(1, [], {})
+    log.record_decision(1, [], {}, encode_dataclass)
     with pytest.raises(ConcurrentQueryError, match="already exists"):
-        log.record_decision(1, [], {})
+        log.record_decision(1, [], {}, encode_dataclass)
 
 
 def test_newer_epoch_fences_older_run(open_store: OpenStore) -> None:
@@ -143,7 +144,7 @@ def test_newer_epoch_fences_older_run(open_store: OpenStore) -> None:
     with pytest.raises(ConcurrentQueryError, match="run-2"):
         old.record_intent(0, 1)
     with pytest.raises(ConcurrentQueryError, match="run-2"):
-        old.record_decision(0, [], {})
+        old.record_decision(0, [], {}, encode_dataclass)
     with pytest.raises(ConcurrentQueryError, match="run-2"):
         old.record_committed(0, {})
     assert make_log(open_store).load().decided == set(), "the fenced run wrote no decision"
@@ -196,3 +197,8 @@ def test_compaction_runs_once_every_tenth_of_the_window(open_store: OpenStore) -
     assert 20 <= kept <= 22
     state = make_log(open_store).load()
     assert all(state.is_committed(b) for b in range(60))
+
+
+def decode_handle(data: Any) -> TransactionHandle:
+    """The default codec's decoder for plain handles."""
+    return decode_dataclass(TransactionHandle, data)

@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -38,6 +39,7 @@ import pytest
 
 from .._execution import COORDINATED_STEPS, MARKER_STEPS
 from .._fingerprint import fingerprint_batches
+from .._sink_coordinated import TwoPhaseCommitSink
 from .._types import CommitProtocol, Marker, RecoveryContext, TaskContext
 from ..errors import NondeterministicBatchError
 from ._assertions import assert_exactly_once
@@ -291,7 +293,7 @@ class TwoPhaseSinkContract(SinkContract):
         assert_exactly_once(read_ids(), self.batch_ids(0) + self.batch_ids(1))
         assert not sink.list_in_doubt(RecoveryContext(runner.identity.token, 3))
 
-    def test_contract_handles_are_picklable(
+    def test_contract_handles_survive_the_coordinator_log(
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
         runner = self._runner(self._sink(make_sink), tmp_path)
@@ -299,10 +301,17 @@ class TwoPhaseSinkContract(SinkContract):
         with pytest.raises(SimulatedCrash):
             self._run(runner, 0)
         assert crash.fired
-        handles = runner.log.read_decision(0)
-        assert handles, "the decision recorded no handle"
+        record = runner.log.read_record(0, "decision")
+        assert record is not None
+        assert record["transactions"], "the decision recorded no handle"
+        json.loads(json.dumps(record, allow_nan=False))  # plain JSON: no pickle, no code
+        sink = runner.sink
+        assert isinstance(sink, TwoPhaseCommitSink)
+        handles = runner.log.read_decision(0, sink.decode_handle)
+        assert [h.transaction_id for h in handles] == record["transaction_ids"]
         for handle in handles:
-            assert pickle.loads(pickle.dumps(handle)) == handle
+            assert sink.decode_handle(sink.encode_handle(handle)) == handle
+            assert pickle.loads(pickle.dumps(handle)) == handle  # it travels to the driver too
         assert read_ids() == [], "rows became visible before phase 2"
         runner.restart()
         self._run(runner, 0)
