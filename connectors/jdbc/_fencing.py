@@ -51,6 +51,7 @@ from twophase import TaskContext
 from twophase.errors import FatalError
 
 from ._options import JdbcOptions, QualifiedName
+from ._rows import FORMAT_COLUMN, check_row_format, pg_add_format_column, row_dicts
 
 __all__ = [
     "application_name",
@@ -137,7 +138,8 @@ def take_slot(cur: Any, context: TaskContext) -> None:
 FENCE_TABLE = "twophase_fences"
 _CREATE_FENCES = (
     "CREATE TABLE IF NOT EXISTS {} (identity text PRIMARY KEY, epoch bigint NOT NULL, "
-    "batch_id bigint NOT NULL, fenced_at timestamptz NOT NULL DEFAULT now())"
+    "batch_id bigint NOT NULL, fenced_at timestamptz NOT NULL DEFAULT now(), "
+    "record_format smallint NOT NULL DEFAULT 1)"
 )
 #: How long the driver's fence waits for a lock before looking for zombies.
 _FENCE_LOCK_WAIT = "500ms"
@@ -157,6 +159,8 @@ def create_fence_table(cur: Any, table: sql.Composable, identity: str) -> None:
     cur.execute("SELECT to_regclass(%s)", (table.as_string(cur),))
     if cur.fetchone()[0] is None:
         cur.execute(sql.SQL(_CREATE_FENCES).format(table))
+    else:
+        pg_add_format_column(cur, table.as_string(cur))
     cur.execute(
         sql.SQL(
             "INSERT INTO {} (identity, epoch, batch_id) VALUES (%s, -1, -1) "
@@ -178,13 +182,22 @@ def refuse_if_fenced(cur: Any, table: sql.Composable, context: TaskContext) -> N
         this attempt is a zombie and must not prepare.
     """
     cur.execute(
-        sql.SQL("SELECT epoch, batch_id FROM {} WHERE identity = %s FOR SHARE").format(table),
+        sql.SQL("SELECT * FROM {} WHERE identity = %s FOR SHARE").format(table),
         (context.identity,),
     )
-    row = cur.fetchone()
-    if row is None:
+    rows = row_dicts(cur)
+    if not rows:
         return
-    fenced = (int(row[0]), int(row[1]))
+    row = rows[0]
+    check_row_format(
+        row.get(FORMAT_COLUMN),
+        table=table.as_string(cur),
+        row=f"identity {context.identity!r}",
+        sink=context.sink_name,
+        batch_id=context.batch_id,
+        partition_id=context.partition_id,
+    )
+    fenced = (int(row["epoch"]), int(row["batch_id"]))
     if (context.epoch, context.batch_id) > fenced:
         return
     what = (

@@ -22,22 +22,21 @@ from twophase.errors import AbortRequiredError, FatalError, RetriableError
 
 from ._client import JdbcClient, PostgresClient
 from ._errors import sqlstate
+from ._rows import FORMAT_COLUMN, check_row_format, pg_add_format_column, row_dicts
 from ._transaction import JdbcTransaction
 
 __all__ = ["MarkerTable", "PostgresMarkerTable", "newer_or_sibling_marker"]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
 
-# Parameters: identity, batch, partition, attempt, fingerprint, epoch.
+# Parameters: identity, batch, partition, attempt, fingerprint, epoch. The record format is
+# the column's default (_rows.py).
 _INSERT = (
     "INSERT INTO {} (identity, batch_id, partition_id, attempt, fingerprint, epoch) "
     "VALUES (%s, %s, %s, %s, %s, %s)"
 )
-# Parameters: identity, batch.
-_SELECT = (
-    "SELECT partition_id, attempt, fingerprint FROM {} "
-    "WHERE identity = %s AND batch_id = %s ORDER BY partition_id, attempt"
-)
+# Parameters: identity, batch. Every column: a table made before 0.3.0 has no record_format.
+_SELECT = "SELECT * FROM {} WHERE identity = %s AND batch_id = %s ORDER BY partition_id, attempt"
 # Parameters: identity, batch, partition, attempt.
 _EXISTS = (
     "SELECT 1 FROM {} WHERE identity = %s AND batch_id = %s "
@@ -147,9 +146,14 @@ class MarkerTable(JdbcClient):
         """Reset what the session holds besides the transaction (nothing by default)."""
 
     def create(self, cur: Any, table: str) -> None:
-        """Create the table if missing; add the ``epoch`` column to an older one."""
+        """Create the table if missing; add the ``epoch`` and format columns to an older one."""
         cur.execute(self.create_statement.format(table))
         cur.execute(_ADD_EPOCH.format(table))
+        self.add_format_column(cur, table)
+
+    def add_format_column(self, cur: Any, table: str) -> None:
+        """Add ``record_format`` to a table made before 0.3.0 if no one holds it (the dialect's)."""
+        raise NotImplementedError
 
     def _give_back(self, txn: JdbcTransaction, conn: Any) -> None:
         """Return a failed transaction's connection, rolled back and reset, or close it."""
@@ -205,10 +209,15 @@ class MarkerTable(JdbcClient):
 
         def query(cur: Any) -> list[Marker]:
             cur.execute(_SELECT.format(table), (identity, batch))
-            return [
-                Marker(identity, batch, int(p), int(a), Fingerprint.parse(f))
-                for p, a, f in cur.fetchall()
-            ]
+            markers = []
+            for row in row_dicts(cur):
+                p, a = int(row["partition_id"]), int(row["attempt"])
+                where = f"identity {identity!r}, batch {batch}, partition {p}, attempt {a}"
+                check_row_format(
+                    row.get(FORMAT_COLUMN), table=self.options.marker_table, row=where, **context
+                )
+                markers.append(Marker(identity, batch, p, a, Fingerprint.parse(row["fingerprint"])))
+            return markers
 
         context.setdefault("batch_id", batch)
         return self.run(f"reading markers from {self.options.marker_table}", query, **context)
@@ -341,6 +350,7 @@ class PostgresMarkerTable(PostgresClient, MarkerTable):
         "fingerprint text NOT NULL, "
         "committed_at timestamptz NOT NULL DEFAULT now(), "
         "epoch bigint NOT NULL DEFAULT 0, "
+        "record_format smallint NOT NULL DEFAULT 1, "
         "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint))"
     )
 
@@ -360,6 +370,11 @@ class PostgresMarkerTable(PostgresClient, MarkerTable):
             cur.execute(self.create_statement.format(table))
         else:
             cur.execute(_ADD_EPOCH.format(table))
+            self.add_format_column(cur, table)
+
+    def add_format_column(self, cur: Any, table: str) -> None:
+        """Add ``record_format`` to a table made before 0.3.0, unless a lock is held on it."""
+        pg_add_format_column(cur, table)
 
     def commit(self, cur: Any) -> bool:
         """``COMMIT``; psycopg2's status message says ``ROLLBACK`` for a failed transaction."""

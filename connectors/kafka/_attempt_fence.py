@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import twophase
 from twophase import TaskContext
 from twophase.errors import CoordinatorLogError
 
@@ -101,13 +102,25 @@ def decode_fence(value: bytes, *, where: str) -> Fence:
     """Decode a fence record's value; :class:`CoordinatorLogError` when it is not one."""
     try:
         body = json.loads(value)
-        if not isinstance(body, dict) or body.get("v") != _FORMAT or body.get("fence") is not True:
-            raise ValueError(f"not a fence record of format {_FORMAT}")
+        if not isinstance(body, dict) or body.get("fence") is not True:
+            raise ValueError("not a fence record")
+        version = body.get("v")
+        if version != _FORMAT:
+            raise ValueError(
+                f"format version {version!r}"
+                + (
+                    ", written by a newer twophase release"
+                    if isinstance(version, int) and version > _FORMAT
+                    else ""
+                )
+                + f"; twophase {twophase.__version__} reads version {_FORMAT}"
+            )
         return Fence(
             int(body["epoch"]), int(body["batch"]), int(body["partition"]), int(body["attempt"])
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise CoordinatorLogError(
-            f"the record at {where} is not a valid twophase fence record ({exc}); upgrade "
-            "twophase on every driver and executor, or give the sink a control topic of its own"
+            f"the record at {where} is not a valid twophase fence record ({exc}). Run the "
+            "same (or a later) release on every driver and executor (docs/upgrading.md), or "
+            "give the sink a control topic of its own"
         ) from exc

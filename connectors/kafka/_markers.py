@@ -52,6 +52,7 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+import twophase
 from twophase import Fingerprint, Marker
 from twophase.errors import CoordinatorLogError, RetriableError
 
@@ -184,9 +185,12 @@ def decode_marker(value: bytes, *, where: str = "the control topic") -> Marker:
             raise TypeError("not an object")
         version = body.get("v")
         if version != _FORMAT:
+            newer = isinstance(version, int) and version > _FORMAT
             raise CoordinatorLogError(
-                f"marker at {where} has format version {version!r}; this twophase reads "
-                f"version {_FORMAT}. Upgrade twophase on every driver and executor"
+                f"marker at {where} has format version {version!r}"
+                + (", written by a newer twophase release" if newer else "")
+                + f"; twophase {twophase.__version__} reads version {_FORMAT}. Run the same "
+                "(or a later) release on every driver and executor (docs/upgrading.md)"
             )
         return Marker(
             identity=str(body["identity"]),

@@ -43,6 +43,13 @@ from twophase import TaskContext
 from twophase.errors import FatalError
 
 from .._options import JdbcOptions, QualifiedName
+from .._rows import (
+    FORMAT_COLUMN,
+    FORMAT_DEFINITION,
+    check_row_format,
+    mariadb_add_format_column,
+    row_dicts,
+)
 from ._sql import quote
 
 __all__ = [
@@ -82,16 +89,18 @@ def create_fence_tables(cur: Any, options: JdbcOptions, identity: str) -> None:
     cur.execute(
         f"CREATE TABLE IF NOT EXISTS {fences} (identity VARCHAR(255) NOT NULL PRIMARY KEY, "
         "epoch BIGINT NOT NULL, batch_id BIGINT NOT NULL, "
-        "fenced_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) "
-        "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        "fenced_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        f"{FORMAT_DEFINITION}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
     )
     cur.execute(
         f"CREATE TABLE IF NOT EXISTS {prepared} (identity VARCHAR(255) NOT NULL, "
         "batch_id BIGINT NOT NULL, partition_id INT NOT NULL, attempt INT NOT NULL, "
         "epoch BIGINT NOT NULL, prepared_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
-        "PRIMARY KEY (identity, batch_id, partition_id, attempt, epoch)) "
+        f"{FORMAT_DEFINITION}, PRIMARY KEY (identity, batch_id, partition_id, attempt, epoch)) "
         "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
     )
+    mariadb_add_format_column(cur, fences)
+    mariadb_add_format_column(cur, prepared)
     cur.execute(
         f"INSERT IGNORE INTO {fences} (identity, epoch, batch_id) VALUES (%s, -1, -1)",
         (identity,),
@@ -116,14 +125,22 @@ def refuse_if_fenced(cur: Any, options: JdbcOptions, context: TaskContext) -> No
         (c.identity, c.batch_id, c.partition_id, c.attempt, c.epoch),
     )
     cur.execute(
-        f"SELECT epoch, batch_id FROM {in_schema(options, FENCE_TABLE)} "
-        "WHERE identity = %s LOCK IN SHARE MODE",
+        f"SELECT * FROM {in_schema(options, FENCE_TABLE)} WHERE identity = %s LOCK IN SHARE MODE",
         (c.identity,),
     )
-    row = cur.fetchone()
-    if row is None:
+    rows = row_dicts(cur)
+    if not rows:
         return
-    fenced = (int(row[0]), int(row[1]))
+    row = rows[0]
+    check_row_format(
+        row.get(FORMAT_COLUMN),
+        table=in_schema(options, FENCE_TABLE),
+        row=f"identity {c.identity!r}",
+        sink=c.sink_name,
+        batch_id=c.batch_id,
+        partition_id=c.partition_id,
+    )
+    fenced = (int(row["epoch"]), int(row["batch_id"]))
     if (c.epoch, c.batch_id) > fenced:
         return
     what = (
@@ -191,9 +208,11 @@ def create_slots_table(cur: Any, options: JdbcOptions) -> None:
     cur.execute(
         f"CREATE TABLE IF NOT EXISTS {in_schema(options, SLOTS_TABLE)} "
         "(identity VARCHAR(255) NOT NULL, partition_id INT NOT NULL, epoch BIGINT NOT NULL, "
-        "attempt INT NOT NULL, PRIMARY KEY (identity, partition_id, epoch, attempt)) "
+        f"attempt INT NOT NULL, {FORMAT_DEFINITION}, "
+        "PRIMARY KEY (identity, partition_id, epoch, attempt)) "
         "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
     )
+    mariadb_add_format_column(cur, in_schema(options, SLOTS_TABLE))
 
 
 def take_slot(cur: Any, options: JdbcOptions, context: TaskContext) -> None:
@@ -224,10 +243,19 @@ def take_slot(cur: Any, options: JdbcOptions, context: TaskContext) -> None:
     cur.execute("SELECT IS_USED_LOCK(%s)", (slot,))
     holder = cur.fetchone()[0]
     cur.execute(
-        f"SELECT epoch, attempt FROM {table} WHERE identity = %s AND partition_id = %s",
+        f"SELECT * FROM {table} WHERE identity = %s AND partition_id = %s",
         (c.identity, c.partition_id),
     )
-    for epoch, attempt in cur.fetchall():
+    for row in row_dicts(cur):
+        epoch, attempt = row["epoch"], row["attempt"]
+        check_row_format(
+            row.get(FORMAT_COLUMN),
+            table=table,
+            row=f"identity {c.identity!r}, partition {c.partition_id}",
+            sink=c.sink_name,
+            batch_id=c.batch_id,
+            partition_id=c.partition_id,
+        )
         theirs = (int(epoch), int(attempt))
         if theirs == mine or holder is None:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._markers import MarkerTable
+from .._rows import mariadb_add_format_column
 from ._client import MariaDBClient
 from ._driver import errno
 from ._fencing import create_slots_table, release_slot
@@ -25,6 +26,7 @@ class MariaDBMarkerTable(MariaDBClient, MarkerTable):
         "fingerprint VARCHAR(255) NOT NULL, "
         "committed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
         "epoch BIGINT NOT NULL DEFAULT 0, "
+        "record_format SMALLINT NOT NULL DEFAULT 1, "
         "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint)) "
         "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
     )
@@ -42,6 +44,10 @@ class MariaDBMarkerTable(MariaDBClient, MarkerTable):
         """Create the marker table and the slot registry (``twophase_slots``) if missing."""
         super().create(cur, name)
         create_slots_table(cur, self.options)
+
+    def add_format_column(self, cur: Any, table: str) -> None:
+        """Add ``record_format`` to a table made before 0.3.0, unless a lock is held on it."""
+        mariadb_add_format_column(cur, table)
 
     def end_session(self, cur: Any) -> None:
         """Free the slot's named locks."""

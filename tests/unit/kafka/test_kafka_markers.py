@@ -65,9 +65,10 @@ def test_invalid_marker_values_raise_a_named_error(value: bytes) -> None:
         decode_marker(value, where="the control topic[0]@42")
 
 
-def test_markers_of_another_format_version_ask_for_an_upgrade() -> None:
-    with pytest.raises(CoordinatorLogError, match="Upgrade twophase"):
+def test_markers_of_another_format_version_name_it_and_the_fix() -> None:
+    with pytest.raises(CoordinatorLogError, match="format version 99, written by a newer") as err:
         decode_marker(b'{"v": 99}')
+    assert "on every driver and executor" in str(err.value)
 
 
 def test_a_marker_of_the_release_before_fingerprint_versions_reads_as_version_1() -> None:
