@@ -144,7 +144,14 @@ def test_kafka_broker_frozen_past_the_request_timeout(
 @pytest.mark.parametrize(
     ("sink", "at"),
     [
-        pytest.param("pg-coordinated", step("decided"), id="pg-coordinated-decided"),
+        # A kill right after the decision: also tests/upgrade/ (the current code killed at
+        # "decided" and restarted, after 0.2.0 refused its decision), in the default run.
+        pytest.param(
+            "pg-coordinated",
+            step("decided"),
+            id="pg-coordinated-decided",
+            marks=pytest.mark.extended,
+        ),
         # A kill between two commits: also tests/spark/test_driver_sigkill.py (out of the default
         # run for the 30-minute budget).
         pytest.param(
