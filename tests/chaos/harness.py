@@ -747,6 +747,9 @@ class TrialResult:
     log_findings: list[str] = field(default_factory=list)
     #: Distinct errors of steps that ran into a network bound (:func:`network_bound_errors`).
     bound_errors: list[str] = field(default_factory=list)
+    #: Runs after which Spark refused its own checkpoint for an interrupted first offset write
+    #: (:func:`clear_interrupted_offset_write`).
+    spark_tmp_cleared: int = 0
     duration: float = 0.0
     work_dir: str = ""
     notes: list[str] = field(default_factory=list)
@@ -1473,6 +1476,15 @@ def run_trial(
             result.bound_errors += network_bound_errors(driver.log_path)
             result.exit_codes.append(code)
             say(f"  run {result.runs - 1}: exit {code}")
+            removed = clear_interrupted_offset_write(driver.log_path, Path(spec["checkpoint"]))
+            if removed:
+                result.spark_tmp_cleared += 1
+                result.notes.append(
+                    f"run {result.runs - 1}: Spark refused its checkpoint "
+                    f"(STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY): removed {removed}, the "
+                    "temporary file of an interrupted first offset write, as docs/operations.md "
+                    "tells an operator to"
+                )
             if result.timed_out:
                 break
             if code == EXIT_DONE:
@@ -1503,6 +1515,34 @@ def run_trial(
         result.outcome = f"CHECK-FAILED({exc!r})"
     result.duration = time.monotonic() - started
     return result
+
+
+#: What Spark 4.2 says when it restarts a query whose first offset write was interrupted.
+_SPARK_NOT_EMPTY = "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"
+
+
+def clear_interrupted_offset_write(log: Path, checkpoint: Path) -> list[str]:
+    """Remove what a query stopped during its very first offset write left, if Spark refused it.
+
+    Spark writes ``offsets/<n>`` as a temporary file renamed into place; a stop in between leaves
+    ``offsets/.0.<uuid>.tmp``, and Spark 4.2 then refuses every restart of the query ("should be
+    empty on batch 0") although no batch was ever planned. Only temporary files of a batch whose
+    offset file does not exist are removed, and only after that refusal.
+    """
+    try:
+        refused = _SPARK_NOT_EMPTY in log.read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    offsets = checkpoint / "offsets"
+    if not refused or not offsets.is_dir():
+        return []
+    removed = []
+    for tmp in sorted(offsets.glob(".*.tmp")):
+        batch = tmp.name.split(".")[1]
+        if batch.isdigit() and not (offsets / batch).exists():
+            tmp.unlink()
+            removed.append(f"offsets/{tmp.name}")
+    return removed
 
 
 def _check(result: TrialResult, target: Target) -> None:
@@ -1662,6 +1702,16 @@ def summarize(
             ", ".join(f"{k}: {v}" for k, v in sorted(findings.items())) or "nothing notable",
         ),
     ]
+    cleared = [r for r in results if r.spark_tmp_cleared]
+    if cleared:
+        rows.append(
+            (
+                "Spark refused its own checkpoint",
+                f"{len(cleared)} trial(s) (trial {', '.join(str(r.plan.index) for r in cleared)}): "
+                "a stop during the first offset write; its temporary file removed "
+                "(docs/operations.md)",
+            )
+        )
     if partitions:
         rows.append(("partitions", partitions))
     rows += _partition_rows(results)
