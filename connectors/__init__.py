@@ -3,5 +3,5 @@
 Each connector lives in its own subpackage and depends on the core, never the
 reverse: :mod:`twophase.connectors.kafka` (Apache Kafka through
 confluent-kafka) and :mod:`twophase.connectors.jdbc` (PostgreSQL through
-psycopg2).
+psycopg2, MariaDB through PyMySQL).
 """

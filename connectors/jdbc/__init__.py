@@ -9,11 +9,16 @@ A family of dialects, each with both commit protocols:
   not at all (needs ``max_prepared_transactions > 0``); or
   :class:`PostgresMarkerSink` (``markers``) -- every partition commits on its
   executor with a marker row holding the partition's fingerprint; replays skip
-  committed partitions. Rows go in with ``COPY``; ``mode`` is ``"append"``,
-  ``"upsert"`` or ``"cdc"``. See ``docs/jdbc.md``.
-* **MariaDB and MySQL** (PyMySQL), built by :func:`mariadb_sink`:
-  :class:`MariaDBTwoPhaseSink` (``coordinated``, XA transactions) or
-  :class:`MariaDBMarkerSink` (``markers``). See ``docs/mariadb.md``.
+  committed partitions. Rows go in with ``COPY``. See ``docs/jdbc.md``.
+
+In both dialects ``mode`` is ``"append"``, ``"upsert"`` or ``"cdc"``; for
+upsert and CDC the sink routes every row of a key to one transaction itself
+(``key_by``), whatever the DataFrame's partitioning.
+* **MariaDB** 10.5 or newer (PyMySQL), built by :func:`mariadb_sink`:
+  :class:`MariaDBTwoPhaseSink` (``coordinated``, XA transactions; what
+  ``protocol="auto"`` picks) or :class:`MariaDBMarkerSink` (``markers``). Rows
+  go in with ``LOAD DATA LOCAL INFILE``. MySQL is not supported. See
+  ``docs/mariadb.md``.
 
 Each dialect's driver is imported when one of its names is first used, so
 the PostgreSQL sinks need only psycopg2 and the MariaDB sinks only PyMySQL.

@@ -75,14 +75,18 @@ def postgres_sink(
         changes: ``c``/``r``/``u`` upsert the row, ``d`` deletes the key).
     key_columns
         Upsert and CDC: the key. A unique index on exactly these columns must
-        exist (``create_table=True`` makes them the primary key). Rows of one
-        key must all be in one partition: ``df.repartition(*key_columns)``.
+        exist (``create_table=True`` makes them the primary key). The rows of
+        a key need not be in one partition: under ``foreachBatch`` the sink
+        routes every row of a key to one transaction itself (its ``key_by``, a
+        shuffle of the batch), in the batch's order, so ``repartition`` by key
+        upstream is not needed. ``format("twophase-postgres")`` cannot route,
+        so it refuses upsert and CDC.
     cdc_op_column
         CDC: the column holding the operation; it is not written to the table.
     order_column
         Upsert and CDC: among rows of one key in one batch, the one with the
-        largest value wins (NULLs lose); without it, the last row of the
-        partition wins.
+        largest value wins (NULLs lose); without it, the last row of the key
+        in the batch's order wins.
     protocol
         ``"auto"``, ``"coordinated"`` (fails at once, with the server's
         hint, if the server cannot prepare) or ``"markers"``.
@@ -140,7 +144,8 @@ def postgres_sink(
     >>> sink = postgres_sink(  # doctest: +SKIP
     ...     "orders", table="public.orders", dsn="host=db dbname=shop user=etl",
     ...     mode="upsert", key_columns=["order_id"])
-    >>> df.repartition("order_id").writeStream.foreachBatch(sink).start()  # doctest: +SKIP
+    >>> df.writeStream.foreachBatch(sink).option(  # doctest: +SKIP
+    ...     "checkpointLocation", "/chk/orders").start()
     """
     if protocol not in ("auto", "coordinated", "markers"):
         raise ConfigurationError(

@@ -1,4 +1,4 @@
-"""The MariaDB dialect: PyMySQL, multi-row ``INSERT``, ``XA PREPARE``; and its sinks."""
+"""The MariaDB dialect: PyMySQL, ``LOAD DATA LOCAL INFILE``, ``XA PREPARE``; and its sinks."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["MARIADB", "MariaDBDialect", "MariaDBMarkerSink", "MariaDBTwoPhaseSin
 
 
 class MariaDBDialect:
-    """MariaDB 10.5 or newer, and MySQL 8 (see ``docs/mariadb.md``).
+    """MariaDB 10.5 or newer; not MySQL (see ``docs/mariadb.md``).
 
     Attributes
     ----------

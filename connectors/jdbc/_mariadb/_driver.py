@@ -1,4 +1,4 @@
-"""MariaDB and MySQL through PyMySQL: connection URL, sessions, and errors mapped.
+"""MariaDB through PyMySQL: connection URL, sessions, and errors mapped.
 
 PyMySQL is pure Python: it installs from a wheel anywhere Spark runs, with no
 compiler and no client library (``docs/mariadb.md`` says why it was chosen).
@@ -210,7 +210,7 @@ def _pymysql_connection() -> Any:
 
 
 class PyMySQLDriver:
-    """MariaDB and MySQL through PyMySQL (the :class:`~.._pool.Driver` of the dialect)."""
+    """MariaDB through PyMySQL (the :class:`~.._pool.Driver` of the dialect)."""
 
     name = "pymysql"
 

@@ -46,10 +46,12 @@ def mariadb_sink(
     retry: RetryPolicy | None = None,
     **connect_params: str | int,
 ) -> MariaDBTwoPhaseSink | MariaDBMarkerSink:
-    """Build an exactly-once MariaDB (or MySQL) sink.
+    """Build an exactly-once MariaDB sink (MariaDB 10.5 or newer; not MySQL).
 
     Runs on the driver, once, before the query starts; it does not connect
-    (the sink checks the server and the table when the query starts).
+    (the sink checks the server and the table when the query starts). MySQL
+    is not supported: its sessions lack the variables every session sets, so
+    the first connection fails (error 1193); see ``docs/mariadb.md``.
 
     Parameters
     ----------
@@ -66,23 +68,29 @@ def mariadb_sink(
         ``ssl_verify_cert``, ``ssl_verify_identity``, ``ssl_disabled``,
         ``read_timeout``, ``write_timeout``.
     mode
-        ``"append"`` (multi-row ``INSERT``), ``"upsert"`` (``INSERT ... ON
+        ``"append"`` (``LOAD DATA LOCAL INFILE``, or multi-row ``INSERT`` on a
+        server with ``local_infile=OFF``), ``"upsert"`` (``INSERT ... ON
         DUPLICATE KEY UPDATE``) or ``"cdc"`` (Debezium-style changes: ``c``/``r``/``u``
         upsert the row, ``d`` deletes the key).
     key_columns
         Upsert and CDC: the key. A unique index on exactly these columns must
         exist (``create_table=True`` makes them the primary key), and no other
-        unique index (``ON DUPLICATE KEY`` would match on it too). Rows of one
-        key must all be in one partition: the sink groups them by key itself.
+        unique index (``ON DUPLICATE KEY`` would match on it too). The rows
+        of a key need not be in one partition: under ``foreachBatch`` the sink
+        routes every row of a key to one transaction itself (its ``key_by``, a
+        shuffle of the batch), in the batch's order. ``format(...)`` cannot
+        route, so it refuses upsert and CDC.
     cdc_op_column
         CDC: the column holding the operation; it is not written to the table.
     order_column
         Upsert and CDC: among rows of one key in one batch, the one with the
-        largest value wins (NULLs lose); without it, the last row wins.
+        largest value wins (NULLs lose); without it, the last row of the key
+        in the batch's order wins.
     protocol
-        ``"auto"`` and ``"coordinated"``: XA transactions, prepared on the
-        executors and committed by the driver (a batch is visible entirely or
-        not at all). ``"markers"``: every partition commits on its executor
+        ``"auto"`` (the default: MariaDB cannot turn XA off, so it is the
+        coordinated protocol) and ``"coordinated"``: XA transactions, prepared
+        on the executors and committed by the driver (a batch is visible
+        entirely or not at all). ``"markers"``: every partition commits on its executor
         with a marker row (for servers or users that cannot use XA).
     create_table
         Create the table from the first batch's schema if it does not exist.

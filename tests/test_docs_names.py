@@ -1,0 +1,190 @@
+"""The documentation names only what exists: twophase's names, and the extras of the package.
+
+Every page of ``docs/`` and ``README.md`` is read as text (no Spark, no server):
+
+- every qualified name ``twophase.X[.Y...]`` in backticks, or in a fenced code block, must
+  resolve by import (or be the name of one of twophase's loggers, such as
+  ``twophase.metrics``); so must ``MODULE:CALLABLE`` targets of the ``twophase`` command;
+- every ``from twophase... import a, b`` in a code block must import;
+- every extra in ``twophase[a,b]`` (or ``twophase-*.whl[a,b]``) must be an extra of
+  ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+
+#: A fenced code block (``` or ~~~), its body in group 2.
+_FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.S | re.M)
+#: An inline code span: its body in group 2 (CommonMark: as many backticks close as open).
+_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+#: ``twophase.a.b`` not inside a longer word or path (``tools/twophase_dev``, ``x.twophase.y``).
+_QUALIFIED = re.compile(r"(?<![\w./-])twophase(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+#: ``twophase.connectors.jdbc:postgres_sink`` (the ``--target`` of the command, entry points).
+_TARGET = re.compile(
+    r"(?<![\w./-])(twophase(?:\.[A-Za-z_][A-Za-z0-9_]*)*):([A-Za-z_][A-Za-z0-9_]*)"
+)
+#: ``from twophase.x import a, b`` or ``from twophase import (a, b)``.
+_FROM_IMPORT = re.compile(
+    r"^[ \t]*(?:>>>[ \t]*)?from[ \t]+(twophase(?:\.[A-Za-z_][A-Za-z0-9_]*)*)[ \t]+import[ \t]+"
+    r"(\([^)]*\)|[^\n#]+)",
+    re.M,
+)
+#: ``twophase[a,b]`` and ``twophase-0.3.0-py3-none-any.whl[a,b]``.
+_EXTRAS = re.compile(r"(?:(?<![\w-])twophase|\.whl)\[([A-Za-z0-9_, -]*)\]")
+
+
+def _strip_fences(text: str) -> str:
+    return _FENCE.sub("", text)
+
+
+def _code(text: str) -> list[str]:
+    """Return the bodies of the page's fenced blocks and inline code spans."""
+    blocks = [m.group(2) for m in _FENCE.finditer(text)]
+    spans = [m.group(2) for m in _SPAN.finditer(_strip_fences(text))]
+    return blocks + spans
+
+
+def _line(text: str, needle: str) -> int:
+    index = text.find(needle)
+    return text.count("\n", 0, index) + 1 if index >= 0 else 0
+
+
+@cache
+def _loggers() -> frozenset[str]:
+    """The loggers twophase's sources name: ``getLogger("twophase....")``."""
+    found = set()
+    for folder in ("twophase", "connectors"):
+        for path in (ROOT / folder).rglob("*.py"):
+            found.update(re.findall(r"getLogger\(\s*[\"'](twophase[\w.]*)[\"']", path.read_text()))
+    return frozenset(found)
+
+
+_MISSING = object()
+
+
+@cache
+def _resolve(name: str) -> Any:
+    """Import the longest module prefix of ``name`` and get the rest as attributes."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value: Any = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError as exc:
+            # Only "this very module does not exist" means: try a shorter prefix.
+            if exc.name is not None and not ".".join(parts[:cut]).startswith(exc.name):
+                raise
+            continue
+        for attr in parts[cut:]:
+            value = getattr(value, attr, _MISSING)
+            if value is _MISSING:
+                return _MISSING
+        return value
+    return _MISSING
+
+
+def _exists(name: str) -> bool:
+    return name in _loggers() or _resolve(name) is not _MISSING
+
+
+@cache
+def _extras() -> frozenset[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return frozenset(project["optional-dependencies"])
+
+
+def _imported_names(clause: str) -> list[str]:
+    clause = clause.strip().strip("()")
+    names = []
+    for part in clause.replace("\n", " ").split(","):
+        words = part.split("#")[0].split()
+        if words and words[0] != "*" and re.fullmatch(r"[A-Za-z_]\w*", words[0]):
+            names.append(words[0])
+    return names
+
+
+def _page_id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_twophase_name_a_page_gives_exists(page: Path) -> None:
+    text = page.read_text()
+    wrong = []
+    for code in _code(text):
+        for name in _QUALIFIED.findall(code):
+            if not _exists(name):
+                wrong.append(f"line {_line(text, name)}: `{name}` does not resolve")
+        for module, attr in _TARGET.findall(code):
+            if not _exists(f"{module}.{attr}"):
+                where = _line(text, f"{module}:{attr}")
+                wrong.append(f"line {where}: `{module}:{attr}` does not resolve")
+        for module, clause in _FROM_IMPORT.findall(code):
+            for attr in _imported_names(clause):
+                if not _exists(f"{module}.{attr}"):
+                    wrong.append(f"line {_line(text, attr)}: `from {module} import {attr}` fails")
+    assert not wrong, f"{_page_id(page)} names what twophase does not have:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_extra_a_page_installs_exists(page: Path) -> None:
+    text = page.read_text()
+    wrong = []
+    for match in _EXTRAS.finditer(text):
+        for extra in (e.strip() for e in match.group(1).split(",")):
+            if extra not in _extras():
+                where = text.count("\n", 0, match.start()) + 1
+                wrong.append(f"line {where}: {match.group(0)}: no extra {extra!r}")
+    assert not wrong, (
+        f"{_page_id(page)} installs extras pyproject.toml does not define "
+        f"({', '.join(sorted(_extras()))}):\n" + "\n".join(wrong)
+    )
+
+
+def test_the_checks_find_what_they_look_for() -> None:
+    """The patterns and the resolver, on names that exist and names that do not."""
+    page = (
+        "Use `twophase.write_stream(df, sink)` and `twophase.connectors.jdbc.postgres_sink`, log\n"
+        "on `twophase.metrics`, run `--target twophase.connectors.kafka:KafkaSink`,\n"
+        "not `twophase.no_such_thing` nor `twophase.errors.NoSuchError`; paths like\n"
+        "`tools/twophase_dev/` and `twophase/_store.py` are no names.\n\n"
+        "```python\nfrom twophase.testing import (\n    TwoPhaseSinkContract,\n    Nope,\n)\n```\n"
+        "```bash\npip install 'twophase[kafka,jdbc]' 'twophase[nope]'\n```\n"
+    )
+    names = [n for code in _code(page) for n in _QUALIFIED.findall(code)]
+    assert [n for n in names if not _exists(n)] == [
+        "twophase.no_such_thing",
+        "twophase.errors.NoSuchError",
+    ]
+    assert {"twophase.write_stream", "twophase.metrics"} <= set(names)
+    targets = [t for code in _code(page) for t in _TARGET.findall(code)]
+    assert targets == [("twophase.connectors.kafka", "KafkaSink")]
+    assert all(_exists(f"{m}.{a}") for m, a in targets)
+    imports = [
+        (module, attr)
+        for code in _code(page)
+        for module, clause in _FROM_IMPORT.findall(code)
+        for attr in _imported_names(clause)
+    ]
+    assert imports == [("twophase.testing", "TwoPhaseSinkContract"), ("twophase.testing", "Nope")]
+    assert [_exists(f"{m}.{a}") for m, a in imports] == [True, False]
+    extras = [e.strip() for m in _EXTRAS.finditer(page) for e in m.group(1).split(",")]
+    assert extras == ["kafka", "jdbc", "nope"]
+    assert "nope" not in _extras()
+    assert {"kafka", "jdbc", "mariadb", "all"} <= _extras()
