@@ -109,8 +109,8 @@ def assert_batch_1_prepared(
     assert batches_of(state["prepared"]) == {1: 2}, state["prepared"]
     assert partitions_of(state["prepared"], 1) == {0, 1}, state["prepared"]
     assert len(decision) == 1, f"no decision of batch 1 in {scenario.checkpoint}"
-    assert 1 in state["decisions"], state
-    assert 1 not in state["committed"], state
+    assert state["decisions"] == [0, 1], "batch 0 and batch 1 decided"
+    assert state["committed"] == [0], "only batch 0 recorded committed"
     assert state["spark_commits"] == [0], state
 
 
@@ -206,8 +206,8 @@ def test_markers_partial_batch_of_0_2_0_finished_by_current(
     assert state["markers"] == [(0, 0), (0, 1), (1, 0), (1, 1)], state["markers"]
     assert state["ids"] == expected([0, 1])
     # ... but neither twophase nor Spark recorded the batch committed.
-    assert 1 in state["intents"], state
-    assert 1 not in state["committed"], state
+    assert state["intents"] == [0, 1], "batches 0 and 1 started"
+    assert state["committed"] == [0], "only batch 0 recorded committed"
     assert state["spark_commits"] == [0], state
 
     assert_finished(runs.restarted, b)
@@ -258,7 +258,7 @@ def test_decision_of_current_refused_by_0_2_0(
         refused = pg.snapshot(c)
         assert refused["prepared"] == state["prepared"], "batch 1 must stay prepared"
         assert refused["ids"] == expected([0]), "0.2.0 must commit nothing of batch 1"
-        assert 1 not in refused["committed"], refused
+        assert refused["committed"] == [0], "0.2.0 recorded nothing committed"
         assert refused["spark_commits"] == [0], refused
 
         final_run = run_driver(
