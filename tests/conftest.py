@@ -121,6 +121,13 @@ def postgres_server(
     yield from _postgres(tmp_path_factory, ENV_PG_DSN, 64)
 
 
+@pytest.fixture(autouse=True)
+def _postgres_to_itself(request: pytest.FixtureRequest) -> None:
+    """Give a test that uses ``postgres_server`` its slots (no other sink's fence row is recent)."""
+    if "postgres_server" in request.fixturenames:
+        request.getfixturevalue("postgres_server").forget_fences()
+
+
 @pytest.fixture(scope="session")
 def postgres_server_no_prepared(
     tmp_path_factory: pytest.TempPathFactory, _stale_dirs_cleaned: None

@@ -63,8 +63,8 @@ class PostgresChecker(PostgresClient):
         Parameters
         ----------
         coordinated
-            The coordinated protocol (needs CREATE on the merge schema for
-            upsert/CDC).
+            The coordinated protocol (upsert/CDC need CREATE on the merge
+            schema; under the markers protocol, TEMP on the database).
         **context
             Error context.
 
@@ -112,6 +112,17 @@ class PostgresChecker(PostgresClient):
                         f"{schema!r}, and the sink's user may not create tables there. GRANT "
                         "CREATE on it, or set merge_schema to a schema where it may",
                         setting="merge_schema",
+                        **context,
+                    )
+            if not coordinated and options.mode != "append":
+                cur.execute("SELECT has_database_privilege(current_database(), 'TEMP')")
+                if not cur.fetchone()[0]:
+                    raise ConfigurationError(
+                        f"permission denied: protocol 'markers' with mode={options.mode!r} "
+                        "stages each transaction's rows in a temporary table, and the sink's "
+                        "user may not create temporary tables in this database. GRANT TEMP "
+                        "ON DATABASE to it",
+                        setting="mode",
                         **context,
                     )
             return table

@@ -135,6 +135,8 @@ class JdbcClient:
                     exc, self.connection.describe(), secrets=secrets, **context
                 )
                 raise unreachable(failed, pool) from None
+            except TwoPhaseError as exc:  # the dialect refused the server (not the target)
+                raise exc.with_context(**context) from None
             try:
                 cur = conn.cursor()
                 try:

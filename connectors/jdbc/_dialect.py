@@ -74,7 +74,7 @@ class Checker(Protocol):
 class PreparedStore(Protocol[TxnT_contra, HandleT]):
     """The coordinated protocol's statements on prepared transactions."""
 
-    def capacity(self, **context: Any) -> int | None:
+    def capacity(self, identity: str, **context: Any) -> int | None:
         """Refuse a server that cannot prepare; return how many partitions a batch may have."""
         ...
 

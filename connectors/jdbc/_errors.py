@@ -17,7 +17,7 @@ no SQLSTATE (connection lost, refused)  :class:`~twophase.errors.RetriableError`
 42703 undefined column                  :class:`~twophase.errors.ConfigurationError`
 42501 insufficient privilege            :class:`~twophase.errors.ConfigurationError`
 42P10 no unique index for ON CONFLICT   :class:`~twophase.errors.ConfigurationError`
-53200 prepared-transaction slots full   :class:`~twophase.errors.ConfigurationError`
+53200 prepared-transaction slots full   :class:`~twophase.errors.RetriableError`
 55000 prepared transactions disabled    :class:`~twophase.errors.ConfigurationError`
 28xxx authentication                    :class:`~twophase.errors.FatalError`
 anything else                           :class:`~twophase.errors.AbortRequiredError`
@@ -195,12 +195,16 @@ def map_error(
     elif code.startswith("08") or code in _RETRIABLE:
         cls = RetriableError
     elif code == "53200" and _PREPARED_FULL in text:
-        cls = ConfigurationError
+        # The slots are shared by the whole server; a restart rolls this batch's
+        # orphans back and shares the slots again among the active sinks.
+        cls = RetriableError
         setting = setting or "max_prepared_transactions"
         text += (
-            ". Every prepared-transaction slot of the server is taken: resolve stale "
-            "prepared transactions (SELECT * FROM pg_prepared_xacts), lower max_partitions, "
-            "or raise max_prepared_transactions (needs a server restart)"
+            ". Every prepared-transaction slot of the server is taken (by other sinks, "
+            "other users or stale transactions: SELECT * FROM pg_prepared_xacts); nothing "
+            "was committed, and a restart shares the slots again among the active sinks. "
+            "If it recurs, lower max_partitions or raise max_prepared_transactions (needs a "
+            "server restart): see docs/jdbc.md, 'Sizing max_prepared_transactions'"
         )
     elif code == "55000" and "prepared transactions are disabled" in text:
         cls = ConfigurationError

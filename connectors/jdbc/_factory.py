@@ -13,7 +13,8 @@ from ._checks import PostgresChecker
 from ._config import ConnectionConfig
 from ._options import JdbcOptions, QualifiedName, WriteMode
 from ._postgres import PostgresMarkerSink, PostgresTwoPhaseSink
-from ._prepared import PreparedTransactions, partition_limit
+from ._prepared import PreparedTransactions
+from ._slots import partition_limit
 
 __all__ = ["Protocol", "postgres_sink"]
 

@@ -14,8 +14,9 @@ from ._checks import PostgresChecker
 from ._config import ConnectionConfig
 from ._markers import PostgresMarkerTable
 from ._options import JdbcOptions
-from ._prepared import PostgresHandle, PreparedTransactions, partition_limit
+from ._prepared import PostgresHandle, PreparedTransactions
 from ._sink import JdbcMarkerSink, JdbcTwoPhaseSink
+from ._slots import partition_limit
 from ._transaction import PostgresTransaction
 from ._writer import PostgresWriter
 

@@ -26,13 +26,13 @@ from ._client import PostgresClient
 from ._errors import is_connection_error, map_error, sqlstate
 from ._fencing import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
 from ._gid import GID_PREFIX, gid_prefix, parse_gid
+from ._slots import active_sinks, share_slots
 from ._transaction import PostgresTransaction
 
 __all__ = [
     "PostgresHandle",
     "PreparedTransactions",
     "committed_or_raise",
-    "partition_limit",
     "prepare_transaction",
 ]
 
@@ -65,28 +65,6 @@ class PostgresHandle(TransactionHandle):
 
     xid: int | None = None
     rows: int = 0
-
-
-def partition_limit(max_prepared: int, max_partitions: int | None) -> int:
-    """How many prepared transactions one batch may hold.
-
-    A quarter of ``max_prepared_transactions`` (at least 2 slots) is left to
-    other users of the server and to transactions of a retried task.
-
-    Parameters
-    ----------
-    max_prepared
-        The server's ``max_prepared_transactions`` (> 0).
-    max_partitions
-        The user's cap, if any.
-
-    Returns
-    -------
-    int
-        The limit, at least 1.
-    """
-    automatic = max(1, max_prepared - max(2, max_prepared // 4))
-    return automatic if max_partitions is None else min(automatic, max_partitions)
 
 
 def prepare_transaction(txn: PostgresTransaction, fences: sql.Composable) -> None:
@@ -124,48 +102,68 @@ class PreparedTransactions(PostgresClient):
     """
 
     # ------------------------------------------------- the PreparedStore protocol
-    def capacity(self, **context: Any) -> int | None:
-        """Refuse a server that cannot prepare; size batches to its free slots.
+    def capacity(self, identity: str, **context: Any) -> int | None:
+        """Refuse a server that cannot prepare; size batches to this sink's share of its slots.
 
         Parameters
         ----------
+        identity
+            This sink's identity.
         **context
             Error context.
 
         Returns
         -------
         int
-            How many partitions one batch may have (:func:`partition_limit`).
+            How many partitions one batch may have (:mod:`._slots`).
 
         Raises
         ------
         ConfigurationError
-            ``max_prepared_transactions = 0`` (with the server's hint), or
-            ``max_partitions`` above it.
+            ``max_prepared_transactions = 0`` (with the server's hint),
+            ``max_partitions`` above it, or no slot left for this sink.
         """
         server = self.server(**context)
         if server.max_prepared_transactions == 0:
             self.probe(**context)  # raises with the server's message and hint
-        max_partitions = self.options.max_partitions
-        if max_partitions is not None and max_partitions > server.max_prepared_transactions:
-            raise ConfigurationError(
-                f"max_partitions={max_partitions} is more than the server's "
-                f"max_prepared_transactions={server.max_prepared_transactions}",
-                setting="max_partitions",
-                **context,
+        fences = fence_table(self.options)
+
+        def others(cur: Any) -> tuple[str, ...]:
+            quoted = _sql.ident(fences).as_string(cur)
+            # Unreadable (a user without SELECT): the fence check at open names the privilege.
+            cur.execute(
+                "SELECT CASE WHEN to_regclass(%s) IS NULL THEN false "
+                "ELSE has_table_privilege(%s, 'SELECT') END",
+                (quoted, quoted),
             )
-        limit = partition_limit(server.max_prepared_transactions, max_partitions)
-        _log.debug(
-            "sink %s: opened on %s (PostgreSQL %s, max_prepared_transactions=%d, %d in use); "
-            "at most %d partitions per batch",
+            return active_sinks(cur, identity, quoted if cur.fetchone()[0] else None)
+
+        active = self.run("listing the server's coordinated sinks", others, **context)
+        share = share_slots(
+            server.max_prepared_transactions, self.options.max_partitions, active, **context
+        )
+        if active and self.options.max_partitions is not None:
+            _log.warning(
+                "sink %s: %d other coordinated sink(s) use this server's prepared-transaction "
+                "slots (%s); max_partitions=%d is used as given: keep the sum of the sinks' "
+                "max_partitions within what is shared (%s)",
+                context.get("sink"),
+                len(active),
+                ", ".join(active[:3]),
+                share.limit,
+                share.describe(),
+            )
+        _log.log(
+            logging.INFO if active else logging.DEBUG,  # sharing is news; alone, the factory said
+            "sink %s: opened on %s (PostgreSQL %s, %s, %d in use); at most %d partitions per batch",
             context.get("sink"),
             self.connection.describe(),
             server.describe_version(),
-            server.max_prepared_transactions,
+            share.describe(),
             server.prepared_in_use,
-            limit,
+            share.limit,
         )
-        return limit
+        return share.limit
 
     def ensure_ready(self, identity: str, **context: Any) -> None:
         """Create the fence row; warn of other sinks' prepared transactions over 10 minutes old.

@@ -71,7 +71,7 @@ class JdbcTwoPhaseSink(
         Then warn of other sinks' prepared transactions left behind.
         """
         where: dict[str, Any] = {"sink": self.name}
-        self.max_transactions_per_batch = self._prepared.capacity(**where)
+        self.max_transactions_per_batch = self._prepared.capacity(context.identity, **where)
         super().open(context)
         self._prepared.ensure_ready(context.identity, **where)
 

@@ -499,6 +499,34 @@ class PostgresServer(DatabaseServer):
         finally:
             conn.close()
 
+    def forget_fences(self) -> int:
+        """Empty every ``twophase_fences`` table of the default database.
+
+        A coordinated sink shares the server's prepared-transaction slots with
+        the sinks whose fence rows moved in the last minutes; a test that wants
+        a server of its own (as most do) starts from no other active sink.
+
+        Returns
+        -------
+        int
+            Rows deleted.
+        """
+        conn = self.connect()
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT format('%I.%I', schemaname, tablename) FROM pg_catalog.pg_tables "
+                    "WHERE tablename = 'twophase_fences'"
+                )
+                deleted = 0
+                for (name,) in cur.fetchall():
+                    cur.execute(f"DELETE FROM {name}")
+                    deleted += cur.rowcount
+                return deleted
+        finally:
+            conn.close()
+
     def rollback_prepared(self, gid_pattern: str = ".*") -> list[str]:
         """Roll back the prepared transactions whose gid matches a regular expression.
 

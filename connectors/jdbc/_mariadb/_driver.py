@@ -42,7 +42,14 @@ from twophase.errors import (
 from .._config import ConnectionConfig, redact
 from .._network import NetworkBounds
 
-__all__ = ["MARIADB_ERRORS", "PYMYSQL", "errno", "guess_column", "parse_url"]
+__all__ = [
+    "MARIADB_ERRORS",
+    "PYMYSQL",
+    "check_server_version",
+    "errno",
+    "guess_column",
+    "parse_url",
+]
 
 #: Keywords a MariaDB connection accepts (passed to ``pymysql.connect``).
 CONNECT_KEYS = frozenset(
@@ -209,6 +216,48 @@ def _pymysql_connection() -> Any:
     return _connection_class
 
 
+#: The oldest MariaDB that keeps a prepared XA branch when its session ends.
+OLDEST_MARIADB = (10, 5)
+
+
+def check_server_version(version: str, where: str) -> None:
+    """Refuse MySQL, and MariaDB older than 10.5, by name, before any statement.
+
+    Parameters
+    ----------
+    version
+        The server's version from the handshake: ``"5.5.5-10.11.19-MariaDB-..."``
+        (MariaDB before 11 prefixes ``5.5.5-``), ``"11.4.2-MariaDB"``, or
+        MySQL's ``"8.0.36"``.
+    where
+        The server, for the message (no secret).
+
+    Raises
+    ------
+    ConfigurationError
+        Not MariaDB, or too old. Not restartable: a restart would meet the
+        same server.
+    """
+    if "mariadb" not in version.lower():
+        raise ConfigurationError(
+            f"the server at {where} is not MariaDB (version {version!r}: MySQL or another "
+            "server of the MySQL protocol); the sink supports MariaDB 10.5 or newer only, "
+            "because its sessions rely on MariaDB's own variables and XA behaviour "
+            "(docs/mariadb.md, 'MySQL is not supported')",
+            setting="url",
+        )
+    found = re.search(r"(\d+)\.(\d+)\.\d+-MariaDB", version, re.IGNORECASE)
+    if found is not None:
+        release = (int(found.group(1)), int(found.group(2)))
+        if release < OLDEST_MARIADB:
+            raise ConfigurationError(
+                f"the server at {where} is MariaDB {release[0]}.{release[1]} (version "
+                f"{version!r}); the sink needs MariaDB 10.5 or newer, the oldest that keeps a "
+                "prepared XA branch when the session that prepared it ends",
+                setting="url",
+            )
+
+
 class PyMySQLDriver:
     """MariaDB through PyMySQL (the :class:`~.._pool.Driver` of the dialect)."""
 
@@ -239,6 +288,7 @@ class PyMySQLDriver:
             local_infile=True,  # the bulk path (docs/mariadb.md: which servers to trust)
         )
         try:
+            check_server_version(conn.get_server_info(), config.describe())
             sock = getattr(conn, "_sock", None)  # PyMySQL's socket (a private attribute)
             if sock is not None:
                 bounds.apply_to_socket(sock)

@@ -50,8 +50,9 @@ def mariadb_sink(
 
     Runs on the driver, once, before the query starts; it does not connect
     (the sink checks the server and the table when the query starts). MySQL
-    is not supported: its sessions lack the variables every session sets, so
-    the first connection fails (error 1193); see ``docs/mariadb.md``.
+    is not supported, and MariaDB before 10.5 neither: the first connection
+    refuses them by name with a :class:`~twophase.errors.ConfigurationError`
+    (``setting='url'``); see ``docs/mariadb.md``.
 
     Parameters
     ----------

@@ -76,11 +76,13 @@ class XATransactions(MariaDBClient):
     """
 
     # ------------------------------------------------------------- driver: open
-    def capacity(self, **context: Any) -> int | None:
+    def capacity(self, identity: str, **context: Any) -> int | None:
         """Check that the server prepares XA transactions; MariaDB has no slot limit.
 
         Parameters
         ----------
+        identity
+            This sink's identity (unused: nothing is shared).
         **context
             Error context.
 

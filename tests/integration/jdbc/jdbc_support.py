@@ -60,6 +60,7 @@ class PgTarget:
 
     def clean_prepared(self) -> None:
         self.server.rollback_prepared(r"tp:")
+        self.server.forget_fences()  # no other sink active: the server's slots are this test's
 
     def sink(self, name: str, table: str, **kwargs: Any) -> Any:
         kwargs.setdefault("protocol", self.protocol)

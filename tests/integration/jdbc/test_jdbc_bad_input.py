@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from jdbc_support import PgTarget
 
-from twophase.errors import ConfigurationError, DataError, TwoPhaseError
+from twophase.errors import ConfigurationError, DataError, RetriableError, TwoPhaseError
 from twophase.testing import LocalRunner, assert_exactly_once
 
 pytestmark = pytest.mark.integration
@@ -189,6 +189,30 @@ def test_permission_denied_is_found_at_start(pg: PgTarget, table: str) -> None:
     assert pg.ids(table) == []
 
 
+@pytest.mark.parametrize("mode", ["upsert", "cdc"])
+def test_markers_merge_without_temp_on_the_database_is_refused_at_open(
+    pg_b: PgTarget, table: str, mode: str
+) -> None:
+    """The markers protocol stages upsert/CDC rows in temporary tables: TEMP is checked at open."""
+    from twophase import SinkContext
+
+    pg_b.sql(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, v text)')
+    pg_b.sql(f'GRANT SELECT, INSERT, UPDATE, DELETE ON "{table}" TO twophase_test')
+    ((database,),) = pg_b.sql("SELECT current_database()")
+    pg_b.sql(f'REVOKE TEMP ON DATABASE "{database}" FROM PUBLIC, twophase_test')
+    try:
+        sink = pg_b.sink(
+            "notemp", table, dsn=pg_b.server.password_dsn, mode=mode, key_columns=["id"]
+        )
+        with pytest.raises(ConfigurationError, match="GRANT TEMP ON DATABASE") as info:
+            sink.open(SinkContext("notemp", "ident-temp", "q", "r", "/tmp/unused"))
+    finally:
+        pg_b.sql(f'GRANT TEMP ON DATABASE "{database}" TO PUBLIC, twophase_test')
+    assert info.value.setting == "mode"
+    assert "sink='notemp'" in str(info.value)
+    assert f"mode={mode!r}" in str(info.value)
+
+
 def test_permission_denied_while_writing(pg: PgTarget, table: str) -> None:
     """Privileges revoked after the start: COPY fails with 42501, mapped, nothing visible."""
     from twophase import Marker, SinkContext, TaskContext, fingerprint_batches
@@ -252,14 +276,13 @@ def test_prepared_transaction_slots_exhausted(pg_a: PgTarget, table: str) -> Non
             for gid in fillers:
                 cur.execute("BEGIN")
                 cur.execute("PREPARE TRANSACTION %s", (gid,))
-        with pytest.raises(
-            ConfigurationError, match="maximum number of prepared transactions"
-        ) as info:
+        with pytest.raises(RetriableError, match="maximum number of prepared transactions") as info:
             runner.run_batch(1, [[rows([10], ["ok"])], [rows([11], ["ok"])]])
         assert info.value.setting == "max_prepared_transactions"
         assert "sink='bad'" in str(info.value)
         assert "batch=1" in str(info.value)
         assert "pg_prepared_xacts" in str(info.value)
+        assert "Sizing max_prepared_transactions" in str(info.value)
         assert_exactly_once(pg_a.ids(table), [1])
         assert pg_a.prepared() == []
     finally:

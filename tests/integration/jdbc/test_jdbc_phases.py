@@ -173,6 +173,29 @@ def test_auto_detection_picks_the_protocol_and_logs_it_once(
         assert sink.max_transactions_per_batch == 48
 
 
+def test_coordinated_sinks_on_one_server_share_its_prepared_transaction_slots(
+    pg_a: PgTarget, table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    create_ids_table(pg_a, table)
+    first = opened(pg_a.sink("first", table), "it-first")
+    assert first.max_transactions_per_batch == 48  # 64 slots, 16 kept free, alone
+    # The first sink's fence row moved just now: it is active, so the next one shares.
+    second = opened(pg_a.sink("second", table), "it-second")
+    assert second.max_transactions_per_batch == 24
+    # A sink of another identity holding a prepared transaction counts too.
+    stray = first.begin_transaction(TaskContext("first", "it-stray", 1, 0, 0))
+    first.write(stray, id_batch([1]))
+    first.pre_commit(stray)
+    with caplog.at_level(logging.WARNING, logger="twophase.connectors.jdbc"):
+        third = opened(pg_a.sink("third", table), "it-third")
+        capped = opened(pg_a.sink("capped", table, max_partitions=40), "it-capped")
+    assert third.max_transactions_per_batch == 48 // 4  # first, second, it-stray and itself
+    assert capped.max_transactions_per_batch == 40  # as given, with a warning
+    (warning,) = [r.getMessage() for r in caplog.records if "used as given" in r.getMessage()]
+    assert "it-first, it-second, it-stray" in warning
+    assert "48 shared by 5 coordinated sinks" in warning
+
+
 def test_forcing_coordinated_without_prepared_transactions_fails_at_start_with_the_server_hint(
     pg_b: PgTarget, table: str
 ) -> None:

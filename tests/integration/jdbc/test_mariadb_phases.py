@@ -89,6 +89,24 @@ def test_prepared_rows_are_invisible_until_xa_commit(target: Target) -> None:
     assert target.ids() == [1, 2, 3]
 
 
+def test_a_mysql_server_is_refused_by_name_at_open_before_any_statement(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MySQL speaks the same protocol; the handshake's version is read before any SET."""
+    import pymysql.connections
+
+    monkeypatch.setattr(pymysql.connections.Connection, "get_server_info", lambda _: "8.0.36")
+    sink = target.sink("mysql", connect_timeout=9)  # a pool of its own: a new connection
+    with pytest.raises(ConfigurationError, match="is not MariaDB") as info:
+        sink.open(SinkContext("mysql", IDENTITY, "q", "r", "/tmp/unused"))
+    assert "version '8.0.36'" in str(info.value)
+    assert "sink='mysql'" in str(info.value)
+    assert info.value.setting == "url"
+    monkeypatch.undo()
+    opened = target.sink("mysql", connect_timeout=9)
+    opened.open(SinkContext("mysql", IDENTITY, "q", "r", "/tmp/unused"))  # the real server passes
+
+
 def test_commit_of_a_decided_transaction_rolled_back_by_hand_is_fatal(target: Target) -> None:
     sink = opened(target.sink(protocol="coordinated"))
     txn = sink.begin_transaction(TaskContext("phases", IDENTITY, 1, 0, 0))

@@ -72,7 +72,7 @@ class FakePgError(Exception):
         ("42703", 'column "x" of relation "t" does not exist', ConfigurationError),
         ("42501", "permission denied for table t", ConfigurationError),
         ("42P10", "there is no unique or exclusion constraint matching", ConfigurationError),
-        ("53200", "maximum number of prepared transactions reached", ConfigurationError),
+        ("53200", "maximum number of prepared transactions reached", RetriableError),
         ("55000", "prepared transactions are disabled", ConfigurationError),
         ("28P01", 'password authentication failed for user "u"', FatalError),
         ("XX000", "internal error", AbortRequiredError),
@@ -102,10 +102,11 @@ def test_exhausted_prepared_slots_say_what_to_do() -> None:
         "PREPARE TRANSACTION",
         sink="s",
     )
-    assert isinstance(exc, ConfigurationError)
+    assert isinstance(exc, RetriableError)  # shared slots: a restart shares them again
     assert exc.setting == "max_prepared_transactions"
     assert "currently 2" in str(exc)
     assert "pg_prepared_xacts" in str(exc)
+    assert "Sizing max_prepared_transactions" in str(exc)
 
 
 def test_connection_errors_without_sqlstate_are_retriable() -> None:
