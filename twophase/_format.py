@@ -62,8 +62,10 @@ def register_format(spark: Any, name: str, build: SinkBuilder) -> None:
 
     Examples
     --------
-    >>> twophase.register_format(spark, "orders-pg", lambda o: postgres_sink(  # doctest: +SKIP
-    ...     "orders", table=o["table"], dsn=o["dsn"], protocol="coordinated"))
+    >>> def build(o):  # module level: the format pickles it  # doctest: +SKIP
+    ...     return postgres_sink(
+    ...         "orders", table=o["table"], dsn=o["dsn"], protocol="coordinated")
+    >>> twophase.register_format(spark, "orders-pg", build)  # doctest: +SKIP
     >>> (df.writeStream.format("orders-pg").option("table", "orders")  # doctest: +SKIP
     ...     .option("dsn", dsn).option("checkpointLocation", "/chk/orders").start())
     """

@@ -10,15 +10,15 @@ A family of dialects, each with both commit protocols:
   :class:`PostgresMarkerSink` (``markers``) -- every partition commits on its
   executor with a marker row holding the partition's fingerprint; replays skip
   committed partitions. Rows go in with ``COPY``. See ``docs/jdbc.md``.
+* **MariaDB** 10.5 or newer (PyMySQL), built by :func:`mariadb_sink`:
+  :class:`MariaDBTwoPhaseSink` (``coordinated``, XA transactions; what
+  ``protocol="auto"`` picks) or :class:`MariaDBMarkerSink` (``markers``). Rows
+  go in with ``LOAD DATA LOCAL INFILE``. MySQL is refused by name. See
+  ``docs/mariadb.md``.
 
 In both dialects ``mode`` is ``"append"``, ``"upsert"`` or ``"cdc"``; for
 upsert and CDC the sink routes every row of a key to one transaction itself
 (``key_by``), whatever the DataFrame's partitioning.
-* **MariaDB** 10.5 or newer (PyMySQL), built by :func:`mariadb_sink`:
-  :class:`MariaDBTwoPhaseSink` (``coordinated``, XA transactions; what
-  ``protocol="auto"`` picks) or :class:`MariaDBMarkerSink` (``markers``). Rows
-  go in with ``LOAD DATA LOCAL INFILE``. MySQL is not supported. See
-  ``docs/mariadb.md``.
 
 Each dialect's driver is imported when one of its names is first used, so
 the PostgreSQL sinks need only psycopg2 and the MariaDB sinks only PyMySQL.

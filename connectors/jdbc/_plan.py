@@ -38,6 +38,7 @@ __all__ = [
     "WritePlan",
     "checked_ops",
     "create_table_fields",
+    "key_lock_hint",
     "plan_write",
 ]
 
@@ -307,3 +308,30 @@ def checked_ops(ops: pa.Array, options: JdbcOptions, where: dict[str, Any]) -> p
             **where,
         )
     return ops
+
+
+def key_lock_hint(in_doubt: str) -> str:
+    """Say what holds the rows of a key when an upsert or CDC merge waited past ``lock_timeout``.
+
+    The sink routes every key of a batch to one partition, so its own
+    transactions of one batch never wait for each other: the holder is outside
+    the batch.
+
+    Parameters
+    ----------
+    in_doubt
+        Where the dialect lists prepared transactions (``pg_prepared_xacts``,
+        ``XA RECOVER``).
+
+    Returns
+    -------
+    str
+        The hint.
+    """
+    return (
+        "A lock wait exceeded lock_timeout: another transaction holds rows of the same keys. "
+        "The sink writes every key of a batch from one partition, so the holder is outside "
+        "this batch: another application's transaction, another sink or query writing the "
+        f"same table, or a prepared transaction left behind ({in_doubt}; the sink's own are "
+        "finished by its recovery)"
+    )

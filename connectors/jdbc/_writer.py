@@ -30,7 +30,7 @@ from ._errors import sqlstate
 from ._fencing import application_name, take_slot
 from ._gid import format_gid
 from ._options import JdbcOptions, QualifiedName
-from ._plan import checked_ops, plan_write
+from ._plan import checked_ops, key_lock_hint, plan_write
 from ._prepared import PreparedTransactions
 from ._transaction import PostgresTransaction
 
@@ -65,11 +65,7 @@ class PostgresWriter(PostgresClient):
                 "A lock wait exceeded lock_timeout: another transaction holds a lock this one "
                 "needs (look for old entries in pg_prepared_xacts and pg_stat_activity)"
             )
-        return (
-            "A lock wait exceeded lock_timeout: another transaction holds rows of the same "
-            "keys. In upsert/CDC mode every key must be written by one partition only: "
-            "repartition the DataFrame by the key columns before the sink"
-        )
+        return key_lock_hint("SELECT * FROM pg_prepared_xacts")
 
     # -------------------------------------------------------------- begin
     def begin(self, context: TaskContext) -> PostgresTransaction:

@@ -14,7 +14,9 @@ Layout: the sink, a thin router over the hooks, in ``_sink.py``; its validated
 settings in ``_options.py`` and the producer settings in ``_config.py``; one
 partition's transaction (produce, probe, flush, commit, abort) in
 ``_transaction.py``; the fencing of earlier producers of a slot in
-``_fencing.py``; the per-worker producer pool in ``_pool.py``; Arrow rows to
+``_fencing.py``, with the lane a worker claims in ``_lanes.py`` and the fence
+records of other lanes in ``_attempt_fence.py``; the per-worker producer pool
+in ``_pool.py`` and the clients a process keeps in ``_clients.py``; Arrow rows to
 records in ``_records.py``; the up-front check of the topics a ``topic``
 column names in ``_topics.py``; markers and their fast reader in
 ``_markers.py``; the driver-side cluster checks in ``_checks.py``; the

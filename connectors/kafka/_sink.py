@@ -21,6 +21,7 @@ from twophase import (
 )
 from twophase.errors import FatalError
 
+from .._settings import check_number
 from . import _fencing
 from ._attempt_fence import Fence
 from ._checks import check_cluster
@@ -98,6 +99,12 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     local_retries
         Calls in all of a transaction operation that fails retriably before
         :class:`~twophase.errors.RetriableError` is raised.
+    max_partitions
+        Upper bound on transactions per batch (None: no bound); a batch with
+        more partitions is coalesced to it before phase 1. Under Spark Connect
+        and ``format(...)``, where a batch's partitions are not known before it
+        runs, it is also the number of partition slots a batch records and
+        recovery fences (default there: ``spark.sql.shuffle.partitions``).
     staging
         Publish every batch from a copy staged in the checkpoint, so that
         replays are deterministic even when the pipeline is not.
@@ -157,6 +164,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         transaction_timeout_ms: int | None = None,
         operation_timeout: float = 30.0,
         local_retries: int = 3,
+        max_partitions: int | None = None,
         staging: bool = False,
         checkpoint_location: str | None = None,
         retry: RetryPolicy | None = None,
@@ -164,6 +172,9 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         super().__init__(
             name, staging=staging, checkpoint_location=checkpoint_location, retry=retry
         )
+        if max_partitions is not None:
+            check_number(max_partitions, "max_partitions", minimum=1, integer=True, sink=name)
+            self.max_transactions_per_batch = max_partitions
         #: The validated settings every part of the connector reads.
         self.options = KafkaOptions.from_arguments(
             name,

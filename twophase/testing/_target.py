@@ -367,15 +367,17 @@ class FakeTarget:
         times
             Number of firings (-1: always).
         error
-            An exception class of :mod:`twophase.errors` (or its name), or
-            ``"kill"`` to end the process.
+            An exception class of :mod:`twophase.errors` (or its name),
+            ``"kill"`` to end the process, or ``"kill-pid"`` to end it by a
+            signal to its own process id.
         message
             The error text.
 
         Returns
         -------
         FaultRule
-            The stored rule (pass it to :meth:`clear_fault`).
+            The stored rule (pass it to :meth:`fired`; :meth:`clear_faults`
+            removes every rule).
         """
         name = error if isinstance(error, str) else error.__name__
         rule = FaultRule(

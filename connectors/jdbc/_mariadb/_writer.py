@@ -19,7 +19,7 @@ import pyarrow as pa
 from twophase import TaskContext
 from twophase.errors import ConfigurationError, DataError
 
-from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, plan_write
+from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, key_lock_hint, plan_write
 from ._client import MariaDBClient, describe_table
 from ._driver import errno
 from ._fencing import release_slot, take_slot
@@ -225,11 +225,7 @@ class MariaDBWriter(MariaDBClient):
         except txn.errors.error as exc:
             hint = None
             if errno(exc) == 1205:
-                hint = (
-                    "A lock wait exceeded lock_timeout: another transaction holds rows of the "
-                    "same keys. In upsert/CDC mode every key must be written by one partition "
-                    "only: repartition the DataFrame by the key columns before the sink"
-                )
+                hint = key_lock_hint("XA RECOVER")
             raise txn.failure(exc, f"merging into {o.table}", hint) from exc
         txn.staging = None
 

@@ -236,6 +236,8 @@ def test_from_spark_options_refuses_settings_given_twice() -> None:
         ({"operation_timeout": float("nan")}, "operation_timeout"),
         ({"local_retries": "3"}, "local_retries"),
         ({"local_retries": None}, "local_retries"),
+        ({"max_partitions": 0}, "max_partitions"),
+        ({"max_partitions": "16"}, "max_partitions"),
     ],
 )
 def test_sink_arguments_are_validated(kwargs: dict[str, Any], setting: str) -> None:
@@ -251,3 +253,11 @@ def test_transactional_ids_are_per_identity_and_slot() -> None:
     assert sink.transactional_id("orders.0123456789abcdef", 3) != sink.transactional_id(
         "orders.0123456789abcdef", 4
     )
+
+
+def test_max_partitions_bounds_the_transactions_of_a_batch() -> None:
+    assert KafkaSink("s", bootstrap_servers=BS).max_transactions_per_batch is None
+    sink = KafkaSink.from_spark_options(
+        "s", {"kafka.bootstrap.servers": BS, "topic": "t"}, max_partitions=16
+    )
+    assert sink.max_transactions_per_batch == 16
