@@ -41,26 +41,27 @@ from typing import Any as _Any
 from ._pool import close_connections
 
 if _TYPE_CHECKING:
-    from ._admin import PreparedTransaction, list_prepared_transactions
-    from ._factory import postgres_sink
-    from ._format import register_mariadb_format, register_postgres_format
     from ._mariadb._dialect import MariaDBMarkerSink, MariaDBTwoPhaseSink
     from ._mariadb._factory import mariadb_sink
-    from ._postgres import PostgresMarkerSink, PostgresTwoPhaseSink
+    from ._mariadb._format import register_mariadb_format
+    from ._postgres._admin import PreparedTransaction, list_prepared_transactions
+    from ._postgres._dialect import PostgresMarkerSink, PostgresTwoPhaseSink
+    from ._postgres._factory import postgres_sink
+    from ._postgres._format import register_postgres_format
 
 #: Where each public name lives (imported on first use: a dialect's driver is
 #: only needed when the dialect is used).
 _LAZY = {
     "MariaDBMarkerSink": "._mariadb._dialect",
     "MariaDBTwoPhaseSink": "._mariadb._dialect",
-    "PostgresMarkerSink": "._postgres",
-    "PostgresTwoPhaseSink": "._postgres",
-    "PreparedTransaction": "._admin",
-    "list_prepared_transactions": "._admin",
+    "PostgresMarkerSink": "._postgres._dialect",
+    "PostgresTwoPhaseSink": "._postgres._dialect",
+    "PreparedTransaction": "._postgres._admin",
+    "list_prepared_transactions": "._postgres._admin",
     "mariadb_sink": "._mariadb._factory",
-    "postgres_sink": "._factory",
-    "register_mariadb_format": "._format",
-    "register_postgres_format": "._format",
+    "postgres_sink": "._postgres._factory",
+    "register_mariadb_format": "._mariadb._format",
+    "register_postgres_format": "._postgres._format",
 }
 
 __all__ = [

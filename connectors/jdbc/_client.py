@@ -5,25 +5,21 @@ dialect have in common: the sink's options and connection parameters (so it
 pickles with the sink), the process-wide pool they select, and one way to run
 statements on it. A dialect's client names its driver (:class:`~._pool.Driver`),
 how its errors map onto :mod:`twophase.errors` (:class:`ErrorMap`) and the
-settings of its sessions. :class:`PostgresClient` is PostgreSQL's.
+settings of its sessions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from twophase.errors import RetriableError, TwoPhaseError
 
-from . import _errors
 from ._config import ConnectionConfig
 from ._options import JdbcOptions
-from ._pool import PSYCOPG2, ConnectionPool, Driver, pool_for
+from ._pool import ConnectionPool, Driver, pool_for
 
-if TYPE_CHECKING:
-    from ._catalog import ServerInfo
-
-__all__ = ["ErrorMap", "JdbcClient", "PostgresClient", "lost_connection"]
+__all__ = ["ErrorMap", "JdbcClient", "lost_connection", "unreachable"]
 
 T = TypeVar("T")
 
@@ -224,75 +220,3 @@ def lost_connection(doing: str, pool: ConnectionPool) -> tuple[str, str]:
         ``(doing on the server, hint)`` for :meth:`ErrorMap.map_error`.
     """
     return f"{doing} on {pool.config.describe()}", pool.bounds.lost_hint()
-
-
-class _PostgresErrors:
-    """psycopg2's errors, mapped by :mod:`._errors`."""
-
-    @property
-    def error(self) -> tuple[type[BaseException], ...]:
-        import psycopg2
-
-        return (psycopg2.Error,)
-
-    def is_connection_error(self, exc: BaseException) -> bool:
-        return _errors.is_connection_error(exc)
-
-    def map_error(
-        self,
-        exc: BaseException,
-        doing: str,
-        *,
-        secrets: Iterable[str] = (),
-        columns: Sequence[tuple[str, str]] = (),
-        hint: str | None = None,
-        **context: Any,
-    ) -> TwoPhaseError:
-        return _errors.map_error(exc, doing, secrets=secrets, columns=columns, hint=hint, **context)
-
-    def connection_error(
-        self, exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
-    ) -> TwoPhaseError:
-        return _errors.connection_error(exc, where, secrets=secrets, **context)
-
-
-class PostgresClient(JdbcClient):
-    """The PostgreSQL dialect's client: psycopg2, and the sink's session settings.
-
-    Parameters
-    ----------
-    options
-        The sink's options.
-    connection
-        Connection parameters.
-    """
-
-    driver = PSYCOPG2
-    errors = _PostgresErrors()
-
-    def session_settings(self) -> tuple[tuple[str, str], ...]:
-        """Return the timeouts, ``TimeZone=UTC``, ``DateStyle`` and ``application_name``.
-
-        Returns
-        -------
-        tuple of (name, value)
-            See :meth:`~._options.JdbcOptions.session_settings`.
-        """
-        return self.options.session_settings()
-
-    def server(self, **context: Any) -> ServerInfo:
-        """Read the server's version and ``max_prepared_transactions``.
-
-        Parameters
-        ----------
-        **context
-            Error context.
-
-        Returns
-        -------
-        ServerInfo
-            The values.
-        """
-        from ._catalog import server_info  # psycopg2: not imported by other dialects
-
-        return self.run("reading the server settings", server_info, **context)

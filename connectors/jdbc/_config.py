@@ -1,23 +1,23 @@
-"""Connection parameters (libpq's settings), with secrets kept out of text.
+"""Connection parameters of one server, with secrets kept out of text.
 
 :class:`ConnectionConfig` is pickled with the sink to the executors, so it
 holds plain values only. It never shows a password or an ``sslpassword`` in
 its ``repr``, its ``str``, or in any message built from it; :func:`redact`
-scrubs them from text that comes back from libpq. The sink's own settings are
-in :mod:`._options`.
+scrubs them from text that comes back from a driver. Each dialect parses its
+own connection strings (a libpq DSN, a ``mariadb://`` URL) into keywords. The
+sink's own settings are in :mod:`._options`.
 """
 
 from __future__ import annotations
 
-import re
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from twophase.errors import ConfigurationError
 
 __all__ = ["ConnectionConfig", "redact"]
 
-#: libpq parameters whose values are secrets.
+#: Keywords whose values are secrets.
 SECRET_KEYS = frozenset({"password", "sslpassword"})
 
 #: What replaces a secret in text.
@@ -30,7 +30,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     Parameters
     ----------
     text
-        Any text that may contain a secret (an error message from libpq).
+        Any text that may contain a secret (an error message from a driver).
     secrets
         The secret values.
 
@@ -48,39 +48,31 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 class ConnectionConfig:
-    """libpq connection parameters, merged from a DSN and keywords; secrets stay hidden.
+    """A server's connection keywords, merged from a parsed connection string and keywords.
 
-    Any libpq parameter is passed through unchanged (``sslmode``,
-    ``sslrootcert``, ``sslcert``, ``sslkey``, ``target_session_attrs``,
-    ``keepalives_idle``, ...). Keywords win over the DSN. Parameters not given
-    fall back to libpq's own defaults and environment (``PGHOST``,
-    ``PGPASSWORD``, ``~/.pgpass``), which is the way to keep a password out of
-    the pickled sink altogether.
+    The keywords are the dialect driver's own (libpq's ``host``, ``dbname``,
+    ``sslmode``...; PyMySQL's ``host``, ``database``...), passed through
+    unchanged. Keywords win over the parsed string. Secrets stay hidden.
 
     Picklable: it travels to the executors with the sink.
 
     Parameters
     ----------
-    dsn
-        A libpq connection string (``"host=db dbname=app"``) or URI
-        (``"postgresql://user@db/app?sslmode=verify-full"``).
+    parsed
+        The keywords of a connection string, parsed by the dialect.
     **params
-        libpq keywords (``host``, ``port``, ``dbname``, ``user``,
-        ``password``, ``sslmode``, ...). ``None`` values are ignored.
+        Keywords. ``None`` values are ignored.
 
     Raises
     ------
     ConfigurationError
-        The DSN cannot be parsed. The message never quotes the DSN, which may
-        hold the password.
+        A keyword's value is neither a string nor an integer.
     """
 
     __slots__ = ("_params",)
 
-    def __init__(self, dsn: str | None = None, **params: object) -> None:
-        merged: dict[str, str] = {}
-        if dsn:
-            merged.update(_parse_dsn(dsn))
+    def __init__(self, parsed: Mapping[str, str] | None = None, **params: object) -> None:
+        merged: dict[str, str] = dict(parsed or {})
         for key, value in params.items():
             if value is None:
                 continue
@@ -97,7 +89,7 @@ class ConnectionConfig:
 
     # ------------------------------------------------------------ access
     def connect_kwargs(self) -> dict[str, str]:
-        """Return the parameters for ``psycopg2.connect(**kwargs)``, secrets included.
+        """Return the keywords for the driver's ``connect(**kwargs)``, secrets included.
 
         Returns
         -------
@@ -112,7 +104,7 @@ class ConnectionConfig:
         Parameters
         ----------
         key
-            A libpq keyword. Secrets are refused.
+            A keyword. Secrets are refused.
 
         Returns
         -------
@@ -180,20 +172,3 @@ class ConnectionConfig:
 
     def __setstate__(self, state: tuple[tuple[str, str], ...]) -> None:
         self._params = state
-
-
-def _parse_dsn(dsn: str) -> dict[str, str]:
-    import psycopg2.extensions
-
-    try:
-        parsed: dict[str, str] = psycopg2.extensions.parse_dsn(dsn)
-    except Exception as exc:
-        # libpq quotes fragments of the DSN in its message: they may be the
-        # password, so every quoted fragment is withheld.
-        reason = re.sub(r'"[^"]*"', '"…"', str(exc).strip().splitlines()[0])
-        raise ConfigurationError(
-            f"the dsn is not a valid libpq connection string or URI ({reason}); "
-            "quoted parts of the message are withheld because they may contain the password",
-            setting="dsn",
-        ) from None
-    return parsed

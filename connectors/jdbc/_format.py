@@ -1,10 +1,10 @@
-"""``df.writeStream.format("twophase-postgres")`` and ``"twophase-mariadb"``: sinks from options.
+"""A dialect's ``df.writeStream.format(...)``: its sink built from the writer's string options.
 
 The coordinated protocol only (``protocol=coordinated``, the default here): a
 Python data source has no driver step before its write tasks, which the markers
-protocol's replay check needs (``docs/modes.md``). One :class:`FormatSpec` per
-dialect names its format, its factory and its options; reading the options is
-written once.
+protocol's replay check needs (``docs/modes.md``). Each dialect's ``_format``
+module declares one :class:`FormatSpec` (its format, factory and options);
+reading the options is written once, here.
 """
 
 from __future__ import annotations
@@ -13,21 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import twophase
 from twophase.errors import ConfigurationError
 
-__all__ = [
-    "MARIADB_FORMAT",
-    "POSTGRES_FORMAT",
-    "FormatSpec",
-    "mariadb_sink_from_options",
-    "postgres_sink_from_options",
-    "register_mariadb_format",
-    "register_postgres_format",
-]
+__all__ = ["COMMON_OPTIONS", "FormatSpec", "text_option"]
 
 
-def _text(value: str) -> str:
+def text_option(value: str) -> str:
+    """Parse an option that is text as it is."""
     return value
 
 
@@ -49,14 +41,14 @@ def _table(value: str) -> str | tuple[str, str]:
 
 #: Option name (as Spark passes it, lower case) -> (argument of the factory, parser), for
 #: every dialect.
-_COMMON: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "name": ("name", _text),
+COMMON_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "name": ("name", text_option),
     "table": ("table", _table),
-    "mode": ("mode", _text),
+    "mode": ("mode", text_option),
     "keycolumns": ("key_columns", _columns),
-    "cdcopcolumn": ("cdc_op_column", _text),
-    "ordercolumn": ("order_column", _text),
-    "protocol": ("protocol", _text),
+    "cdcopcolumn": ("cdc_op_column", text_option),
+    "ordercolumn": ("order_column", text_option),
+    "protocol": ("protocol", text_option),
     "createtable": ("create_table", _flag),
     "locktimeout": ("lock_timeout", float),
     "statementtimeout": ("statement_timeout", float),
@@ -91,7 +83,7 @@ class FormatSpec:
     Attributes
     ----------
     format
-        The default format name (``"twophase-postgres"``).
+        The default format name (``"twophase-<dialect>"``).
     factory
         ``module:function`` of the sink factory, imported when a sink is built
         (so that registering a format needs no database driver).
@@ -157,106 +149,3 @@ class FormatSpec:
         module, _, function = self.factory.partition(":")
         factory = getattr(__import__(module, fromlist=[function]), function)
         return factory(**arguments)
-
-
-#: ``format("twophase-postgres")``: :func:`~._factory.postgres_sink` from options.
-POSTGRES_FORMAT = FormatSpec(
-    "twophase-postgres",
-    f"{__package__}._factory:postgres_sink",
-    {**_COMMON, "dsn": ("dsn", _text), "mergeschema": ("merge_schema", _text)},
-    ("name", "table", "dsn"),
-)
-#: ``format("twophase-mariadb")``: :func:`~._mariadb._factory.mariadb_sink` from options.
-MARIADB_FORMAT = FormatSpec(
-    "twophase-mariadb",
-    f"{__package__}._mariadb._factory:mariadb_sink",
-    {**_COMMON, "url": ("url", _text)},
-    ("name", "table", "url"),
-)
-
-
-def postgres_sink_from_options(options: Mapping[str, str]) -> Any:
-    """Build the PostgreSQL sink from a data source's string options.
-
-    Options (case-insensitive): ``name``, ``table`` (``schema.table`` allowed)
-    and ``dsn`` are required; ``mode``, ``keyColumns`` (comma-separated),
-    ``cdcOpColumn``, ``orderColumn``, ``protocol`` (default ``coordinated``),
-    ``createTable`` (``true``/``false``), ``lockTimeout``,
-    ``statementTimeout``, ``idleInTransactionTimeout`` (seconds),
-    ``connectTimeout``, ``maxPartitions`` and ``mergeSchema`` mean what the
-    arguments of :func:`postgres_sink` of the same name mean. The format
-    refuses ``mode`` ``upsert`` and ``cdc`` when the query starts: their rows
-    must be routed by key, which only ``foreachBatch`` does.
-
-    Parameters
-    ----------
-    options
-        The writer's options, without ``checkpointLocation``.
-
-    Returns
-    -------
-    PostgresTwoPhaseSink or PostgresMarkerSink
-        The sink.
-    """
-    return POSTGRES_FORMAT.sink_from_options(options)
-
-
-def mariadb_sink_from_options(options: Mapping[str, str]) -> Any:
-    """Build the MariaDB sink from a data source's string options.
-
-    As :func:`postgres_sink_from_options`, with ``url`` (``mysql://...``)
-    instead of ``dsn`` and without ``mergeSchema``.
-
-    Parameters
-    ----------
-    options
-        The writer's options, without ``checkpointLocation``.
-
-    Returns
-    -------
-    MariaDBTwoPhaseSink or MariaDBMarkerSink
-        The sink.
-    """
-    return MARIADB_FORMAT.sink_from_options(options)
-
-
-def register_postgres_format(spark: Any, name: str = POSTGRES_FORMAT.format) -> None:
-    """Register ``df.writeStream.format("twophase-postgres")`` in a session.
-
-    Parameters
-    ----------
-    spark
-        A classic or Spark Connect session.
-    name
-        The format name.
-
-    Examples
-    --------
-    >>> register_postgres_format(spark)  # doctest: +SKIP
-    >>> (orders.writeStream.format("twophase-postgres")  # doctest: +SKIP
-    ...     .option("name", "orders").option("table", "public.orders")
-    ...     .option("dsn", "host=db dbname=shop")
-    ...     .option("checkpointLocation", "/chk/orders").start())
-    """
-    twophase.register_format(spark, name, postgres_sink_from_options)
-
-
-def register_mariadb_format(spark: Any, name: str = MARIADB_FORMAT.format) -> None:
-    """Register ``df.writeStream.format("twophase-mariadb")`` in a session.
-
-    Parameters
-    ----------
-    spark
-        A classic or Spark Connect session.
-    name
-        The format name.
-
-    Examples
-    --------
-    >>> register_mariadb_format(spark)  # doctest: +SKIP
-    >>> (orders.writeStream.format("twophase-mariadb")  # doctest: +SKIP
-    ...     .option("name", "orders").option("table", "shop.orders")
-    ...     .option("url", "mysql://etl@db:3306/shop")
-    ...     .option("checkpointLocation", "/chk/orders").start())
-    """
-    twophase.register_format(spark, name, mariadb_sink_from_options)

@@ -8,8 +8,7 @@ batch. Marker table layout and pruning: "Marker table" in ``docs/jdbc.md``.
 The statements are the same on every database (both drivers take ``%s``
 parameters); a dialect's subclass says how to quote the table, which column
 types to create it with, and how to tell a duplicate-key error and a
-``COMMIT`` that rolled back instead (:class:`PostgresMarkerTable`,
-:class:`~._mariadb._markers.MariaDBMarkerTable`).
+``COMMIT`` that rolled back instead (each dialect's ``_markers`` module).
 """
 
 from __future__ import annotations
@@ -20,12 +19,11 @@ from typing import Any, ClassVar
 from twophase import Fingerprint, Marker, TaskContext
 from twophase.errors import AbortRequiredError, FatalError, RetriableError
 
-from ._client import JdbcClient, PostgresClient
-from ._errors import sqlstate
-from ._rows import FORMAT_COLUMN, check_row_format, pg_add_format_column, row_dicts
+from ._client import JdbcClient
+from ._rows import FORMAT_COLUMN, check_row_format, row_dicts
 from ._transaction import JdbcTransaction
 
-__all__ = ["MarkerTable", "PostgresMarkerTable", "newer_or_sibling_marker"]
+__all__ = ["ADD_EPOCH", "MarkerTable", "newer_or_sibling_marker"]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
 
@@ -47,7 +45,7 @@ _NEWEST = "SELECT max(batch_id) FROM {} WHERE identity = %s"
 # Parameters: identity, oldest batch to keep.
 _PRUNE = "DELETE FROM {} WHERE identity = %s AND batch_id < %s"
 # Marker tables made before the zombie fence have no epoch: add it (old rows rank lowest).
-_ADD_EPOCH = "ALTER TABLE {} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0"
+ADD_EPOCH = "ALTER TABLE {} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0"
 # Parameters: identity, batch, partition, epoch, epoch, attempt.
 _SIBLING = (
     "SELECT epoch, attempt FROM {} WHERE identity = %s AND batch_id = %s "
@@ -148,7 +146,7 @@ class MarkerTable(JdbcClient):
     def create(self, cur: Any, table: str) -> None:
         """Create the table if missing; add the ``epoch`` and format columns to an older one."""
         cur.execute(self.create_statement.format(table))
-        cur.execute(_ADD_EPOCH.format(table))
+        cur.execute(ADD_EPOCH.format(table))
         self.add_format_column(cur, table)
 
     def add_format_column(self, cur: Any, table: str) -> None:
@@ -332,51 +330,3 @@ class MarkerTable(JdbcClient):
                 **txn.where,
             )
         txn.state = "committed"
-
-
-def _pg_ident(*parts: str) -> str:
-    return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
-
-
-class PostgresMarkerTable(PostgresClient, MarkerTable):
-    """PostgreSQL's marker table."""
-
-    create_statement = (
-        "CREATE TABLE IF NOT EXISTS {} ("
-        "identity text NOT NULL, "
-        "batch_id bigint NOT NULL, "
-        "partition_id integer NOT NULL, "
-        "attempt integer NOT NULL, "
-        "fingerprint text NOT NULL, "
-        "committed_at timestamptz NOT NULL DEFAULT now(), "
-        "epoch bigint NOT NULL DEFAULT 0, "
-        "record_format smallint NOT NULL DEFAULT 1, "
-        "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint))"
-    )
-
-    @property
-    def table(self) -> str:
-        """Return ``"schema"."table"`` or ``"table"``."""
-        return _pg_ident(*self.options.marker_table.parts())
-
-    def is_duplicate(self, exc: BaseException) -> bool:
-        """SQLSTATE 23505."""
-        return sqlstate(exc) == "23505"
-
-    def create(self, cur: Any, table: str) -> None:
-        """Create the table if missing (CREATE needs no privilege when it exists); upgrade it."""
-        cur.execute("SELECT to_regclass(%s)", (table,))
-        if cur.fetchone()[0] is None:
-            cur.execute(self.create_statement.format(table))
-        else:
-            cur.execute(_ADD_EPOCH.format(table))
-            self.add_format_column(cur, table)
-
-    def add_format_column(self, cur: Any, table: str) -> None:
-        """Add ``record_format`` to a table made before 0.3.0, unless a lock is held on it."""
-        pg_add_format_column(cur, table)
-
-    def commit(self, cur: Any) -> bool:
-        """``COMMIT``; psycopg2's status message says ``ROLLBACK`` for a failed transaction."""
-        cur.execute("COMMIT")
-        return bool(cur.statusmessage == "COMMIT")

@@ -1,8 +1,9 @@
 """How long a session waits on the network: to connect, and for a silent peer.
 
 :class:`NetworkBounds` is read from the sink's options (``connect_timeout``,
-``network_timeout``) and applied by each dialect's driver: as libpq keywords
-(:func:`libpq_bounds`) or on the socket (:meth:`NetworkBounds.apply_to_socket`).
+``network_timeout``) and applied by each dialect's driver: as its client
+library's keywords (PostgreSQL's ``_driver.libpq_bounds``) or on the socket
+(:meth:`NetworkBounds.apply_to_socket`).
 See "Network failures" in ``docs/guarantees.md``.
 """
 
@@ -14,7 +15,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NetworkBounds", "libpq_bounds"]
+__all__ = ["NetworkBounds"]
 
 
 @dataclass(frozen=True)
@@ -123,30 +124,3 @@ class NetworkBounds:
             "query can be restarted once the server is reachable, or raise network_timeout "
             "for a slow network"
         )
-
-
-def libpq_bounds(bounds: NetworkBounds) -> dict[str, str]:
-    """Return libpq's keywords for the bounds (``connect_timeout``, ``keepalives*``, ...).
-
-    Parameters
-    ----------
-    bounds
-        The sink's bounds.
-
-    Returns
-    -------
-    dict
-        libpq keywords; ``tcp_user_timeout`` in milliseconds.
-    """
-    found = {"connect_timeout": str(bounds.connect_timeout)}
-    values = bounds.keepalive()
-    if values is not None:
-        idle, interval, count = values
-        found.update(
-            keepalives="1",
-            keepalives_idle=str(idle),
-            keepalives_interval=str(interval),
-            keepalives_count=str(count),
-            tcp_user_timeout=str(bounds.user_timeout_ms),
-        )
-    return found

@@ -20,7 +20,7 @@ from twophase.errors import ConfigurationError, DataError
 
 from ._encode import ColumnPlan
 from ._options import JdbcOptions
-from ._typemap import TableColumn, TableInfo, column_kind, compatibility_problem, postgres_type
+from ._table import TableColumn, TableInfo
 
 #: Staging-table column holding the CDC operation.
 OP_COLUMN = "__twophase_op"
@@ -31,7 +31,6 @@ RESERVED_COLUMNS = frozenset({OP_COLUMN, SEQ_COLUMN})
 
 __all__ = [
     "OP_COLUMN",
-    "POSTGRES_TYPES",
     "RESERVED_COLUMNS",
     "SEQ_COLUMN",
     "TypeRules",
@@ -66,15 +65,6 @@ class TypeRules:
     compatibility_problem: Callable[[pa.DataType, TableColumn], str | None]
     column_kind: Callable[[pa.DataType, TableColumn | None], str]
     sql_type: Callable[[pa.DataType, bool], str]
-
-
-#: PostgreSQL's rules (:mod:`._typemap`).
-POSTGRES_TYPES = TypeRules(
-    "PostgreSQL",
-    compatibility_problem,
-    column_kind,
-    lambda arrow_type, _key: postgres_type(arrow_type),
-)
 
 
 @dataclass(frozen=True)
@@ -123,7 +113,7 @@ def plan_write(
     table: TableInfo,
     options: JdbcOptions,
     table_name: str,
-    types: TypeRules = POSTGRES_TYPES,
+    types: TypeRules,
 ) -> WritePlan:
     """Check the input schema against the table and plan the write.
 
@@ -234,7 +224,7 @@ def plan_write(
 
 
 def create_table_fields(
-    schema: pa.Schema, options: JdbcOptions, types: TypeRules = POSTGRES_TYPES
+    schema: pa.Schema, options: JdbcOptions, types: TypeRules
 ) -> list[tuple[str, str, bool]]:
     """Return the columns ``create_table=True`` creates for an input schema.
 

@@ -19,9 +19,9 @@ import threading
 from typing import Any, Protocol
 
 from ._config import ConnectionConfig
-from ._network import NetworkBounds, libpq_bounds
+from ._network import NetworkBounds
 
-__all__ = ["ConnectionPool", "Driver", "Psycopg2Driver", "close_connections", "pool_for"]
+__all__ = ["ConnectionPool", "Driver", "close_connections", "pool_for"]
 
 _MAX_IDLE = 8
 
@@ -56,63 +56,6 @@ class Driver(Protocol):
         ...
 
 
-class Psycopg2Driver:
-    """PostgreSQL through psycopg2 (libpq)."""
-
-    name = "psycopg2"
-
-    def connect(
-        self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], bounds: NetworkBounds
-    ) -> Any:
-        """Connect with libpq, bounded by libpq's keepalive and user timeout; set the settings."""
-        import psycopg2
-
-        kwargs = config.connect_kwargs()
-        for key, value in libpq_bounds(bounds).items():
-            kwargs.setdefault(key, value)  # the user's own keywords win
-        conn = psycopg2.connect(**kwargs)
-        try:
-            conn.autocommit = True
-            if conn.server_version < 120000:  # tcp_user_timeout is a setting since 12
-                settings = tuple(pair for pair in settings if pair[0] != "tcp_user_timeout")
-            if settings:
-                with conn.cursor() as cur:
-                    # Values go as parameters; names are fixed by the connector.
-                    cur.execute(
-                        "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings),
-                        [part for pair in settings for part in pair],
-                    )
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def is_closed(self, conn: Any) -> bool:
-        """Whether libpq closed the connection."""
-        return bool(conn.closed)
-
-    def is_idle(self, conn: Any) -> bool:
-        """Autocommit and ``TRANSACTION_STATUS_IDLE``."""
-        import psycopg2.extensions as ext
-
-        return bool(
-            not conn.closed
-            and conn.autocommit
-            and conn.info.transaction_status == ext.TRANSACTION_STATUS_IDLE
-        )
-
-    def rollback(self, conn: Any) -> None:
-        """``ROLLBACK`` unless the session is idle."""
-        import psycopg2.extensions as ext
-
-        if not conn.closed and conn.info.transaction_status != ext.TRANSACTION_STATUS_IDLE:
-            with conn.cursor() as cur:
-                cur.execute("ROLLBACK")
-
-
-PSYCOPG2 = Psycopg2Driver()
-
-
 class ConnectionPool:
     """Idle connections to one server with one set of session settings.
 
@@ -131,7 +74,7 @@ class ConnectionPool:
     max_idle
         Idle connections kept; more are closed when given back.
     driver
-        The DB-API driver (default: psycopg2).
+        The dialect's DB-API driver.
     """
 
     def __init__(
@@ -139,8 +82,8 @@ class ConnectionPool:
         config: ConnectionConfig,
         settings: tuple[tuple[str, str], ...],
         bounds: NetworkBounds,
+        driver: Driver,
         max_idle: int = _MAX_IDLE,
-        driver: Driver = PSYCOPG2,
     ) -> None:
         self.driver = driver
         self.config = config
@@ -265,7 +208,7 @@ def pool_for(
     config: ConnectionConfig,
     settings: tuple[tuple[str, str], ...],
     bounds: NetworkBounds,
-    driver: Driver = PSYCOPG2,
+    driver: Driver,
 ) -> ConnectionPool:
     """Return the process-wide pool for this driver, these parameters and settings.
 

@@ -23,8 +23,6 @@ __all__ = [
     "ROW_FORMAT",
     "add_format_column",
     "check_row_format",
-    "mariadb_add_format_column",
-    "pg_add_format_column",
     "row_dicts",
 ]
 
@@ -95,38 +93,6 @@ def add_format_column(
         )
         return False
     return True
-
-
-def pg_add_format_column(cur: Any, table: str) -> bool:
-    """:func:`add_format_column` for PostgreSQL (waits at most half a second for the lock)."""
-    return add_format_column(
-        cur,
-        table,
-        exists=(
-            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-            "AND attname = %s AND NOT attisdropped",
-            (table, FORMAT_COLUMN),
-        ),
-        alter=[
-            "BEGIN",
-            "SET LOCAL lock_timeout = '500ms'",
-            f"ALTER TABLE {{}} ADD COLUMN IF NOT EXISTS {FORMAT_DEFINITION}",
-            "COMMIT",
-        ],
-    )
-
-
-def mariadb_add_format_column(cur: Any, table: str) -> bool:
-    """:func:`add_format_column` for MariaDB (waits at most a second for the metadata lock)."""
-    return add_format_column(
-        cur,
-        table,
-        exists=(f"SHOW COLUMNS FROM {table} WHERE Field = %s", (FORMAT_COLUMN,)),
-        alter=[
-            "SET STATEMENT lock_wait_timeout = 1 FOR "
-            f"ALTER TABLE {{}} ADD COLUMN IF NOT EXISTS {FORMAT_DEFINITION}"
-        ],
-    )
 
 
 def check_row_format(value: Any, *, table: object, row: str, **context: Any) -> None:

@@ -15,12 +15,12 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import AbortRequiredError, TwoPhaseError
 
-from ._client import ErrorMap, PostgresClient, lost_connection
+from ._client import ErrorMap, lost_connection
 from ._plan import WritePlan
 from ._pool import ConnectionPool
-from ._typemap import TableInfo
+from ._table import TableInfo
 
-__all__ = ["JdbcTransaction", "PostgresTransaction"]
+__all__ = ["JdbcTransaction"]
 
 
 class JdbcTransaction:
@@ -43,7 +43,7 @@ class JdbcTransaction:
         How the dialect's driver errors map onto :mod:`twophase.errors`.
     """
 
-    errors: ErrorMap = PostgresClient.errors
+    errors: ErrorMap  # the dialect's subclass names its error map
 
     def __init__(
         self,
@@ -136,7 +136,3 @@ class JdbcTransaction:
             hint=hint,
             **self.where,
         )
-
-
-class PostgresTransaction(JdbcTransaction):
-    """A partition's live PostgreSQL transaction (psycopg2)."""

@@ -77,7 +77,7 @@ def build_fake(options: Mapping[str, str]) -> Any:
 
 def build_postgres(options: Mapping[str, str]) -> Any:
     """The connector's own builder (``format("twophase-postgres")``), plus ``crash``."""
-    from twophase.connectors.jdbc._format import postgres_sink_from_options
+    from twophase.connectors.jdbc._postgres._format import postgres_sink_from_options
 
     sink = postgres_sink_from_options({k: v for k, v in options.items() if k != "crash"})
     return _with_crash(sink, options)
@@ -85,7 +85,7 @@ def build_postgres(options: Mapping[str, str]) -> Any:
 
 def build_mariadb(options: Mapping[str, str]) -> Any:
     """The connector's own builder (``format("twophase-mariadb")``), plus ``crash``."""
-    from twophase.connectors.jdbc._format import mariadb_sink_from_options
+    from twophase.connectors.jdbc._mariadb._format import mariadb_sink_from_options
 
     sink = mariadb_sink_from_options({k: v for k, v in options.items() if k != "crash"})
     return _with_crash(sink, options)

@@ -22,7 +22,7 @@ from twophase import CoordinatorLogError, TransactionHandle, TwoPhaseCommitSink
 from twophase._log import CoordinatorLog
 from twophase._store import LocalFileStore
 from twophase.connectors.jdbc._mariadb._dialect import MariaDBTwoPhaseSink
-from twophase.connectors.jdbc._postgres import PostgresTwoPhaseSink
+from twophase.connectors.jdbc._postgres._dialect import PostgresTwoPhaseSink
 from twophase.connectors.kafka._attempt_fence import decode_fence
 from twophase.connectors.kafka._markers import decode_marker
 from twophase.testing import FakeSink

@@ -10,11 +10,11 @@ import pyarrow as pa
 from twophase.errors import ConfigurationError
 
 from .._plan import create_table_fields, plan_write
-from .._typemap import TableInfo
+from .._table import TableInfo
 from ._client import TRANSACTIONAL_ENGINES, MariaDBClient, describe_table
 from ._sql import columns, quote, table
 from ._types import MARIADB_TYPES
-from ._xid import check_identity
+from ._xid import GTRIDS
 
 __all__ = ["MariaDBChecker"]
 
@@ -37,7 +37,7 @@ class MariaDBChecker(MariaDBClient):
             Error context.
         """
         try:
-            check_identity(identity)
+            GTRIDS.check_identity(identity)
         except ConfigurationError as exc:
             raise exc.with_context(**context) from None
         options = self.options

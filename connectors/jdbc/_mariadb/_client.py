@@ -15,7 +15,7 @@ from typing import Any
 
 from .._client import JdbcClient
 from .._options import QualifiedName
-from .._typemap import TableColumn, TableInfo
+from .._table import TableColumn, TableInfo
 from ._driver import MARIADB_ERRORS, PYMYSQL
 from ._sql import SQL_MODE, literal
 

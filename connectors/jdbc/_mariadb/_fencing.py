@@ -43,13 +43,8 @@ from twophase import TaskContext
 from twophase.errors import FatalError
 
 from .._options import JdbcOptions, QualifiedName
-from .._rows import (
-    FORMAT_COLUMN,
-    FORMAT_DEFINITION,
-    check_row_format,
-    mariadb_add_format_column,
-    row_dicts,
-)
+from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, check_row_format, row_dicts
+from ._rows import mariadb_add_format_column
 from ._sql import quote
 
 __all__ = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from .._markers import MarkerTable
-from .._rows import mariadb_add_format_column
 from ._client import MariaDBClient
 from ._driver import errno
 from ._fencing import create_slots_table, release_slot
+from ._rows import mariadb_add_format_column
 from ._sql import table
 
 __all__ = ["MariaDBMarkerTable"]

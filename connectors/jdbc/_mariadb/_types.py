@@ -40,7 +40,7 @@ from twophase.errors import DataError
 
 from .._encode import hex_text, json_text
 from .._plan import TypeRules
-from .._typemap import TableColumn, unwrap
+from .._table import TableColumn, unwrap
 
 __all__ = [
     "MARIADB_TYPES",

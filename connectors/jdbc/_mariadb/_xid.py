@@ -19,15 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from twophase.errors import ConfigurationError
+from .._gid import GID_PREFIX, IdLimit, format_gid, gid_prefix, parse_gid
 
-from .._gid import GID_PREFIX, format_gid, gid_prefix, parse_gid
-
-__all__ = ["FORMAT_ID", "MAX_GTRID_BYTES", "Xid", "check_identity", "xid_of"]
+__all__ = ["FORMAT_ID", "GTRIDS", "MAX_GTRID_BYTES", "Xid", "xid_of"]
 
 #: The formatID of every xid this connector writes ("tp").
 FORMAT_ID = 0x7470
-#: MariaDB's and MySQL's limit on each of gtrid and bqual.
+#: MariaDB's limit on each of gtrid and bqual.
 MAX_GTRID_BYTES = 64
 
 
@@ -55,29 +53,8 @@ class Xid:
         return f"{self.gtrid}:{self.bqual}"
 
 
-def check_identity(identity: str) -> None:
-    """Check that this identity's gtrid fits in 64 bytes.
-
-    Parameters
-    ----------
-    identity
-        The sink identity token.
-
-    Raises
-    ------
-    ConfigurationError
-        The identity is too long (a sink name of more than about 40 bytes).
-    """
-    if not identity:
-        raise ConfigurationError("the sink identity is empty")
-    size = len(gid_prefix(identity).encode()) - 1
-    if size > MAX_GTRID_BYTES:
-        raise ConfigurationError(
-            f"the sink identity is {len(identity.encode())} bytes long: its XA gtrid would be "
-            f"{size} bytes, over MariaDB's limit of {MAX_GTRID_BYTES}. Use a shorter sink name "
-            f"(at most {MAX_GTRID_BYTES - size + len(identity.encode()) - 17} bytes)",
-            setting="name",
-        )
+#: Only the gtrid (``tp:<identity>``) can grow with the identity.
+GTRIDS = IdLimit("MariaDB", "XA gtrid", MAX_GTRID_BYTES, 0)
 
 
 def xid_of(identity: str, batch_id: int, partition_id: int, attempt: int) -> Xid:
@@ -95,7 +72,7 @@ def xid_of(identity: str, batch_id: int, partition_id: int, attempt: int) -> Xid
     Xid
         The xid.
     """
-    check_identity(identity)
+    GTRIDS.check_identity(identity)
     gid = format_gid(identity, batch_id, partition_id, attempt)
     return Xid(gid_prefix(identity)[:-1], gid[len(gid_prefix(identity)) :])
 

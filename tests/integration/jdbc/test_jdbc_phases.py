@@ -23,9 +23,9 @@ from twophase.connectors.jdbc import (
     list_prepared_transactions,
     postgres_sink,
 )
-from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
-from twophase.connectors.jdbc._prepared import PostgresHandle
+from twophase.connectors.jdbc._postgres._driver import postgres_connection
+from twophase.connectors.jdbc._postgres._prepared import PostgresHandle
 from twophase.errors import AbortRequiredError, ConfigurationError, FatalError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 
@@ -208,7 +208,7 @@ def test_forcing_coordinated_without_prepared_transactions_fails_at_start_with_t
     assert info.value.setting == "max_prepared_transactions"
     # The class built directly fails in open(), before any batch.
     direct = PostgresTwoPhaseSink(
-        "forced", JdbcOptions(table=QualifiedName(None, table)), ConnectionConfig(pg_b.dsn)
+        "forced", JdbcOptions(table=QualifiedName(None, table)), postgres_connection(pg_b.dsn)
     )
     with pytest.raises(ConfigurationError, match="nonzero value"):
         opened(direct)

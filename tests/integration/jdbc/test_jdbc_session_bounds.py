@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from twophase.connectors.jdbc._client import PostgresClient
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._mariadb._client import MariaDBClient
 from twophase.connectors.jdbc._mariadb._driver import parse_url
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
+from twophase.connectors.jdbc._postgres._client import PostgresClient
+from twophase.connectors.jdbc._postgres._driver import postgres_connection
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +27,7 @@ def _first_session(client: Any) -> Any:
 
 
 def test_postgres_sessions_are_bounded_on_both_ends(postgres_server: Any) -> None:
-    client = PostgresClient(_options(network_timeout=20), ConnectionConfig(postgres_server.dsn))
+    client = PostgresClient(_options(network_timeout=20), postgres_connection(postgres_server.dsn))
     conn = _first_session(client)
     try:
         libpq = conn.get_dsn_parameters()
@@ -44,7 +45,7 @@ def test_postgres_sessions_are_bounded_on_both_ends(postgres_server: Any) -> Non
 
 
 def test_the_users_libpq_keywords_win(postgres_server: Any) -> None:
-    config = ConnectionConfig(postgres_server.dsn, keepalives_idle=33, tcp_user_timeout=90000)
+    config = postgres_connection(postgres_server.dsn, keepalives_idle=33, tcp_user_timeout=90000)
     conn = _first_session(PostgresClient(_options(network_timeout=20), config))
     try:
         libpq = conn.get_dsn_parameters()
@@ -67,7 +68,7 @@ def test_mariadb_sockets_are_bounded(mariadb_server: Any) -> None:
 
 
 def test_a_bound_of_zero_leaves_sessions_as_the_driver_makes_them(postgres_server: Any) -> None:
-    client = PostgresClient(_options(network_timeout=0), ConnectionConfig(postgres_server.dsn))
+    client = PostgresClient(_options(network_timeout=0), postgres_connection(postgres_server.dsn))
     conn = _first_session(client)
     try:
         assert "tcp_user_timeout" not in conn.get_dsn_parameters()

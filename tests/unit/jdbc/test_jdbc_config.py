@@ -13,8 +13,9 @@ from twophase import SinkContext
 from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink, postgres_sink
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
-from twophase.connectors.jdbc._prepared import PostgresHandle
-from twophase.connectors.jdbc._slots import partition_limit, share_slots
+from twophase.connectors.jdbc._postgres._driver import postgres_connection
+from twophase.connectors.jdbc._postgres._prepared import PostgresHandle
+from twophase.connectors.jdbc._postgres._slots import partition_limit, share_slots
 from twophase.errors import ConfigurationError, RetriableError
 
 pytestmark = pytest.mark.unit
@@ -29,7 +30,7 @@ def closed_port() -> int:
 
 
 def test_keywords_win_over_the_dsn_and_libpq_options_pass_through() -> None:
-    config = ConnectionConfig(
+    config = postgres_connection(
         f"host=db port=5432 dbname=app user=etl password={SECRET} sslmode=require",
         port=6543,
         sslrootcert="/etc/ca.pem",
@@ -48,7 +49,7 @@ def test_keywords_win_over_the_dsn_and_libpq_options_pass_through() -> None:
 
 
 def test_uri_dsn_is_understood() -> None:
-    config = ConnectionConfig(f"postgresql://etl:{SECRET}@db:5433/app?sslmode=verify-full")
+    config = postgres_connection(f"postgresql://etl:{SECRET}@db:5433/app?sslmode=verify-full")
     assert config.describe() == "etl@db:5433/app"
     assert config.get("sslmode") == "verify-full"
 
@@ -72,7 +73,7 @@ def test_connection_config_pickles_and_compares() -> None:
 
 def test_bad_dsn_error_withholds_quoted_fragments() -> None:
     with pytest.raises(ConfigurationError) as info:
-        ConnectionConfig(f"host=db password {SECRET}")
+        postgres_connection(f"host=db password {SECRET}")
     text = "".join(traceback.format_exception(info.value))
     assert SECRET not in text
     assert info.value.setting == "dsn"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from twophase.connectors.jdbc._copy import CopyAbortedError, CopyStream
+from twophase.connectors.jdbc._postgres._copy import CopyAbortedError, CopyStream
 
 pytestmark = pytest.mark.unit
 

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twophase.connectors.jdbc._encode import ColumnPlan, encode_csv, render_column
-from twophase.connectors.jdbc._typemap import ColumnKind
+from twophase.connectors.jdbc._encode import ColumnPlan
+from twophase.connectors.jdbc._postgres._csv import encode_csv, render_column
+from twophase.connectors.jdbc._postgres._types import ColumnKind
 from twophase.errors import DataError
 
 pytestmark = pytest.mark.unit

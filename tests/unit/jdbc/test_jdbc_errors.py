@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import psycopg2
 import pytest
 
-from twophase.connectors.jdbc._errors import (
+from twophase.connectors.jdbc._postgres._errors import (
     connection_error,
     guess_column,
     is_connection_error,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twophase.connectors.jdbc._format import postgres_sink_from_options
+from twophase.connectors.jdbc._postgres._format import postgres_sink_from_options
 from twophase.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit
@@ -48,7 +48,7 @@ MARIA = {"name": "orders", "table": "shop.orders", "url": "mysql://etl@db.invali
 def test_a_bad_mariadb_option_is_refused_with_its_name(
     options: dict[str, str], setting: str, text: str
 ) -> None:
-    from twophase.connectors.jdbc._format import mariadb_sink_from_options
+    from twophase.connectors.jdbc._mariadb._format import mariadb_sink_from_options
 
     with pytest.raises(ConfigurationError) as caught:
         mariadb_sink_from_options(options)
@@ -59,7 +59,7 @@ def test_a_bad_mariadb_option_is_refused_with_its_name(
 
 def test_the_mariadb_format_builds_the_coordinated_sink_from_strings() -> None:
     from twophase.connectors.jdbc import MariaDBTwoPhaseSink
-    from twophase.connectors.jdbc._format import mariadb_sink_from_options
+    from twophase.connectors.jdbc._mariadb._format import mariadb_sink_from_options
 
     sink = mariadb_sink_from_options(
         {**MARIA, "MODE": "upsert", "keyColumns": "id, region", "lockTimeout": "2.5"}

@@ -6,13 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twophase.connectors.jdbc._gid import (
-    MAX_GID_BYTES,
-    check_identity,
-    format_gid,
-    gid_prefix,
-    parse_gid,
-)
+from twophase.connectors.jdbc._gid import format_gid, gid_prefix, parse_gid
+from twophase.connectors.jdbc._mariadb._xid import GTRIDS
+from twophase.connectors.jdbc._postgres._gid import GIDS, MAX_GID_BYTES
 from twophase.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit
@@ -66,23 +62,31 @@ def test_foreign_or_malformed_gids_are_not_parsed(gid: str) -> None:
 def test_gid_at_the_limit_is_accepted_and_one_byte_more_is_refused() -> None:
     suffix = ":1:2:3"
     identity = "i" * (MAX_GID_BYTES - len("tp:") - len(suffix))
-    assert len(format_gid(identity, 1, 2, 3).encode()) == MAX_GID_BYTES
+    assert len(GIDS.checked(format_gid(identity, 1, 2, 3)).encode()) == MAX_GID_BYTES
     with pytest.raises(ConfigurationError, match="over PostgreSQL's limit of 199"):
-        format_gid(identity + "i", 1, 2, 3)
+        GIDS.checked(format_gid(identity + "i", 1, 2, 3))
 
 
 def test_multibyte_identities_are_measured_in_bytes() -> None:
     identity = "é" * 96  # 192 bytes but only 96 characters
     with pytest.raises(ConfigurationError, match="bytes"):
-        format_gid(identity, 1, 2, 3)
+        GIDS.checked(format_gid(identity, 1, 2, 3))
 
 
 def test_identity_check_reserves_room_for_the_largest_numbers() -> None:
-    check_identity("q" * 150)
+    GIDS.check_identity("q" * 150)
     with pytest.raises(ConfigurationError, match="shorter sink name"):
-        check_identity("q" * 160)
+        GIDS.check_identity("q" * 160)
     with pytest.raises(ConfigurationError):
-        check_identity("")
+        GIDS.check_identity("")
+
+
+def test_each_dialect_states_its_own_limit_in_the_same_words() -> None:
+    GTRIDS.check_identity("q" * 61)  # "tp:" + 61 = 64 bytes: MariaDB's gtrid limit
+    with pytest.raises(ConfigurationError) as info:
+        GTRIDS.check_identity("q" * 62)
+    assert "its XA gtrid could reach 65 bytes, over MariaDB's limit of 64" in str(info.value)
+    assert "(at most 44 bytes)" in str(info.value)  # a name of 44 bytes + ".<16 hex>" = 61
 
 
 @pytest.mark.parametrize(("batch", "partition", "attempt"), [(-1, 0, 0), (0, -1, 0), (0, 0, True)])

@@ -7,8 +7,9 @@ import socket
 import pytest
 
 from twophase.connectors.jdbc import mariadb_sink, postgres_sink
-from twophase.connectors.jdbc._network import NetworkBounds, libpq_bounds
+from twophase.connectors.jdbc._network import NetworkBounds
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
+from twophase.connectors.jdbc._postgres._driver import libpq_bounds
 from twophase.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit

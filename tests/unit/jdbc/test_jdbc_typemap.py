@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from twophase.connectors.jdbc._typemap import (
+from twophase.connectors.jdbc._postgres._types import (
     ColumnKind,
     TableColumn,
     column_kind,

@@ -21,11 +21,11 @@ from psycopg2 import sql
 from twophase import TransactionHandle
 from twophase.errors import ConfigurationError, FatalError, RetriableError
 
+from .._gid import GID_PREFIX, gid_prefix, parse_gid
 from . import _sql
 from ._client import PostgresClient
 from ._errors import is_connection_error, map_error, sqlstate
 from ._fencing import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
-from ._gid import GID_PREFIX, gid_prefix, parse_gid
 from ._slots import active_sinks, share_slots
 from ._transaction import PostgresTransaction
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import psycopg2
 
-from ._config import ConnectionConfig
+from .._gid import GID_PREFIX, parse_gid
+from .._network import NetworkBounds
+from ._driver import libpq_bounds, postgres_connection
 from ._errors import connection_error, map_error
-from ._gid import GID_PREFIX, parse_gid
-from ._network import NetworkBounds, libpq_bounds
 
 __all__ = ["PreparedTransaction", "list_prepared_transactions"]
 
@@ -70,7 +70,7 @@ def list_prepared_transactions(
     list of PreparedTransaction
         In all databases of the server.
     """
-    config = ConnectionConfig(dsn, **params)
+    config = postgres_connection(dsn, **params)
     try:
         conn = psycopg2.connect(**{**libpq_bounds(NetworkBounds()), **config.connect_kwargs()})
     except psycopg2.Error as exc:

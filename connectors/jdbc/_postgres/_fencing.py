@@ -50,8 +50,9 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import FatalError
 
-from ._options import JdbcOptions, QualifiedName
-from ._rows import FORMAT_COLUMN, check_row_format, pg_add_format_column, row_dicts
+from .._options import JdbcOptions, QualifiedName
+from .._rows import FORMAT_COLUMN, check_row_format, row_dicts
+from ._rows import pg_add_format_column
 
 __all__ = [
     "application_name",

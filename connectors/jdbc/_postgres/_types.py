@@ -41,96 +41,18 @@ zone`` (the zone would be dropped silently), nor the reverse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pyarrow as pa
 
+from .._plan import TypeRules
+from .._table import TableColumn, unwrap
+
 __all__ = [
+    "POSTGRES_TYPES",
     "ColumnKind",
-    "TableColumn",
-    "TableInfo",
     "column_kind",
     "compatibility_problem",
     "postgres_type",
-    "unwrap",
 ]
-
-
-@dataclass(frozen=True)
-class TableColumn:
-    """One column of the target table, as read from the catalog.
-
-    Attributes
-    ----------
-    name
-        The column name.
-    type_name
-        ``format_type()``: ``"character varying(5)"``, ``"integer[]"``...
-    base_type
-        ``pg_type.typname`` of the column type, domains resolved to their base
-        type: ``"varchar"``, ``"int4"``, ``"_int4"``...
-    category
-        ``pg_type.typcategory`` of the base type (``"A"`` for arrays, ``"E"``
-        for enums, ``"S"`` for strings...).
-    element_type
-        For arrays, ``typname`` of the element type (domains resolved).
-    not_null
-        Whether the column is ``NOT NULL``.
-    has_default
-        Whether the column has a default or is an identity column.
-    generated
-        Whether the column is generated or ``GENERATED ALWAYS AS IDENTITY``
-        (it cannot be written).
-    """
-
-    name: str
-    type_name: str
-    base_type: str
-    category: str
-    element_type: str | None
-    not_null: bool
-    has_default: bool
-    generated: bool = False
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    """A table's columns and unique keys.
-
-    Attributes
-    ----------
-    oid
-        The table's oid.
-    kind
-        ``pg_class.relkind``: ``r`` table, ``p`` partitioned table...
-    columns
-        The columns, in table order.
-    unique_keys
-        The column sets of every usable unique index (for ``ON CONFLICT``).
-    """
-
-    oid: int
-    kind: str
-    columns: tuple[TableColumn, ...]
-    unique_keys: tuple[frozenset[str], ...]
-
-    def column(self, name: str) -> TableColumn | None:
-        """Return the column of that exact name, if any.
-
-        Parameters
-        ----------
-        name
-            Column name (case-sensitive).
-
-        Returns
-        -------
-        TableColumn or None
-            The column.
-        """
-        for col in self.columns:
-            if col.name == name:
-                return col
-        return None
 
 
 class ColumnKind:
@@ -156,31 +78,6 @@ class ColumnKind:
     INTERVAL = "interval"
     ARRAY = "array"
     JSON = "json"
-
-
-def _is(predicate: str, arrow_type: pa.DataType) -> bool:
-    """Apply a ``pyarrow.types`` predicate that older pyarrow versions may lack."""
-    function = getattr(pa.types, predicate, None)
-    return bool(function is not None and function(arrow_type))
-
-
-def unwrap(arrow_type: pa.DataType) -> pa.DataType:
-    """Map the Arrow variants that carry the same values onto one type."""
-    if pa.types.is_dictionary(arrow_type):
-        return unwrap(arrow_type.value_type)
-    if pa.types.is_large_string(arrow_type) or _is("is_string_view", arrow_type):
-        return pa.string()
-    if pa.types.is_large_binary(arrow_type) or _is("is_binary_view", arrow_type):
-        return pa.binary()
-    if pa.types.is_fixed_size_binary(arrow_type):
-        return pa.binary()
-    if pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
-        return pa.list_(arrow_type.value_type)
-    if _is("is_list_view", arrow_type) or _is("is_large_list_view", arrow_type):
-        return pa.list_(arrow_type.value_type)
-    if pa.types.is_date64(arrow_type):
-        return pa.date32()
-    return arrow_type
 
 
 def _is_list(arrow_type: pa.DataType) -> bool:
@@ -420,3 +317,12 @@ def column_kind(arrow_type: pa.DataType, column: TableColumn | None) -> str:
             return ColumnKind.JSON if column.base_type in _JSON else ColumnKind.ARRAY
         return ColumnKind.JSON if postgres_type(t) == "jsonb" else ColumnKind.ARRAY
     return ColumnKind.PLAIN
+
+
+#: PostgreSQL's rules, as the write plan uses them.
+POSTGRES_TYPES = TypeRules(
+    "PostgreSQL",
+    compatibility_problem,
+    column_kind,
+    lambda arrow_type, _key: postgres_type(arrow_type),
+)

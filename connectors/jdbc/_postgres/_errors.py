@@ -42,7 +42,7 @@ from twophase.errors import (
     TwoPhaseError,
 )
 
-from ._config import redact
+from .._config import redact
 
 __all__ = ["is_connection_error", "map_error", "sqlstate"]
 

@@ -20,19 +20,21 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import ConfigurationError, DataError, TwoPhaseError
 
+from .._config import ConnectionConfig
+from .._gid import format_gid
+from .._options import JdbcOptions, QualifiedName
+from .._plan import checked_ops, key_lock_hint, plan_write
 from . import _sql
 from ._catalog import describe_table
 from ._client import PostgresClient
-from ._config import ConnectionConfig
 from ._copy import CopyStream
-from ._encode import encode_csv
+from ._csv import encode_csv
 from ._errors import sqlstate
 from ._fencing import application_name, take_slot
-from ._gid import format_gid
-from ._options import JdbcOptions, QualifiedName
-from ._plan import checked_ops, key_lock_hint, plan_write
+from ._gid import GIDS
 from ._prepared import PreparedTransactions
 from ._transaction import PostgresTransaction
+from ._types import POSTGRES_TYPES
 
 __all__ = ["PostgresWriter"]
 
@@ -86,7 +88,9 @@ class PostgresWriter(PostgresClient):
             "batch_id": context.batch_id,
             "partition_id": context.partition_id,
         }
-        gid = format_gid(context.identity, context.batch_id, context.partition_id, context.attempt)
+        gid = GIDS.checked(
+            format_gid(context.identity, context.batch_id, context.partition_id, context.attempt)
+        )
 
         def start(cur: Any) -> tuple[int | None, Any]:
             if self.prepare:
@@ -131,7 +135,7 @@ class PostgresWriter(PostgresClient):
         if txn.plan is None:
             try:
                 txn.plan = plan_write(
-                    batch.schema, txn.table, self.options, str(self.options.table)
+                    batch.schema, txn.table, self.options, str(self.options.table), POSTGRES_TYPES
                 )
             except ConfigurationError as exc:
                 raise exc.with_context(**txn.where) from None

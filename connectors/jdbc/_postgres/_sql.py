@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from psycopg2 import sql
 
-from ._options import QualifiedName
-from ._plan import OP_COLUMN, SEQ_COLUMN
+from .._options import QualifiedName
+from .._plan import OP_COLUMN, SEQ_COLUMN
 
 __all__ = [
     "OP_COLUMN",

@@ -28,7 +28,7 @@ from typing import Any
 
 from twophase.errors import ConfigurationError
 
-from ._gid import GID_PREFIX, parse_gid
+from .._gid import GID_PREFIX, parse_gid
 
 __all__ = ["ACTIVE_WITHIN_SECONDS", "SlotShare", "active_sinks", "partition_limit", "share_slots"]
 

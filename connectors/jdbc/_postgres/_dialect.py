@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from twophase import RetryPolicy
 
+from .._config import ConnectionConfig
+from .._options import JdbcOptions
+from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._catalog import ServerInfo
 from ._checks import PostgresChecker
-from ._config import ConnectionConfig
 from ._markers import PostgresMarkerTable
-from ._options import JdbcOptions
 from ._prepared import PostgresHandle, PreparedTransactions
-from ._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._slots import partition_limit
 from ._transaction import PostgresTransaction
 from ._writer import PostgresWriter

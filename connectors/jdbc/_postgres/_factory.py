@@ -9,10 +9,10 @@ from typing import Any, Literal
 from twophase import RetryPolicy
 from twophase.errors import ConfigurationError
 
+from .._options import JdbcOptions, QualifiedName, WriteMode
 from ._checks import PostgresChecker
-from ._config import ConnectionConfig
-from ._options import JdbcOptions, QualifiedName, WriteMode
-from ._postgres import PostgresMarkerSink, PostgresTwoPhaseSink
+from ._dialect import PostgresMarkerSink, PostgresTwoPhaseSink
+from ._driver import postgres_connection
 from ._prepared import PreparedTransactions
 from ._slots import partition_limit
 
@@ -171,7 +171,7 @@ def postgres_sink(
         merge_schema=merge_schema,
         application_name=f"twophase:{name}"[:63],
     )
-    connection = ConnectionConfig(dsn, **connect_params)
+    connection = postgres_connection(dsn, **connect_params)
     common: dict[str, Any] = {"checkpoint_location": checkpoint_location, "retry": retry}
     if protocol == "markers":
         _log.info("sink %s: protocol 'markers' (forced) on %s", name, connection.describe())

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from twophase.errors import ConfigurationError
 
+from .._plan import create_table_fields, plan_write
 from . import _sql
 from ._catalog import (
     TableInfo,
@@ -23,8 +24,8 @@ from ._catalog import (
     schema_can_create,
 )
 from ._client import PostgresClient
-from ._gid import check_identity
-from ._plan import create_table_fields, plan_write
+from ._gid import GIDS
+from ._types import POSTGRES_TYPES
 
 __all__ = ["PostgresChecker"]
 
@@ -52,7 +53,7 @@ class PostgresChecker(PostgresClient):
             Error context.
         """
         try:
-            check_identity(identity)
+            GIDS.check_identity(identity)
         except ConfigurationError as exc:
             raise exc.with_context(**context) from None
         self.check_target(coordinated=coordinated, **context)
@@ -145,7 +146,7 @@ class PostgresChecker(PostgresClient):
         def check(cur: Any) -> None:
             table = describe_table(cur, options.table)
             if table is None and options.create_table:
-                fields = create_table_fields(schema, options)
+                fields = create_table_fields(schema, options, POSTGRES_TYPES)
                 cur.execute(
                     _sql.create_table(_sql.ident(options.table), fields, options.key_columns)
                 )
@@ -156,7 +157,7 @@ class PostgresChecker(PostgresClient):
                     f"table {options.table} does not exist; create it, or pass create_table=True",
                     setting="table",
                 )
-            plan_write(schema, table, options, str(options.table))
+            plan_write(schema, table, options, str(options.table), POSTGRES_TYPES)
 
         try:
             self.run(f"checking the schema against {options.table}", check, **context)

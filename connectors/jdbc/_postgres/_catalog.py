@@ -11,8 +11,8 @@ from typing import Any
 
 from psycopg2 import sql
 
-from ._options import QualifiedName
-from ._typemap import TableColumn, TableInfo
+from .._options import QualifiedName
+from .._table import TableColumn, TableInfo
 
 __all__ = [
     "ServerInfo",

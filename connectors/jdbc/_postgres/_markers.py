@@ -1,0 +1,60 @@
+"""PostgreSQL's marker table: its quoting, column types, duplicate key and failed ``COMMIT``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._markers import ADD_EPOCH, MarkerTable
+from ._client import PostgresClient
+from ._errors import sqlstate
+from ._rows import pg_add_format_column
+
+__all__ = ["PostgresMarkerTable"]
+
+
+def _pg_ident(*parts: str) -> str:
+    return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
+
+
+class PostgresMarkerTable(PostgresClient, MarkerTable):
+    """PostgreSQL's marker table."""
+
+    create_statement = (
+        "CREATE TABLE IF NOT EXISTS {} ("
+        "identity text NOT NULL, "
+        "batch_id bigint NOT NULL, "
+        "partition_id integer NOT NULL, "
+        "attempt integer NOT NULL, "
+        "fingerprint text NOT NULL, "
+        "committed_at timestamptz NOT NULL DEFAULT now(), "
+        "epoch bigint NOT NULL DEFAULT 0, "
+        "record_format smallint NOT NULL DEFAULT 1, "
+        "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint))"
+    )
+
+    @property
+    def table(self) -> str:
+        """Return ``"schema"."table"`` or ``"table"``."""
+        return _pg_ident(*self.options.marker_table.parts())
+
+    def is_duplicate(self, exc: BaseException) -> bool:
+        """SQLSTATE 23505."""
+        return sqlstate(exc) == "23505"
+
+    def create(self, cur: Any, table: str) -> None:
+        """Create the table if missing (CREATE needs no privilege when it exists); upgrade it."""
+        cur.execute("SELECT to_regclass(%s)", (table,))
+        if cur.fetchone()[0] is None:
+            cur.execute(self.create_statement.format(table))
+        else:
+            cur.execute(ADD_EPOCH.format(table))
+            self.add_format_column(cur, table)
+
+    def add_format_column(self, cur: Any, table: str) -> None:
+        """Add ``record_format`` to a table made before 0.3.0, unless a lock is held on it."""
+        pg_add_format_column(cur, table)
+
+    def commit(self, cur: Any) -> bool:
+        """``COMMIT``; psycopg2's status message says ``ROLLBACK`` for a failed transaction."""
+        cur.execute("COMMIT")
+        return bool(cur.statusmessage == "COMMIT")
