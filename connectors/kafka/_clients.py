@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import _markers, _pool, _topics
+from . import _marker_reader, _pool, _topics
 
 __all__ = ["close_clients"]
 
@@ -19,5 +19,5 @@ def close_clients() -> None:
     Producers of transactions in flight are not touched.
     """
     _pool.clear()
-    _markers.close_idle_clients()
+    _marker_reader.close_idle_clients()
     _topics.clear()

@@ -3,7 +3,8 @@
 :class:`KafkaOptions` is what every other module of the connector reads: the
 writer, the fencing, the cluster checks. It is frozen and picklable, and
 travels to the executors inside the sink. The producer configuration itself is
-validated by :mod:`._config`; the Spark option names are translated there too.
+validated by :mod:`._config`; the Spark option names are translated by
+:mod:`._spark_options`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from ._config import (
     client_config,
     config_key,
     normalise_producer_config,
-    translate_spark_options,
     validate_topic_name,
 )
 from ._errors import ErrorContext
+from ._spark_options import translate_spark_options
 
 __all__ = ["MAX_PRODUCER_LANES", "KafkaOptions", "arguments_from_spark_options"]
 

@@ -25,9 +25,10 @@ from .._settings import check_number
 from . import _fencing
 from ._attempt_fence import Fence
 from ._checks import check_cluster
-from ._markers import MarkerReader, new_nonce
+from ._columns import plan_records
+from ._marker_reader import MarkerReader
+from ._markers import new_nonce
 from ._options import KafkaOptions, arguments_from_spark_options
-from ._records import plan_records
 from ._transaction import KafkaTransaction
 
 __all__ = ["KafkaSink"]

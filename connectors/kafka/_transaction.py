@@ -3,8 +3,8 @@
 A :class:`KafkaTransaction` owns the pooled producer it runs on from
 :meth:`KafkaTransaction.begin` until it commits or aborts; then the producer
 goes back to the pool (or is closed when it is broken). Every Kafka failure
-inside it is mapped by :mod:`._errors`, naming the sink, batch, partition and
-topic.
+inside it is raised by its base, :class:`._transaction_failures.TransactionFailures`,
+mapped by :mod:`._errors`, naming the sink, batch, partition and topic.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException
@@ -22,17 +22,17 @@ from twophase.errors import (
     AbortRequiredError,
     FatalError,
     RetriableError,
-    TwoPhaseError,
-    add_note,
 )
 
 from . import _pool
-from ._errors import ErrorContext, is_fenced, kafka_error_of, map_kafka_error, retry_locally
+from ._columns import RecordPlan, plan_records
+from ._errors import is_fenced, kafka_error_of, map_kafka_error, retry_locally
 from ._fencing import init_producer, task_producer
 from ._markers import CONTROL_PARTITION, encode_marker, marker_key, new_nonce
 from ._options import KafkaOptions
-from ._records import RecordPlan, plan_records, produce_one, produce_rows
+from ._records import produce_one, produce_rows
 from ._topics import check_topic_column
+from ._transaction_failures import TransactionFailures
 
 __all__ = ["KafkaTransaction"]
 
@@ -41,11 +41,8 @@ _log = logging.getLogger("twophase.connectors.kafka")
 #: Tombstones a transaction writes at most for markers of finished batches.
 _GC_PER_TRANSACTION = 64
 
-#: Delivery errors of records librdkafka dropped because another one failed.
-_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 
-
-class KafkaTransaction:
+class KafkaTransaction(TransactionFailures):
     """One partition's open Kafka transaction. Lives on one executor, never pickled.
 
     Open one with :meth:`begin`. The sink's hooks call :meth:`write` for the
@@ -133,15 +130,6 @@ class KafkaTransaction:
             reused = False
         _log.debug("sink %s: began %s on %r", options.sink, context.transaction_id, entry)
         return cls(options, context, entry, probe=reused)
-
-    @property
-    def transactional_id(self) -> str:
-        """Return the producer's ``transactional.id``."""
-        return self.producer.transactional_id
-
-    def elapsed(self) -> float:
-        """Return seconds since the transaction began."""
-        return time.monotonic() - self.started
 
     def __repr__(self) -> str:
         return (
@@ -354,25 +342,6 @@ class KafkaTransaction:
         _log.debug("sink %s: aborted %s", self.options.sink, self.context.transaction_id)
 
     # -------------------------------------------------------------- helpers
-    def _ctx(self, action: str, topic: str | None = None) -> ErrorContext:
-        return self.options.error_context(
-            action,
-            context=self.context,
-            topic=topic,
-            transactional_id=self.transactional_id,
-            elapsed=self.elapsed(),
-        )
-
-    def _require_open(self, action: str) -> None:
-        if self.state != "open":
-            raise FatalError(
-                f"{action}() on a Kafka transaction that is {self.state}: a transaction is "
-                "written and committed once, on the executor that began it, by its own producer",
-                sink=self.options.sink,
-                batch_id=self.context.batch_id,
-                partition_id=self.context.partition_id,
-            )
-
     def _produce(self, producer: Any, plan: RecordPlan, batch: pa.RecordBatch, start: int) -> int:
         return produce_rows(
             producer,
@@ -397,73 +366,6 @@ class KafkaTransaction:
         )
         self._plan = (schema, plan)
         return plan
-
-    def _error_behind(self, exc: BaseException) -> KafkaError | None:
-        """Find the Kafka error behind an exception of a producer call.
-
-        confluent-kafka 2.16 sometimes loses the ``KafkaException`` of a fatal
-        error raised while delivery callbacks run (``flush`` then raises a
-        bare ``SystemError``). The producer is then in its fatal state, in
-        which any transactional call reports the fatal error again: ask
-        ``abort_transaction``, which is what happens next anyway.
-        """
-        err = kafka_error_of(exc)
-        if err is not None or not isinstance(exc, SystemError):
-            return err
-        try:
-            self.producer.producer.abort_transaction(1.0)
-        except Exception as again:
-            return kafka_error_of(again)
-        self.state = "aborted"
-        return KafkaError(
-            KafkaError._FATAL, f"the producer failed inside confluent-kafka: {exc}", fatal=True
-        )
-
-    def _fail(self, exc: BaseException, action: str, topic: str | None) -> NoReturn:
-        """Raise the twophase error for a Kafka failure inside the transaction."""
-        if isinstance(exc, TwoPhaseError):
-            raise exc
-        err = self._error_behind(exc)
-        if err is None:
-            raise exc
-        if err.fatal() or is_fenced(err):
-            self.producer.broken = True
-        mapped = map_kafka_error(err, self._ctx(action, topic))
-        self.unreachable = isinstance(mapped, RetriableError)
-        raise mapped from exc
-
-    def _raise_delivery_errors(self, action: str) -> None:
-        entry = self.producer
-        if not entry.errors:
-            return
-        # When one record fails the transaction, librdkafka purges the records still
-        # queued, whose reports may come first: name the cause, not a purged record.
-        causes = [e for e in entry.errors if e[0].code() not in _PURGED]
-        err, msg = (causes or entry.errors)[0]
-        topic = msg.topic() if msg is not None else None
-        if err.fatal() or is_fenced(err):
-            entry.broken = True
-        mapped = map_kafka_error(err, self._ctx(action, topic))
-        # Records timed out (message.timeout.ms): the brokers did not answer.
-        self.unreachable = isinstance(mapped, RetriableError)
-        if not causes:
-            # Only purged records: the transaction failed (the brokers refused to add a
-            # partition to it, or fenced the producer) and librdkafka logged why (TXNERR)
-            # without a delivery report saying so. Name the topics at least.
-            topics = sorted({m.topic() for _, m in entry.errors if m is not None})
-            mapped = AbortRequiredError(
-                f"{action}: the transaction failed and librdkafka dropped its records, of "
-                f"topic(s) {', '.join(map(repr, topics))}, before the brokers took them; the "
-                "reason is in the producer's log (TXNERR). Likely: this principal may not WRITE "
-                "to one of these topics (grant it WRITE and DESCRIBE), or a newer attempt of "
-                f"the task fenced this producer. Kafka said: {err.str()} ({err.name()})",
-                sink=self.options.sink,
-                batch_id=self.context.batch_id,
-                partition_id=self.context.partition_id,
-            )
-        if entry.error_count > 1:
-            add_note(mapped, f"{entry.error_count} records of the transaction failed delivery")
-        raise mapped from KafkaException(err)
 
     def _probe(self, first: Callable[[Any], object], topic: str | None) -> None:
         """Write the first record of a reused producer's transaction and wait for it.

@@ -270,7 +270,7 @@ def test_marker_scan_reads_only_the_tail_of_a_long_control_topic(
     filler.flush(30)
     write_partition(executor_copy(sink), TaskContext(sink.name, me, 3, 1, 0), [4])
 
-    from twophase.connectors.kafka._markers import MarkerReader
+    from twophase.connectors.kafka._marker_reader import MarkerReader
 
     reader = MarkerReader(
         sink.options.client_config,

@@ -14,9 +14,9 @@ from twophase.connectors.kafka._config import (
     client_config,
     config_key,
     normalise_producer_config,
-    translate_spark_options,
     validate_topic_name,
 )
+from twophase.connectors.kafka._spark_options import translate_spark_options
 from twophase.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,8 @@ from confluent_kafka import KafkaError, KafkaException
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twophase.connectors.kafka._records import RecordPlan, plan_records, produce_one, produce_rows
+from twophase.connectors.kafka._columns import RecordPlan, plan_records
+from twophase.connectors.kafka._records import produce_one, produce_rows
 from twophase.errors import ConfigurationError, DataError
 
 pytestmark = pytest.mark.unit

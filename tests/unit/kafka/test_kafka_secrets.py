@@ -13,8 +13,8 @@ from twophase.connectors.kafka._config import (
     client_config,
     config_key,
     is_secret,
-    translate_spark_options,
 )
+from twophase.connectors.kafka._spark_options import translate_spark_options
 
 pytestmark = pytest.mark.unit
 
