@@ -1,21 +1,10 @@
-"""The coordinator log: durable, atomic records stored with the query's checkpoint.
+"""The coordinator log: the durable state of a sink identity, claimed by runs, batch by batch.
 
-Layout under ``<checkpoint>/twophase/<sink name>/<query id>/``::
-
-    epochs/<epoch>.json          one per run that claimed the sink identity
-    batches/<batch>.intent.json  both protocols: batch started, with P partitions
-    batches/<batch>.decision.json  coordinated: "commit batch N with these handles"
-    batches/<batch>.committed.json "batch N is committed"
-    batches/<batch>.rewrite.json   an operator's decision: rewrite markers batch N whole
-    state.json                   compaction summary (committed-through, slot high-water)
-
-Every record is JSON and carries its format (``"format": 2`` since 0.3.0, with
-``"writer": "twophase <version>"``; records of 0.2.0 have no format and are
-format 1). This release reads formats 1 and 2 and refuses a newer one, naming
-it and the release that wrote it (``docs/upgrading.md``). A decision stores its
-handles as JSON through the sink's codec (``encode_handle``/``decode_handle``,
-``_codec.py``); nothing read from the log is unpickled, except a 0.2.0
-decision's handles, through the restricted reader of ``_legacy.py``.
+A run claims the identity with a new epoch, which fences every earlier run
+(:meth:`CoordinatorLog.check_epoch`); each batch leaves its records (intent,
+decision, committed, rewrite), and compaction folds the records of old
+committed batches into a summary. Where the records live and what they hold is
+``_log_records.py``.
 
 Every record is written with an atomic create (write then rename, or the
 file system's own atomic create), the decision without overwrite, so that a
@@ -25,31 +14,21 @@ record is either absent or complete. The files go to a
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._legacy import LegacyRecordError, read_legacy_handles
+from ._legacy import LegacyRecordError
+from ._log_records import BATCH_RE, EPOCH_RE, decision_handles, dump_record, parse_record
 from ._store import LogStore
-from ._version import __version__
 from .errors import ConcurrentQueryError, CoordinatorLogError
 
-__all__ = ["LOG_FORMAT", "CoordinatorLog", "LogState"]
-
-#: The format of the records this release writes. 1: twophase 0.2.0 (no "format" field,
-#: pickled handles in decisions); 2: since 0.3.0 (handles as JSON).
-LOG_FORMAT = 2
-#: Who wrote a record, kept in it so that a reader too old for it can name the release to run.
-WRITER = f"twophase {__version__}"
+__all__ = ["CoordinatorLog", "LogState"]
 
 _log = logging.getLogger("twophase.log")
-_BATCH_RE = re.compile(r"^(\d{20})\.(intent|decision|committed|rewrite)\.json$")
-_EPOCH_RE = re.compile(r"^(\d{20})\.json$")
 
 
 @dataclass
@@ -93,36 +72,6 @@ class LogState:
         return sorted(b for b in started if not self.is_committed(b))
 
 
-def _dumps(record: dict[str, Any]) -> bytes:
-    stamped = {**record, "format": LOG_FORMAT, "writer": WRITER}
-    return (json.dumps(stamped, sort_keys=True, allow_nan=False) + "\n").encode()
-
-
-def record_format(value: Mapping[str, Any], where: str, sink: str) -> int:
-    """Return a record's format (1 when it has none), refusing one this release cannot read.
-
-    Raises
-    ------
-    CoordinatorLogError
-        The record is of a newer (or a nonsensical) format.
-    """
-    fmt = value.get("format", 1)
-    if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
-        raise CoordinatorLogError(
-            f"coordinator log record {where} has an invalid format {fmt!r}", sink=sink
-        )
-    if fmt > LOG_FORMAT:
-        writer = value.get("writer")
-        by = f"{writer}" if isinstance(writer, str) else "a newer release of twophase"
-        raise CoordinatorLogError(
-            f"coordinator log record {where} has format {fmt}, written by {by}; "
-            f"{WRITER} reads formats 1 to {LOG_FORMAT}. Run {by} or a later release "
-            "on the driver and every executor (docs/upgrading.md)",
-            sink=sink,
-        )
-    return fmt
-
-
 class CoordinatorLog:
     """The durable state of the coordinator for one sink identity.
 
@@ -153,20 +102,7 @@ class CoordinatorLog:
         raw = self.store.read(name)
         if raw is None:
             return None
-        try:
-            value = json.loads(raw)
-        except ValueError as exc:
-            raise CoordinatorLogError(
-                f"coordinator log record {self.store.location}/{name} is corrupt: {exc}",
-                sink=self.sink,
-            ) from exc
-        if not isinstance(value, dict):
-            raise CoordinatorLogError(
-                f"coordinator log record {self.store.location}/{name} is not an object",
-                sink=self.sink,
-            )
-        record_format(value, f"{self.store.location}/{name}", self.sink)
-        return value
+        return parse_record(raw, f"{self.store.location}/{name}", self.sink)
 
     def load(self) -> LogState:
         """Read the whole log (one directory listing plus the small records).
@@ -182,7 +118,7 @@ class CoordinatorLog:
             state.committed_through = int(summary.get("committed_through", -1))
             state.partition_slots = int(summary.get("partition_slots", 0))
         for name in self.store.list("batches"):
-            match = _BATCH_RE.match(name)
+            match = BATCH_RE.match(name)
             if not match:
                 continue
             batch_id, kind = int(match.group(1)), match.group(2)
@@ -208,7 +144,7 @@ class CoordinatorLog:
     # ------------------------------------------------------------- epochs
     def _epochs(self) -> list[int]:
         return sorted(
-            int(m.group(1)) for n in self.store.list("epochs") if (m := _EPOCH_RE.match(n))
+            int(m.group(1)) for n in self.store.list("epochs") if (m := EPOCH_RE.match(n))
         )
 
     def claim(self, run_id: str, query_id: str) -> int:
@@ -240,7 +176,7 @@ class CoordinatorLog:
                 "claimed_at": time.time(),
                 "pid": os.getpid(),
             }
-            if self.store.write(f"epochs/{epoch:020d}.json", _dumps(record), overwrite=False):
+            if self.store.write(f"epochs/{epoch:020d}.json", dump_record(record), overwrite=False):
                 self.epoch = epoch
                 for old in epochs[:-10]:
                     self.store.delete(f"epochs/{old:020d}.json")
@@ -296,7 +232,7 @@ class CoordinatorLog:
         """
         self.check_epoch(batch_id)
         record = {"batch": batch_id, "partitions": partitions, "epoch": self.epoch}
-        self.store.write(self._batch_name(batch_id, "intent"), _dumps(record), overwrite=True)
+        self.store.write(self._batch_name(batch_id, "intent"), dump_record(record), overwrite=True)
         state = self.state
         state.intents[batch_id] = partitions
         state.partition_slots = max(state.partition_slots, partitions)
@@ -337,7 +273,7 @@ class CoordinatorLog:
             **extra,
         }
         if not self.store.write(
-            self._batch_name(batch_id, "decision"), _dumps(record), overwrite=False
+            self._batch_name(batch_id, "decision"), dump_record(record), overwrite=False
         ):
             raise ConcurrentQueryError(
                 f"a commit decision for batch {batch_id} already exists in "
@@ -378,14 +314,7 @@ class CoordinatorLog:
         if record is None:
             raise CoordinatorLogError(f"no decision recorded for batch {batch_id}", sink=self.sink)
         try:
-            if record_format(record, where, self.sink) == 1:
-                encoded = read_legacy_handles(record.get("handles"))
-            else:
-                listed = record.get("transactions")
-                if not isinstance(listed, list) or not all(isinstance(h, dict) for h in listed):
-                    raise ValueError("its transactions are not a list of objects")
-                encoded = listed
-            return [decode(h) for h in encoded]
+            return [decode(h) for h in decision_handles(record, where, self.sink)]
         except (LegacyRecordError, ValueError, TypeError, KeyError) as exc:
             legacy = " (written by twophase 0.2.0)" if "format" not in record else ""
             raise CoordinatorLogError(
@@ -408,7 +337,9 @@ class CoordinatorLog:
         """
         self.check_epoch(batch_id)
         record = {"batch": batch_id, "epoch": self.epoch, **extra}
-        self.store.write(self._batch_name(batch_id, "committed"), _dumps(record), overwrite=True)
+        self.store.write(
+            self._batch_name(batch_id, "committed"), dump_record(record), overwrite=True
+        )
         self.state.committed.add(batch_id)
 
     def record_rewrite(self, batch_id: int, extra: dict[str, Any]) -> None:
@@ -427,7 +358,7 @@ class CoordinatorLog:
         """
         self.check_epoch(batch_id)
         record = {"batch": batch_id, "epoch": self.epoch, **extra}
-        self.store.write(self._batch_name(batch_id, "rewrite"), _dumps(record), overwrite=True)
+        self.store.write(self._batch_name(batch_id, "rewrite"), dump_record(record), overwrite=True)
         self.state.rewrite.add(batch_id)
 
     def read_record(self, batch_id: int, kind: str) -> dict[str, Any] | None:
@@ -477,10 +408,10 @@ class CoordinatorLog:
         if any(b <= horizon for b in state.unfinished()):
             return 0  # never forget an unfinished batch
         summary = {"committed_through": horizon, "partition_slots": state.partition_slots}
-        self.store.write("state.json", _dumps(summary), overwrite=True)
+        self.store.write("state.json", dump_record(summary), overwrite=True)
         removed = 0
         for name in self.store.list("batches"):
-            match = _BATCH_RE.match(name)
+            match = BATCH_RE.match(name)
             if match and int(match.group(1)) <= horizon:
                 self.store.delete(f"batches/{name}")
                 removed += 1

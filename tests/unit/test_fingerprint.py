@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from twophase import Fingerprint, fingerprint_batches
-from twophase import _fingerprint as fpmod
-from twophase._fingerprint import _BYTES_HASHERS, row_hashes
+from twophase import _bytes_hash as bhmod
+from twophase._bytes_hash import _BYTES_HASHERS
+from twophase._fingerprint import row_hashes
 from twophase._types import FINGERPRINT_VERSION, FINGERPRINT_VERSIONS
 
 pytestmark = pytest.mark.unit
@@ -213,21 +214,21 @@ def _mix_int(x: int) -> int:
 
 def reference_v2(value: bytes) -> int:
     """Version 2 hash of one value, one word at a time (what the numpy code vectorises)."""
-    if len(value) >= fpmod._BLAKE_BYTES:
+    if len(value) >= bhmod._BLAKE_BYTES:
         return int.from_bytes(hashlib.blake2b(value, digest_size=8).digest(), "little")
-    h = _mix_int(len(value) + int(fpmod._SEED))
+    h = _mix_int(len(value) + int(bhmod._SEED))
     if not value:
         return h
     padded = value + bytes(-len(value) % 8)
     words = (int.from_bytes(padded[j : j + 8], "little") for j in range(0, len(padded), 8))
-    total = sum(_mix_int(w ^ (j * int(fpmod._WORD_KEY) & _M)) for j, w in enumerate(words))
+    total = sum(_mix_int(w ^ (j * int(bhmod._WORD_KEY) & _M)) for j, w in enumerate(words))
     return _mix_int(h + total)
 
 
 @settings(max_examples=150, deadline=None)
 @given(
     values=st.lists(st.one_of(st.none(), st.binary(max_size=300)), max_size=40),
-    chunk=st.sampled_from([1, 7, 64, 1000, fpmod._WORD_CHUNK_BYTES]),
+    chunk=st.sampled_from([1, 7, 64, 1000, bhmod._WORD_CHUNK_BYTES]),
     data=st.data(),
 )
 def test_version_2_hashes_each_value_alone_whatever_the_chunks_and_slices(
@@ -236,20 +237,20 @@ def test_version_2_hashes_each_value_alone_whatever_the_chunks_and_slices(
     start = data.draw(st.integers(0, len(values)))
     stop = data.draw(st.integers(start, len(values)))
     arr = pa.array(values, pa.binary()).slice(start, stop - start)
-    saved = fpmod._WORD_CHUNK_BYTES
-    fpmod._WORD_CHUNK_BYTES = chunk
+    saved = bhmod._WORD_CHUNK_BYTES
+    bhmod._WORD_CHUNK_BYTES = chunk
     try:
-        hashed = fpmod._hash_bytes_v2(arr)
+        hashed = bhmod._hash_bytes_v2(arr)
     finally:
-        fpmod._WORD_CHUNK_BYTES = saved
+        bhmod._WORD_CHUNK_BYTES = saved
     for h, value in zip(hashed, values[start:stop], strict=True):
         if value is not None:  # the hash of a null is the caller's
             assert int(h) == reference_v2(value)
 
 
 def test_version_2_sends_only_values_of_64_kib_and_more_to_blake2b() -> None:
-    values = [b"x" * (fpmod._BLAKE_BYTES - 1), b"y" * fpmod._BLAKE_BYTES, b"z" * 3]
-    assert [int(h) for h in fpmod._hash_bytes_v2(pa.array(values))] == [
+    values = [b"x" * (bhmod._BLAKE_BYTES - 1), b"y" * bhmod._BLAKE_BYTES, b"z" * 3]
+    assert [int(h) for h in bhmod._hash_bytes_v2(pa.array(values))] == [
         reference_v2(v) for v in values
     ]
 
@@ -261,7 +262,7 @@ def test_version_2_sees_every_byte_and_the_length(value: bytes, data: st.DataObj
     byte = data.draw(st.integers(0, 255).filter(lambda b: b != value[index]))
     changed = value[:index] + bytes([byte]) + value[index + 1 :]
     zeros = data.draw(st.integers(1, 9))
-    hashed = fpmod._hash_bytes_v2(pa.array([value, changed, value + bytes(zeros)]))
+    hashed = bhmod._hash_bytes_v2(pa.array([value, changed, value + bytes(zeros)]))
     assert len({int(h) for h in hashed}) == 3
 
 

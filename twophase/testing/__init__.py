@@ -24,9 +24,10 @@ from .._execution import COORDINATED_STEPS, MARKER_STEPS
 from ._assertions import assert_exactly_once
 from ._crash import CrashAt, SimulatedCrash, SimulatedCrashError
 from ._fake import FakeMarkerSink, FakeSink, FakeTransaction
+from ._fault_rules import FaultRule
 from ._faults import with_faults
 from ._local import LocalRunner, install_step_listener
-from ._target import FakeTarget, FaultRule
+from ._target import FakeTarget
 
 if TYPE_CHECKING:
     from ._contract import MarkerSinkContract, SinkContract, TwoPhaseSinkContract

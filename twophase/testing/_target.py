@@ -6,78 +6,28 @@ rename is atomic, so a transaction is visible whole or not at all. The target
 lives either in memory (fast, one process: :meth:`FakeTarget.in_memory`) or in
 a directory (shared by Spark's executor processes: ``FakeTarget(path)``).
 
-Fault rules (:meth:`FakeTarget.fail`) are stored in the target too, so that
-executors see rules added after the sink was pickled, and "fail N times"
-counts across processes.
+Fault rules (:meth:`FakeTarget.fail`, ``_fault_rules.py``) are stored in the
+target too, so that executors see rules added after the sink was pickled, and
+"fail N times" counts across processes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 from .._types import Fingerprint, Marker
 from ..errors import AbortRequiredError, TransactionError
+from ._fault_rules import FaultRules
 from ._storage import DirectoryStorage, MemoryStorage, Storage
 
-__all__ = ["FakeTarget", "FaultRule"]
+__all__ = ["FakeTarget"]
 
 _DIRS = ("open", "prepared", "committed", "faults", "fired")
 _MEMORY_REGISTRY: dict[str, Storage] = {}
-
-
-@dataclass(frozen=True)
-class FaultRule:
-    """Make a hook fail. Stored in the target; matched on every hook call.
-
-    Attributes
-    ----------
-    hook
-        Hook name: ``begin_transaction``, ``write``, ``abort``; coordinated
-        ``pre_commit``, ``commit``, ``recover_and_commit``; markers
-        ``commit_with_marker``, ``read_markers``; both ``list_in_doubt``,
-        ``recover_and_abort``.
-    batch_id, partition_id, attempt
-        Restrict the rule (None matches any).
-    times
-        How many times it fires in all (across processes); -1 for always.
-    error
-        Name of the exception class in :mod:`twophase.errors`, ``"kill"``
-        to end the calling process at once (``os._exit``, a lost executor),
-        or ``"kill-pid"`` to SIGKILL the process whose pid is ``message``
-        (a driver killed while its executors run phase 1).
-    message
-        Text of the error.
-    rule_id
-        Unique id (for counting).
-    """
-
-    hook: str
-    batch_id: int | None = None
-    partition_id: int | None = None
-    attempt: int | None = None
-    times: int = 1
-    error: str = "AbortRequiredError"
-    message: str = "injected fault"
-    rule_id: str = ""
-
-    def matches(
-        self, hook: str, batch_id: int | None, partition_id: int | None, attempt: int | None
-    ) -> bool:
-        """Return whether the rule applies to this call."""
-        return (
-            self.hook == hook
-            and (self.batch_id is None or self.batch_id == batch_id)
-            and (self.partition_id is None or self.partition_id == partition_id)
-            and (self.attempt is None or self.attempt == attempt)
-        )
 
 
 def _json_default(value: Any) -> Any:
@@ -86,7 +36,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-class FakeTarget:
+class FakeTarget(FaultRules):
     """A transactional target for tests, with prepare, commit, markers and faults.
 
     Parameters
@@ -343,117 +293,3 @@ class FakeTarget:
                 )
             )
         return found
-
-    # ------------------------------------------------------------ faults
-    def fail(
-        self,
-        hook: str,
-        *,
-        batch_id: int | None = None,
-        partition_id: int | None = None,
-        attempt: int | None = None,
-        times: int = 1,
-        error: str | type[BaseException] = "AbortRequiredError",
-        message: str = "injected fault",
-    ) -> FaultRule:
-        """Add a fault rule: the next matching hook call(s) raise.
-
-        Parameters
-        ----------
-        hook
-            Hook name (see :class:`FaultRule`).
-        batch_id, partition_id, attempt
-            Restrict the rule.
-        times
-            Number of firings (-1: always).
-        error
-            An exception class of :mod:`twophase.errors` (or its name),
-            ``"kill"`` to end the process, or ``"kill-pid"`` to end it by a
-            signal to its own process id.
-        message
-            The error text.
-
-        Returns
-        -------
-        FaultRule
-            The stored rule (pass it to :meth:`fired`; :meth:`clear_faults`
-            removes every rule).
-        """
-        name = error if isinstance(error, str) else error.__name__
-        rule = FaultRule(
-            hook, batch_id, partition_id, attempt, times, name, message, uuid.uuid4().hex
-        )
-        self._storage.put(f"faults/{rule.rule_id}", json.dumps(rule.__dict__).encode())
-        return rule
-
-    def clear_faults(self) -> None:
-        """Remove every fault rule."""
-        for name in self._storage.list("faults"):
-            self._storage.delete(f"faults/{name}")
-
-    def rules(self) -> list[FaultRule]:
-        """Return the fault rules in force."""
-        rules = []
-        for name in self._storage.list("faults"):
-            raw = self._storage.get(f"faults/{name}")
-            if raw:
-                rules.append(FaultRule(**json.loads(raw)))
-        return rules
-
-    def check_fault(
-        self,
-        hook: str,
-        batch_id: int | None = None,
-        partition_id: int | None = None,
-        attempt: int | None = None,
-    ) -> None:
-        """Raise the injected error if a rule matches this hook call.
-
-        Parameters
-        ----------
-        hook
-            Hook being called.
-        batch_id, partition_id, attempt
-            What the call is about.
-        """
-        for rule in self.rules():
-            if not rule.matches(hook, batch_id, partition_id, attempt):
-                continue
-            if rule.times >= 0:
-                fired = [n for n in self._storage.list("fired") if n.startswith(rule.rule_id)]
-                claimed = False
-                for index in range(len(fired), rule.times):
-                    if self._storage.create_exclusive(f"fired/{rule.rule_id}.{index}"):
-                        claimed = True
-                        break
-                if not claimed:
-                    continue
-            else:  # unlimited: still counted, so that a test can assert it fired
-                self._storage.create_exclusive(f"fired/{rule.rule_id}.u{uuid.uuid4().hex}")
-            _raise(rule)
-
-    def fired(self, rule: FaultRule) -> int:
-        """Return how many times a rule has fired (in every process sharing the target)."""
-        return len([n for n in self._storage.list("fired") if n.startswith(rule.rule_id)])
-
-
-def _raise(rule: FaultRule) -> None:
-    if rule.error == "kill":
-        os._exit(17)
-    if rule.error == "kill-pid":
-        # Kill another process (e.g. the driver, from an executor) mid-hook.
-        os.kill(int(rule.message), signal.SIGKILL)
-        time.sleep(60)  # the hook never returns: the driver is gone
-    import builtins
-
-    from .. import errors
-
-    factory: Callable[..., BaseException] | None = getattr(errors, rule.error, None)
-    if factory is None:
-        factory = getattr(builtins, rule.error, None)
-    if factory is None:
-        raise RuntimeError(f"unknown injected error class {rule.error!r}")
-    exc = factory(f"{rule.message} ({rule.hook})")
-    with contextlib.suppress(AttributeError):
-        exc.injected = True  # type: ignore[attr-defined]
-    raise exc
