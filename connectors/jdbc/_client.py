@@ -4,56 +4,25 @@
 dialect have in common: the sink's options and connection parameters (so it
 pickles with the sink), the process-wide pool they select, and one way to run
 statements on it. A dialect's client names its driver (:class:`~._pool.Driver`),
-how its errors map onto :mod:`twophase.errors` (:class:`ErrorMap`) and the
+how its errors map onto :mod:`twophase.errors` (:class:`~._errors.ErrorMap`) and the
 settings of its sessions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 from twophase.errors import RetriableError, TwoPhaseError
 
 from ._config import ConnectionConfig
+from ._errors import ErrorMap
 from ._options import JdbcOptions
 from ._pool import ConnectionPool, Driver, pool_for
 
-__all__ = ["ErrorMap", "JdbcClient", "lost_connection", "unreachable"]
+__all__ = ["JdbcClient", "lost_connection", "unreachable"]
 
 T = TypeVar("T")
-
-
-class ErrorMap(Protocol):
-    """How one driver's errors map onto :mod:`twophase.errors`."""
-
-    @property
-    def error(self) -> tuple[type[BaseException], ...]:
-        """The driver's base exception class(es), caught around statements."""
-        ...
-
-    def is_connection_error(self, exc: BaseException) -> bool:
-        """Whether the session is gone."""
-        ...
-
-    def map_error(
-        self,
-        exc: BaseException,
-        doing: str,
-        *,
-        secrets: Iterable[str] = (),
-        columns: Sequence[tuple[str, str]] = (),
-        hint: str | None = None,
-        **context: Any,
-    ) -> TwoPhaseError:
-        """Return the twophase error for a failed statement (``columns``: to name the column)."""
-        ...
-
-    def connection_error(
-        self, exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
-    ) -> TwoPhaseError:
-        """Return the error for a failed connect: it names the server, never a secret."""
-        ...
 
 
 class JdbcClient:
@@ -182,7 +151,7 @@ def unreachable(error: TwoPhaseError, pool: ConnectionPool) -> TwoPhaseError:
     Parameters
     ----------
     error
-        What :meth:`ErrorMap.connection_error` returned.
+        What :meth:`~._errors.ErrorMap.connection_error` returned.
     pool
         The pool that tried.
 
@@ -217,6 +186,6 @@ def lost_connection(doing: str, pool: ConnectionPool) -> tuple[str, str]:
     Returns
     -------
     tuple of str
-        ``(doing on the server, hint)`` for :meth:`ErrorMap.map_error`.
+        ``(doing on the server, hint)`` for :meth:`~._errors.ErrorMap.map_error`.
     """
     return f"{doing} on {pool.config.describe()}", pool.bounds.lost_hint()

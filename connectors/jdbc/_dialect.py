@@ -26,13 +26,13 @@ through what each part must guarantee.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import pyarrow as pa
 
 from twophase import Marker, TaskContext, TransactionHandle
 
-__all__ = ["Checker", "Dialect", "MarkerStore", "PreparedStore", "Writer"]
+__all__ = ["Checker", "Dialect", "MarkerStore", "PartsDialect", "PreparedStore", "Writer"]
 
 TxnT = TypeVar("TxnT")
 TxnT_contra = TypeVar("TxnT_contra", contravariant=True)
@@ -128,7 +128,10 @@ class Dialect(Protocol[TxnT, HandleT]):
         The database's name for messages and ``repr`` (``"PostgreSQL"``).
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The database's name."""
+        ...
 
     def writer(self, options: Any, connection: Any, *, prepare: bool) -> Writer[TxnT]:
         """Return the executor side (``prepare``: the transaction will be prepared)."""
@@ -145,3 +148,38 @@ class Dialect(Protocol[TxnT, HandleT]):
     def markers(self, options: Any, connection: Any) -> MarkerStore[TxnT]:
         """Return the markers protocol's marker table."""
         ...
+
+
+class PartsDialect:
+    """A dialect made of its four part classes, each built from options and connection.
+
+    A subclass names its database and its parts; its one module-level instance
+    (named by :attr:`instance`) pickles by name.
+    """
+
+    #: The database's name for messages and ``repr``.
+    name: ClassVar[str]
+    #: The module-level name of the dialect's instance.
+    instance: ClassVar[str]
+    #: The classes of the :class:`Writer`, :class:`Checker`, :class:`PreparedStore`
+    #: and :class:`MarkerStore`.
+    parts: ClassVar[tuple[type[Any], type[Any], type[Any], type[Any]]]
+
+    def writer(self, options: Any, connection: Any, *, prepare: bool) -> Any:
+        """Return the executor side (``prepare``: the transaction will be prepared)."""
+        return self.parts[0](options, connection, prepare=prepare)
+
+    def checker(self, options: Any, connection: Any) -> Any:
+        """Return the driver's checks."""
+        return self.parts[1](options, connection)
+
+    def prepared(self, options: Any, connection: Any) -> Any:
+        """Return the coordinated protocol's statements."""
+        return self.parts[2](options, connection)
+
+    def markers(self, options: Any, connection: Any) -> Any:
+        """Return the markers protocol's marker table."""
+        return self.parts[3](options, connection)
+
+    def __reduce__(self) -> str:
+        return self.instance

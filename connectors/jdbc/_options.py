@@ -111,8 +111,8 @@ def _check_identifier(value: str, setting: str, database: str, limit: int) -> st
 class JdbcOptions:
     """What a JDBC sink writes, and how; validated on construction.
 
-    Built by the dialect's factory (:func:`~twophase.connectors.jdbc.postgres_sink`)
-    from its keywords, which are documented there. Picklable.
+    Built by a dialect's factory from its keywords, which are documented
+    there. Picklable.
 
     Attributes
     ----------
@@ -144,17 +144,16 @@ class JdbcOptions:
         and ``TCP_USER_TIMEOUT``, on both ends where the server allows it);
         0 leaves the operating system's defaults (hours).
     max_partitions
-        Coordinated protocol: the most prepared transactions one batch may hold; the
-        default leaves a quarter of ``max_prepared_transactions`` (at least 2)
-        to other users of the server.
+        The most transactions one batch may hold (None: the dialect's bound,
+        if any).
     merge_schema
         Coordinated protocol, upsert/CDC: the schema of the per-transaction staging
         tables (default: the target table's schema).
     application_name
-        ``application_name`` of the sessions (shown in ``pg_stat_activity``).
+        The sessions' application name, where the dialect sets one.
     database, max_identifier_bytes
-        The dialect's name and identifier limit, for the checks (PostgreSQL
-        truncates names over 63 bytes silently: they are refused).
+        The dialect's name and identifier limit, for the checks (set by the
+        dialect's factory).
     """
 
     table: QualifiedName
@@ -175,7 +174,7 @@ class JdbcOptions:
     max_partitions: int | None = None
     merge_schema: str | None = None
     application_name: str = "twophase"
-    database: str = "PostgreSQL"
+    database: str = "the database"
     max_identifier_bytes: int = 63
 
     def __post_init__(self) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import AbortRequiredError, TwoPhaseError
 
-from ._client import ErrorMap, lost_connection
+from ._client import lost_connection
+from ._errors import ErrorMap
 from ._plan import WritePlan
 from ._pool import ConnectionPool
 from ._table import TableInfo

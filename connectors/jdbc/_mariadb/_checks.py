@@ -1,15 +1,18 @@
-"""The MariaDB dialect's driver-side checks: the identity's xids, the table, the batch schema."""
+"""MariaDB's checks of the target: ``information_schema``, the storage engine, unique keys.
+
+What every dialect checks alike is :class:`~.._checks.TableChecks`.
+"""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Sequence
 from typing import Any
-
-import pyarrow as pa
 
 from twophase.errors import ConfigurationError
 
-from .._plan import create_table_fields, plan_write
+from .._checks import TableChecks
+from .._options import QualifiedName
+from .._plan import WritePlan
 from .._table import TableInfo
 from ._client import TRANSACTIONAL_ENGINES, MariaDBClient, describe_table
 from ._sql import columns, quote, table
@@ -18,87 +21,43 @@ from ._xid import GTRIDS
 
 __all__ = ["MariaDBChecker"]
 
-_log = logging.getLogger("twophase.connectors.jdbc")
 
-
-class MariaDBChecker(MariaDBClient):
+class MariaDBChecker(MariaDBClient, TableChecks):
     """Driver-side checks of the MariaDB sinks (the dialect's :class:`~.._dialect.Checker`)."""
 
-    def check_open(self, identity: str, *, coordinated: bool, **context: Any) -> None:
-        """Check that the identity's xids fit, then the table.
+    ids = GTRIDS
+    types = MARIADB_TYPES
 
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        coordinated
-            The coordinated protocol.
-        **context
-            Error context.
-        """
-        try:
-            GTRIDS.check_identity(identity)
-        except ConfigurationError as exc:
-            raise exc.with_context(**context) from None
+    def describe_table(self, cur: Any, table: QualifiedName) -> TableInfo | None:
+        """Read the table from ``information_schema``."""
+        return describe_table(cur, table)
+
+    def create_table_statement(self, fields: Sequence[tuple[str, str, bool]]) -> Any:
+        """``CREATE TABLE IF NOT EXISTS``, InnoDB, utf8mb4, the key columns as primary key."""
         options = self.options
+        parts = [
+            f"{quote(name)} {sql_type}{' NOT NULL' if not_null else ''}"
+            for name, sql_type, not_null in fields
+        ]
+        if options.key_columns:
+            parts.append(f"PRIMARY KEY ({columns(options.key_columns)})")
+        return (
+            f"CREATE TABLE IF NOT EXISTS {table(options.table)} ({', '.join(parts)}) "
+            "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+        )
 
-        def check(cur: Any) -> None:
-            found = describe_table(cur, options.table)
-            if found is None:
-                if options.create_table:
-                    return
-                raise ConfigurationError(
-                    f"table {options.table} does not exist (or is not visible to the sink's "
-                    "user); create it, or pass create_table=True",
-                    setting="table",
-                    **context,
-                )
-            _check_engine(found, str(options.table), **context)
+    def check_target(
+        self, cur: Any, found: TableInfo | None, *, coordinated: bool, **context: Any
+    ) -> None:
+        """Refuse a view and a table without transactions (the rights are not checked)."""
+        if found is not None:
+            _check_engine(found, str(self.options.table), **context)
 
-        self.run(f"checking table {options.table}", check, **context)
-
-    def check_schema(self, schema: pa.Schema, **context: Any) -> None:
-        """Create the table if asked, then check the batch schema against it.
-
-        Parameters
-        ----------
-        schema
-            The Arrow schema of the batch.
-        **context
-            Error context (sink, batch_id).
-        """
-        options = self.options
-
-        def check(cur: Any) -> None:
-            found = describe_table(cur, options.table)
-            if found is None and options.create_table:
-                fields = create_table_fields(schema, options, MARIADB_TYPES)
-                parts = [
-                    f"{quote(name)} {sql_type}{' NOT NULL' if not_null else ''}"
-                    for name, sql_type, not_null in fields
-                ]
-                if options.key_columns:
-                    parts.append(f"PRIMARY KEY ({columns(options.key_columns)})")
-                cur.execute(
-                    f"CREATE TABLE IF NOT EXISTS {table(options.table)} ({', '.join(parts)}) "
-                    "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-                )
-                _log.info("created table %s (%d columns)", options.table, len(fields))
-                found = describe_table(cur, options.table)
-            if found is None:
-                raise ConfigurationError(
-                    f"table {options.table} does not exist; create it, or pass create_table=True",
-                    setting="table",
-                )
-            _check_engine(found, str(options.table))
-            plan = plan_write(schema, found, options, str(options.table), MARIADB_TYPES)
-            if options.mode != "append":
-                _check_other_unique_keys(found, set(plan.names), options.key_columns)
-
-        try:
-            self.run(f"checking the schema against {options.table}", check, **context)
-        except ConfigurationError as exc:
-            raise exc.with_context(**context) from exc.__cause__
+    def check_plan(self, found: TableInfo, plan: WritePlan) -> None:
+        """Refuse an engine without transactions and a second unique key the merge would hit."""
+        _check_engine(found, str(self.options.table))
+        if self.options.mode != "append":
+            _check_other_unique_keys(found, set(plan.names), self.options.key_columns)
 
 
 def _check_other_unique_keys(found: TableInfo, written: set[str], keys: tuple[str, ...]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._config import ConnectionConfig
+from .._dialect import PartsDialect
 from .._options import JdbcOptions
 from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._checks import MariaDBChecker
@@ -14,37 +15,19 @@ from ._xa import MariaDBHandle, XATransactions
 __all__ = ["MARIADB", "MariaDBDialect", "MariaDBMarkerSink", "MariaDBTwoPhaseSink"]
 
 
-class MariaDBDialect:
+class MariaDBDialect(PartsDialect):
     """MariaDB 10.5 or newer; not MySQL (see ``docs/mariadb.md``).
 
-    Attributes
-    ----------
-    name
-        ``"MariaDB"``.
+    Its parts: ``XA START`` or ``BEGIN``, ``LOAD DATA``/``INSERT``, roll back
+    (:class:`~._writer.MariaDBWriter`); ``information_schema``
+    (:class:`~._checks.MariaDBChecker`); ``XA COMMIT``, ``XA RECOVER``
+    (:class:`~._xa.XATransactions`); the marker table
+    (:class:`~._markers.MariaDBMarkerTable`).
     """
 
     name = "MariaDB"
-
-    def writer(
-        self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
-    ) -> MariaDBWriter:
-        """Return the executor side: ``XA START`` or ``BEGIN``, ``INSERT``, roll back."""
-        return MariaDBWriter(options, connection, prepare=prepare)
-
-    def checker(self, options: JdbcOptions, connection: ConnectionConfig) -> MariaDBChecker:
-        """Return the driver's checks (``information_schema``)."""
-        return MariaDBChecker(options, connection)
-
-    def prepared(self, options: JdbcOptions, connection: ConnectionConfig) -> XATransactions:
-        """Return the XA statements (``XA COMMIT``, ``XA RECOVER``)."""
-        return XATransactions(options, connection)
-
-    def markers(self, options: JdbcOptions, connection: ConnectionConfig) -> MariaDBMarkerTable:
-        """Return the marker table."""
-        return MariaDBMarkerTable(options, connection)
-
-    def __reduce__(self) -> str:
-        return "MARIADB"
+    instance = "MARIADB"
+    parts = (MariaDBWriter, MariaDBChecker, XATransactions, MariaDBMarkerTable)
 
 
 #: The one MariaDB dialect object (it pickles by name).

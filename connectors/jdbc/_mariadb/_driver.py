@@ -39,7 +39,8 @@ from twophase.errors import (
     TwoPhaseError,
 )
 
-from .._config import ConnectionConfig, redact
+from .._config import ConnectionConfig
+from .._errors import ErrorMap, Refusal
 from .._network import NetworkBounds
 
 __all__ = [
@@ -331,8 +332,11 @@ class PyMySQLDriver:
 PYMYSQL = PyMySQLDriver()
 
 
-class MariaDBErrors:
-    """PyMySQL's errors mapped onto :mod:`twophase.errors` (the dialect's error map)."""
+class MariaDBErrors(ErrorMap):
+    """PyMySQL's errors, by error number (the dialect's error map)."""
+
+    database = "MariaDB"
+    database_keyword = "database"
 
     @property
     def error(self) -> tuple[type[BaseException], ...]:
@@ -354,24 +358,19 @@ class MariaDBErrors:
             or (code == 0 and isinstance(exc, pymysql.InterfaceError))
         )
 
-    def map_error(
-        self,
-        exc: BaseException,
-        doing: str,
-        *,
-        secrets: Iterable[str] = (),
-        columns: Sequence[tuple[str, str]] = (),
-        hint: str | None = None,
-        **context: Any,
-    ) -> TwoPhaseError:
-        """Translate a PyMySQL error; the message has the server's text and error number."""
+    def server_text(self, exc: BaseException) -> str:
+        """Return the server's message and its error number."""
+        return f"{_server_text(exc)} (error {errno(exc)})"
+
+    def column_of(self, exc: BaseException, columns: Sequence[tuple[str, str]]) -> str | None:
+        """Return the column the server's message names (:func:`guess_column`)."""
+        return guess_column(_server_text(exc), columns)
+
+    def classify(
+        self, exc: BaseException, text: str
+    ) -> tuple[type[TwoPhaseError], str | None, str]:
+        """Map the error number."""
         code = errno(exc)
-        server_text = _server_text(exc)
-        text = redact(f"{doing}: {server_text} (error {code})", secrets)
-        if hint:
-            text += f". {hint}"
-        column = context.pop("column", None) or guess_column(server_text, columns)
-        setting = context.pop("setting", None)
         cls: type[TwoPhaseError]
         if code is None or self.is_connection_error(exc):
             cls = RetriableError if self.is_connection_error(exc) else AbortRequiredError
@@ -387,20 +386,20 @@ class MariaDBErrors:
             cls = FatalError
         else:
             cls = AbortRequiredError
-        return cls(text, column=column, setting=setting, **context)
+        return cls, None, ""
 
-    def connection_error(
-        self, exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
-    ) -> TwoPhaseError:
-        """Map a failed connect: retriable, but authentication failures are fatal."""
+    def refusal(self, exc: BaseException, message: str) -> Refusal | None:
+        """Rejected credentials (1045, 1698, 1251), an unknown database (1049)."""
         code = errno(exc)
-        server_text = redact(_server_text(exc), secrets)
-        text = f"cannot connect to MariaDB at {where}: {server_text} (error {code})"
         if code in _AUTH:
-            return FatalError(text, **context)
+            return "credentials"
         if code == 1049:
-            return ConfigurationError(text, setting="database", **context)
-        return RetriableError(text, **context)
+            return "database"
+        return None
+
+    def connect_text(self, exc: BaseException) -> str:
+        """Return the server's message and its error number."""
+        return self.server_text(exc)
 
 
 def _server_text(exc: BaseException) -> str:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from twophase import RetryPolicy
 from twophase.errors import ConfigurationError
 
 from .._config import ConnectionConfig
-from .._options import JdbcOptions, QualifiedName, WriteMode
+from .._factory import Protocol, sink_options, unused_staging
+from .._options import WriteMode
 from ._dialect import MariaDBMarkerSink, MariaDBTwoPhaseSink
 from ._driver import check_keys, parse_url
 
@@ -31,7 +32,7 @@ def mariadb_sink(
     key_columns: Sequence[str] = (),
     cdc_op_column: str = "op",
     order_column: str | None = None,
-    protocol: Literal["auto", "coordinated", "markers"] = "auto",
+    protocol: Protocol = "auto",
     create_table: bool = False,
     marker_table: str | tuple[str, str] = "twophase_markers",
     marker_retention: int = 100,
@@ -140,31 +141,10 @@ def mariadb_sink(
     ...     "orders", table="shop.orders", url="mysql://etl@db:3306/shop")
     >>> df.writeStream.foreachBatch(sink).start()  # doctest: +SKIP
     """
-    if protocol not in ("auto", "coordinated", "markers"):
-        raise ConfigurationError(
-            f"protocol must be 'auto', 'coordinated' or 'markers'; got {protocol!r}",
-            setting="protocol",
-            sink=name,
-        )
+    options = sink_options(
+        name, protocol, locals(), database="MariaDB", max_identifier_bytes=_MAX_IDENTIFIER
+    )
     try:
-        options = JdbcOptions(
-            table=QualifiedName.parse(table, "table"),
-            mode=mode,
-            key_columns=tuple(key_columns),
-            cdc_op_column=cdc_op_column,
-            order_column=order_column,
-            create_table=create_table,
-            marker_table=QualifiedName.parse(marker_table, "marker_table"),
-            marker_retention=marker_retention,
-            lock_timeout=lock_timeout,
-            statement_timeout=statement_timeout,
-            idle_in_transaction_timeout=idle_in_transaction_timeout,
-            connect_timeout=connect_timeout,
-            network_timeout=network_timeout,
-            max_partitions=max_partitions,
-            database="MariaDB",
-            max_identifier_bytes=_MAX_IDENTIFIER,
-        )
         params: dict[str, Any] = parse_url(url) if url else {}
         check_keys(connect_params)
         params.update({k: v for k, v in connect_params.items() if v is not None})
@@ -175,7 +155,6 @@ def mariadb_sink(
     if protocol == "markers":
         _log.info("sink %s: protocol 'markers' on %s", name, connection.describe())
         return MariaDBMarkerSink(name, options, connection, staging=staging, **common)
-    if staging:
-        _log.info("sink %s: staging=True has no effect with protocol 'coordinated'", name)
+    unused_staging(name, staging)
     _log.info("sink %s: protocol 'coordinated' (XA) on %s", name, connection.describe())
     return MariaDBTwoPhaseSink(name, options, connection, **common)

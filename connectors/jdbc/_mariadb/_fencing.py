@@ -42,6 +42,7 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import FatalError
 
+from .._fence import refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
 from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, check_row_format, row_dicts
 from ._rows import mariadb_add_format_column
@@ -123,34 +124,7 @@ def refuse_if_fenced(cur: Any, options: JdbcOptions, context: TaskContext) -> No
         f"SELECT * FROM {in_schema(options, FENCE_TABLE)} WHERE identity = %s LOCK IN SHARE MODE",
         (c.identity,),
     )
-    rows = row_dicts(cur)
-    if not rows:
-        return
-    row = rows[0]
-    check_row_format(
-        row.get(FORMAT_COLUMN),
-        table=in_schema(options, FENCE_TABLE),
-        row=f"identity {c.identity!r}",
-        sink=c.sink_name,
-        batch_id=c.batch_id,
-        partition_id=c.partition_id,
-    )
-    fenced = (int(row["epoch"]), int(row["batch_id"]))
-    if (c.epoch, c.batch_id) > fenced:
-        return
-    what = (
-        f"run {c.epoch} is over (run {fenced[0]} started)"
-        if c.epoch < fenced[0]
-        else f"batch {c.batch_id} is finished"
-    )
-    raise FatalError(
-        f"attempt {c.attempt} of partition {c.partition_id} is fenced: {what}, and the "
-        "coordinator does not wait for this attempt any more. It is a zombie (Spark gave up "
-        "on it) and must not prepare; its transaction is rolled back",
-        sink=c.sink_name,
-        batch_id=c.batch_id,
-        partition_id=c.partition_id,
-    )
+    refuse_stale_attempt(row_dicts(cur), in_schema(options, FENCE_TABLE), c)
 
 
 def fence_attempts(cur: Any, options: JdbcOptions, identity: str, rank: tuple[int, int]) -> bool:

@@ -20,6 +20,7 @@ from twophase import TaskContext
 from twophase.errors import ConfigurationError, DataError
 
 from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, key_lock_hint, plan_write
+from .._writer import TransactionWriter
 from ._client import MariaDBClient, describe_table
 from ._driver import errno
 from ._fencing import release_slot, take_slot
@@ -39,7 +40,7 @@ _log = logging.getLogger("twophase.connectors.jdbc")
 STATEMENT_BYTES = 4 << 20
 
 
-class MariaDBWriter(MariaDBClient):
+class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
     """Writes partitions into MariaDB transactions (executor side). Picklable.
 
     Rows go in with ``LOAD DATA LOCAL INFILE`` (:mod:`._load`); once a server
@@ -48,38 +49,30 @@ class MariaDBWriter(MariaDBClient):
 
     Parameters
     ----------
-    options, connection
-        As for :class:`~.._client.JdbcClient`.
-    prepare
-        The coordinated protocol (an XA transaction, to be prepared) when True.
+    options, connection, prepare
+        As for :class:`~.._writer.TransactionWriter` (``prepare``: an XA
+        transaction).
     """
 
     #: Whether this process still uses ``LOAD DATA LOCAL INFILE``.
     load_data: ClassVar[bool] = True
 
-    def __init__(self, options: Any, connection: Any, *, prepare: bool) -> None:
-        super().__init__(options, connection)
-        self.prepare = prepare
-
     # -------------------------------------------------------------- begin
-    def begin(self, context: TaskContext) -> MariaDBTransaction:
-        """Open a connection (pooled), start the transaction, read the table.
+    def start(self, context: TaskContext, where: dict[str, Any]) -> tuple[MariaDBTransaction, bool]:
+        """Take the partition's slot, start the transaction, read the table.
 
         Parameters
         ----------
         context
             The task.
+        where
+            Its error context.
 
         Returns
         -------
-        MariaDBTransaction
-            The open transaction.
+        tuple
+            The open transaction, and whether the table exists.
         """
-        where: dict[str, Any] = {
-            "sink": context.sink_name,
-            "batch_id": context.batch_id,
-            "partition_id": context.partition_id,
-        }
         xid = xid_of(context.identity, context.batch_id, context.partition_id, context.attempt)
 
         def start(cur: Any) -> tuple[Any, int]:
@@ -107,13 +100,7 @@ class MariaDBWriter(MariaDBClient):
             xa=xid.params if self.prepare else None,
             max_bytes=min(STATEMENT_BYTES, packet // 2),
         )
-        if found is None:
-            self.rollback(txn)
-            raise ConfigurationError(
-                f"table {self.options.table} does not exist (or is not visible to the sink's user)",
-                **where,
-            )
-        return txn
+        return txn, found is not None
 
     # -------------------------------------------------------------- write
     def write(self, txn: MariaDBTransaction, batch: pa.RecordBatch) -> None:
@@ -230,16 +217,8 @@ class MariaDBWriter(MariaDBClient):
         txn.staging = None
 
     # ------------------------------------------------------------- rollback
-    def rollback(self, txn: MariaDBTransaction) -> None:
-        """Roll back the transaction, open or (coordinated protocol) prepared; idempotent.
-
-        Parameters
-        ----------
-        txn
-            The transaction.
-        """
-        if txn.state in ("rolled back", "committed"):
-            return
+    def release_session(self, txn: MariaDBTransaction) -> None:
+        """End the XA branch or the transaction, free the slot, give the session back."""
         conn, txn.conn = txn.conn, None
         if conn is not None:
             try:
@@ -253,6 +232,7 @@ class MariaDBWriter(MariaDBClient):
                 txn.pool.release(conn)
             except Exception:
                 txn.pool.discard(conn)  # closing the session rolls it back
-        if txn.xa is not None and txn.state in ("prepared", "unknown"):
-            XATransactions(self.options, self.connection).rollback_xid(txn.gid, **txn.where)
-        txn.state = "rolled back"
+
+    def rollback_prepared(self, gid: str, **where: Any) -> None:
+        """``XA ROLLBACK`` by transaction id."""
+        XATransactions(self.options, self.connection).rollback_xid(gid, **where)

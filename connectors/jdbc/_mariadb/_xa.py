@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from twophase import TransactionHandle
-from twophase.errors import ConfigurationError, FatalError, RetriableError
+from twophase.errors import FatalError, RetriableError
 
+from .._coordinated import PreparedStatements
 from ._client import MariaDBClient
 from ._driver import errno
 from ._fencing import (
@@ -39,7 +39,7 @@ from ._fencing import (
     refuse_if_fenced,
 )
 from ._transaction import MariaDBTransaction
-from ._xid import FORMAT_ID, Xid, parse_xid
+from ._xid import FORMAT_ID, Xid, xid_of
 
 __all__ = ["MariaDBHandle", "XATransactions"]
 
@@ -69,7 +69,7 @@ class MariaDBHandle(TransactionHandle):
     rows: int = 0
 
 
-class XATransactions(MariaDBClient):
+class XATransactions(MariaDBClient, PreparedStatements):
     """The coordinated protocol's statements (the dialect's :class:`~.._dialect.PreparedStore`).
 
     Picklable (options and connection parameters only).
@@ -110,6 +110,15 @@ class XATransactions(MariaDBClient):
         )
         return self.options.max_partitions
 
+    handle_type = MariaDBHandle
+
+    @property
+    def fence_tables(self) -> str:
+        """Name the fence tables, beside the marker table."""
+        return f"{FENCE_TABLE} and {PREPARED_TABLE}"
+
+    fence_rights = "the sink's user needs CREATE, SELECT, INSERT, UPDATE and DELETE there"
+
     def ensure_ready(self, identity: str, **context: Any) -> None:
         """Create the fence tables (``twophase_fences``, ``twophase_prepared``) and this rank.
 
@@ -120,21 +129,15 @@ class XATransactions(MariaDBClient):
         **context
             Error context.
         """
-        try:
-            self.run(
-                "preparing the fence tables",
-                lambda cur: create_fence_tables(cur, self.options, identity),
-                **context,
-            )
-        except ConfigurationError as exc:
-            raise ConfigurationError(
-                f"{exc.message}. Protocol 'coordinated' keeps its zombie fence in "
-                f"{FENCE_TABLE} and {PREPARED_TABLE}, beside the marker table; the sink's user "
-                "needs CREATE, SELECT, INSERT, UPDATE and DELETE there, or set marker_table to "
-                "a database where it has them",
-                setting="marker_table",
-                **context,
-            ) from exc
+        self.ensure_fences(identity, **context)
+
+    def create_fences(self, cur: Any, identity: str) -> None:
+        """Create both fence tables if missing, and this identity's rank."""
+        create_fence_tables(cur, self.options, identity)
+
+    def move_fence(self, cur: Any, identity: str, rank: tuple[int, int]) -> bool:
+        """Raise the rank and clear the rows of attempts at or below it."""
+        return fence_attempts(cur, self.options, identity, rank)
 
     # --------------------------------------------------------- executor: prepare
     def prepare(self, txn: MariaDBTransaction) -> MariaDBHandle:
@@ -171,29 +174,6 @@ class XATransactions(MariaDBClient):
         return MariaDBHandle(txn.gid, c.batch_id, c.partition_id, c.attempt, txn.rows)
 
     # ---------------------------------------------------------- driver: phase 2
-    def fence(self, identity: str, epoch: int, batch_id: int, **context: Any) -> bool:
-        """Raise the identity's rank and clear the rows of attempts at or below it.
-
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        epoch, batch_id
-            The rank at or below which attempts are stale.
-        **context
-            Error context.
-
-        Returns
-        -------
-        bool
-            False when a prepared transaction holds one of those rows.
-        """
-        return self.run(
-            "fencing stale attempts",
-            lambda cur: fence_attempts(cur, self.options, identity, (epoch, batch_id)),
-            **context,
-        )
-
     def _listed(self, cur: Any, xid: Xid) -> bool:
         return xid in _recovered(cur)
 
@@ -291,11 +271,7 @@ class XATransactions(MariaDBClient):
         RetriableError
             The xid is prepared but still attached to a live session.
         """
-        xid = parse_xid(gid)
-        if xid is None:
-            raise ConfigurationError(
-                f"{gid!r} is not a transaction id of this connector", **context
-            )
+        xid = self._xid_of(gid, **context)
 
         def rollback(cur: Any) -> str:
             try:
@@ -319,41 +295,33 @@ class XATransactions(MariaDBClient):
             )
         return outcome == "rolled back"
 
-    def in_doubt(self, identity: str, **context: Any) -> Sequence[MariaDBHandle]:
-        """List exactly this identity's prepared XA transactions (``XA RECOVER``).
+    def prepared_gids(self, identity: str, **context: Any) -> list[str]:
+        """List the gids of the prepared XA transactions of this connector (``XA RECOVER``).
 
         Parameters
         ----------
         identity
-            The sink identity.
+            The sink identity (the caller keeps only its own).
         **context
             Error context.
 
         Returns
         -------
-        list of MariaDBHandle
-            One per prepared transaction of this identity.
+        list of str
+            The gids.
         """
 
         def query(cur: Any) -> list[str]:
             return [xid.gid for xid in _recovered(cur)]
 
-        handles = []
-        for gid in sorted(self.run("listing prepared XA transactions", query, **context)):
-            xid = parse_xid(gid, identity)
-            if xid is None:
-                continue
-            batch, partition, attempt = (int(p) for p in xid.bqual.split(":"))
-            handles.append(MariaDBHandle(gid, batch, partition, attempt))
-        return handles
+        return self.run("listing prepared XA transactions", query, **context)
 
     def _xid(self, handle: MariaDBHandle, **context: Any) -> Xid:
-        xid = parse_xid(handle.transaction_id)
-        if xid is None:
-            raise ConfigurationError(
-                f"{handle.transaction_id!r} is not a transaction id of this connector", **context
-            )
-        return xid
+        return self._xid_of(handle.transaction_id, **context)
+
+    def _xid_of(self, gid: str, **context: Any) -> Xid:
+        parsed = self.ours(gid, **context)
+        return xid_of(parsed.identity, parsed.batch_id, parsed.partition_id, parsed.attempt)
 
 
 def _recovered(cur: Any) -> list[Xid]:

@@ -2,49 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from twophase.errors import TwoPhaseError
-
 from .._client import JdbcClient
-from . import _errors
 from ._driver import PSYCOPG2
+from ._errors import POSTGRES_ERRORS
 
 if TYPE_CHECKING:
     from ._catalog import ServerInfo
 
 __all__ = ["PostgresClient"]
-
-
-class _PostgresErrors:
-    """psycopg2's errors, mapped by :mod:`._errors`."""
-
-    @property
-    def error(self) -> tuple[type[BaseException], ...]:
-        import psycopg2
-
-        return (psycopg2.Error,)
-
-    def is_connection_error(self, exc: BaseException) -> bool:
-        return _errors.is_connection_error(exc)
-
-    def map_error(
-        self,
-        exc: BaseException,
-        doing: str,
-        *,
-        secrets: Iterable[str] = (),
-        columns: Sequence[tuple[str, str]] = (),
-        hint: str | None = None,
-        **context: Any,
-    ) -> TwoPhaseError:
-        return _errors.map_error(exc, doing, secrets=secrets, columns=columns, hint=hint, **context)
-
-    def connection_error(
-        self, exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
-    ) -> TwoPhaseError:
-        return _errors.connection_error(exc, where, secrets=secrets, **context)
 
 
 class PostgresClient(JdbcClient):
@@ -59,7 +26,7 @@ class PostgresClient(JdbcClient):
     """
 
     driver = PSYCOPG2
-    errors = _PostgresErrors()
+    errors = POSTGRES_ERRORS
 
     def session_settings(self) -> tuple[tuple[str, str], ...]:
         """Return the timeouts, ``TimeZone=UTC``, ``DateStyle`` and ``application_name``.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from twophase import RetryPolicy
 
 from .._config import ConnectionConfig
+from .._dialect import PartsDialect
 from .._options import JdbcOptions
 from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._catalog import ServerInfo
@@ -29,37 +30,19 @@ __all__ = [
 ]
 
 
-class PostgresDialect:
+class PostgresDialect(PartsDialect):
     """PostgreSQL 12 or newer (see ``docs/jdbc.md`` for the server settings).
 
-    Attributes
-    ----------
-    name
-        ``"PostgreSQL"``.
+    Its parts: ``BEGIN``, ``COPY``, merge, ``ROLLBACK``
+    (:class:`~._writer.PostgresWriter`); catalog and privileges
+    (:class:`~._checks.PostgresChecker`); ``pg_prepared_xacts``
+    (:class:`~._prepared.PreparedTransactions`); the marker table
+    (:class:`~._markers.PostgresMarkerTable`).
     """
 
     name = "PostgreSQL"
-
-    def writer(
-        self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
-    ) -> PostgresWriter:
-        """Return the executor side: ``BEGIN``, ``COPY``, merge, ``ROLLBACK``."""
-        return PostgresWriter(options, connection, prepare=prepare)
-
-    def checker(self, options: JdbcOptions, connection: ConnectionConfig) -> PostgresChecker:
-        """Return the driver's checks (catalog and privileges)."""
-        return PostgresChecker(options, connection)
-
-    def prepared(self, options: JdbcOptions, connection: ConnectionConfig) -> PreparedTransactions:
-        """Return the statements on prepared transactions (``pg_prepared_xacts``)."""
-        return PreparedTransactions(options, connection)
-
-    def markers(self, options: JdbcOptions, connection: ConnectionConfig) -> PostgresMarkerTable:
-        """Return the marker table."""
-        return PostgresMarkerTable(options, connection)
-
-    def __reduce__(self) -> str:
-        return "POSTGRES"
+    instance = "POSTGRES"
+    parts = (PostgresWriter, PostgresChecker, PreparedTransactions, PostgresMarkerTable)
 
 
 #: The one PostgreSQL dialect object (it pickles by name).

@@ -24,14 +24,13 @@ anything else                           :class:`~twophase.errors.AbortRequiredEr
 ======================================  =============================================
 
 Every message names what the sink was doing, the server's message and hint
-and the SQLSTATE; secrets are scrubbed from the text (:func:`redact`).
+and the SQLSTATE; secrets are scrubbed from the text (:class:`~.._errors.ErrorMap`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from twophase.errors import (
     AbortRequiredError,
@@ -42,9 +41,16 @@ from twophase.errors import (
     TwoPhaseError,
 )
 
-from .._config import redact
+from .._errors import ErrorMap, Refusal
 
-__all__ = ["is_connection_error", "map_error", "sqlstate"]
+__all__ = [
+    "POSTGRES_ERRORS",
+    "PostgresErrors",
+    "connection_error",
+    "is_connection_error",
+    "map_error",
+    "sqlstate",
+]
 
 _RETRIABLE = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300", "53100", "58030"})
 _DATA = frozenset({"23502", "23505", "23503", "23514", "23P01", "42804"})
@@ -152,105 +158,78 @@ def _server_text(exc: BaseException) -> str:
     return text
 
 
-def map_error(
-    exc: BaseException,
-    doing: str,
-    *,
-    secrets: Iterable[str] = (),
-    columns: Sequence[tuple[str, str]] = (),
-    hint: str | None = None,
-    **context: Any,
-) -> TwoPhaseError:
-    """Translate a psycopg2 error into the twophase exception tree.
+class PostgresErrors(ErrorMap):
+    """psycopg2's errors, by SQLSTATE (the table above)."""
 
-    Parameters
-    ----------
-    exc
-        The psycopg2 error (anything else becomes an AbortRequiredError).
-    doing
-        What the sink was doing, e.g. ``"COPY into public.events"``.
-    secrets
-        Values to scrub from the message (the password).
-    columns
-        Written columns and their types, see :func:`guess_column`.
-    hint
-        An extra sentence of advice added to the message.
-    **context
-        ``sink``, ``batch_id``, ``partition_id``, ``setting``, ``column``.
+    database = "PostgreSQL"
+    database_keyword = "dbname"
 
-    Returns
-    -------
-    TwoPhaseError
-        The exception to raise (``raise mapped from exc``).
-    """
-    code = sqlstate(exc)
-    column = context.pop("column", None) or guess_column(exc, columns)
-    text = redact(f"{doing}: {_server_text(exc)}", secrets)
-    if hint:
-        text += f". {hint}"
-    cls: type[TwoPhaseError]
-    setting = context.pop("setting", None)
-    if code is None:
-        cls = RetriableError if is_connection_error(exc) else AbortRequiredError
-    elif code.startswith("08") or code in _RETRIABLE:
-        cls = RetriableError
-    elif code == "53200" and _PREPARED_FULL in text:
-        # The slots are shared by the whole server; a restart rolls this batch's
-        # orphans back and shares the slots again among the active sinks.
-        cls = RetriableError
-        setting = setting or "max_prepared_transactions"
-        text += (
-            ". Every prepared-transaction slot of the server is taken (by other sinks, "
-            "other users or stale transactions: SELECT * FROM pg_prepared_xacts); nothing "
-            "was committed, and a restart shares the slots again among the active sinks. "
-            "If it recurs, lower max_partitions or raise max_prepared_transactions (needs a "
-            "server restart): see docs/jdbc.md, 'Sizing max_prepared_transactions'"
-        )
-    elif code == "55000" and "prepared transactions are disabled" in text:
-        cls = ConfigurationError
-        setting = setting or "max_prepared_transactions"
-    elif code in ("55P03", "57014"):
-        cls = AbortRequiredError
-    elif code in _DATA or code.startswith("22"):
-        cls = DataError
-    elif code in _CONFIG:
-        cls = ConfigurationError
-    elif code.startswith("28"):
-        cls = FatalError
-    elif code.startswith("53"):
-        cls = RetriableError
-    else:
-        cls = AbortRequiredError
-    return cls(text, column=column, setting=setting, **context)
+    @property
+    def error(self) -> tuple[type[BaseException], ...]:
+        """``psycopg2.Error``."""
+        import psycopg2
+
+        return (psycopg2.Error,)
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """Libpq connection failures and server shutdowns."""
+        return is_connection_error(exc)
+
+    def server_text(self, exc: BaseException) -> str:
+        """Return the server's message, detail and hint, and the SQLSTATE."""
+        return _server_text(exc)
+
+    def column_of(self, exc: BaseException, columns: Sequence[tuple[str, str]]) -> str | None:
+        """Return the column from the error's fields or text (:func:`guess_column`)."""
+        return guess_column(exc, columns)
+
+    def classify(
+        self, exc: BaseException, text: str
+    ) -> tuple[type[TwoPhaseError], str | None, str]:
+        """Map the SQLSTATE (the table above)."""
+        code = sqlstate(exc)
+        if code is None:
+            return (RetriableError if is_connection_error(exc) else AbortRequiredError), None, ""
+        if code.startswith("08") or code in _RETRIABLE:
+            return RetriableError, None, ""
+        if code == "53200" and _PREPARED_FULL in text:
+            # The slots are shared by the whole server; a restart rolls this batch's
+            # orphans back and shares the slots again among the active sinks.
+            return RetriableError, "max_prepared_transactions", _SLOTS_FULL
+        if code == "55000" and "prepared transactions are disabled" in text:
+            return ConfigurationError, "max_prepared_transactions", ""
+        if code in ("55P03", "57014"):
+            return AbortRequiredError, None, ""
+        if code in _DATA or code.startswith("22"):
+            return DataError, None, ""
+        if code in _CONFIG:
+            return ConfigurationError, None, ""
+        if code.startswith("28"):
+            return FatalError, None, ""
+        if code.startswith("53"):
+            return RetriableError, None, ""
+        return AbortRequiredError, None, ""
+
+    def refusal(self, exc: BaseException, message: str) -> Refusal | None:
+        """Rejected credentials (28xxx), a missing database (3D000)."""
+        code = sqlstate(exc)
+        if (code is not None and code.startswith("28")) or "authentication failed" in message:
+            return "credentials"
+        if code == "3D000" or ("database" in message and "does not exist" in message):
+            return "database"
+        return None
 
 
-def connection_error(
-    exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
-) -> TwoPhaseError:
-    """Translate a failure to connect into an error that names the server, not the DSN.
+_SLOTS_FULL = (
+    ". Every prepared-transaction slot of the server is taken (by other sinks, "
+    "other users or stale transactions: SELECT * FROM pg_prepared_xacts); nothing "
+    "was committed, and a restart shares the slots again among the active sinks. "
+    "If it recurs, lower max_partitions or raise max_prepared_transactions (needs a "
+    "server restart): see docs/jdbc.md, 'Sizing max_prepared_transactions'"
+)
 
-    Parameters
-    ----------
-    exc
-        The error from ``psycopg2.connect``.
-    where
-        The secret-free server description.
-    secrets
-        Values to scrub (the password).
-    **context
-        ``sink``, ``batch_id``...
-
-    Returns
-    -------
-    TwoPhaseError
-        RetriableError for an unreachable server, FatalError for rejected
-        credentials, ConfigurationError for a missing database.
-    """
-    code = sqlstate(exc)
-    message = redact(str(exc).strip().replace("\n", " "), secrets)
-    text = f"cannot connect to PostgreSQL at {where}: {message}"
-    if (code is not None and code.startswith("28")) or "authentication failed" in message:
-        return FatalError(text + " (check user and password)", **context)
-    if code == "3D000" or ("database" in message and "does not exist" in message):
-        return ConfigurationError(text, setting="dbname", **context)
-    return RetriableError(text, **context)
+#: The dialect's error map.
+POSTGRES_ERRORS = PostgresErrors()
+#: Shorthands of :data:`POSTGRES_ERRORS`' methods, for the dialect's modules.
+map_error = POSTGRES_ERRORS.map_error
+connection_error = POSTGRES_ERRORS.connection_error

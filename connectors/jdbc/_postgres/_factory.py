@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from twophase import RetryPolicy
-from twophase.errors import ConfigurationError
 
-from .._options import JdbcOptions, QualifiedName, WriteMode
+from .._factory import Protocol, sink_options, unused_staging
+from .._options import WriteMode
 from ._checks import PostgresChecker
 from ._dialect import PostgresMarkerSink, PostgresTwoPhaseSink
 from ._driver import postgres_connection
@@ -20,8 +20,8 @@ __all__ = ["Protocol", "postgres_sink"]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
 
-#: The ``protocol`` argument of :func:`postgres_sink`.
-Protocol = Literal["auto", "coordinated", "markers"]
+#: PostgreSQL truncates names over 63 bytes silently: they are refused.
+_MAX_IDENTIFIER = 63
 
 
 def postgres_sink(
@@ -148,27 +148,12 @@ def postgres_sink(
     >>> df.writeStream.foreachBatch(sink).option(  # doctest: +SKIP
     ...     "checkpointLocation", "/chk/orders").start()
     """
-    if protocol not in ("auto", "coordinated", "markers"):
-        raise ConfigurationError(
-            f"protocol must be 'auto', 'coordinated' or 'markers'; got {protocol!r}",
-            setting="protocol",
-        )
-    options = JdbcOptions(
-        table=QualifiedName.parse(table, "table"),
-        mode=mode,
-        key_columns=tuple(key_columns),
-        cdc_op_column=cdc_op_column,
-        order_column=order_column,
-        create_table=create_table,
-        marker_table=QualifiedName.parse(marker_table, "marker_table"),
-        marker_retention=marker_retention,
-        lock_timeout=lock_timeout,
-        statement_timeout=statement_timeout,
-        idle_in_transaction_timeout=idle_in_transaction_timeout,
-        connect_timeout=connect_timeout,
-        network_timeout=network_timeout,
-        max_partitions=max_partitions,
-        merge_schema=merge_schema,
+    options = sink_options(
+        name,
+        protocol,
+        locals(),
+        database="PostgreSQL",
+        max_identifier_bytes=_MAX_IDENTIFIER,
         application_name=f"twophase:{name}"[:63],
     )
     connection = postgres_connection(dsn, **connect_params)
@@ -199,6 +184,5 @@ def postgres_sink(
         server.max_prepared_transactions,
         limit,
     )
-    if staging:
-        _log.info("sink %s: staging=True has no effect with protocol 'coordinated'", name)
+    unused_staging(name, staging)
     return PostgresTwoPhaseSink(name, options, connection, server=server, **common)

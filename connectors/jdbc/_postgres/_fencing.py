@@ -50,8 +50,9 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import FatalError
 
+from .._fence import refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
-from .._rows import FORMAT_COLUMN, check_row_format, row_dicts
+from .._rows import row_dicts
 from ._rows import pg_add_format_column
 
 __all__ = [
@@ -186,34 +187,7 @@ def refuse_if_fenced(cur: Any, table: sql.Composable, context: TaskContext) -> N
         sql.SQL("SELECT * FROM {} WHERE identity = %s FOR SHARE").format(table),
         (context.identity,),
     )
-    rows = row_dicts(cur)
-    if not rows:
-        return
-    row = rows[0]
-    check_row_format(
-        row.get(FORMAT_COLUMN),
-        table=table.as_string(cur),
-        row=f"identity {context.identity!r}",
-        sink=context.sink_name,
-        batch_id=context.batch_id,
-        partition_id=context.partition_id,
-    )
-    fenced = (int(row["epoch"]), int(row["batch_id"]))
-    if (context.epoch, context.batch_id) > fenced:
-        return
-    what = (
-        f"run {context.epoch} is over (run {fenced[0]} started)"
-        if context.epoch < fenced[0]
-        else f"batch {context.batch_id} is finished"
-    )
-    raise FatalError(
-        f"attempt {context.attempt} of partition {context.partition_id} is fenced: {what}, "
-        "and the coordinator does not wait for this attempt any more. It is a zombie (Spark "
-        "gave up on it) and must not prepare; its transaction is rolled back",
-        sink=context.sink_name,
-        batch_id=context.batch_id,
-        partition_id=context.partition_id,
-    )
+    refuse_stale_attempt(row_dicts(cur), table.as_string(cur), context)
 
 
 def _terminate_stale_backends(cur: Any, identity: str, rank: tuple[int, int]) -> int:

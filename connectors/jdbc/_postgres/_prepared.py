@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +20,8 @@ from psycopg2 import sql
 from twophase import TransactionHandle
 from twophase.errors import ConfigurationError, FatalError, RetriableError
 
-from .._gid import GID_PREFIX, gid_prefix, parse_gid
+from .._coordinated import PreparedStatements
+from .._gid import GID_PREFIX, gid_prefix
 from . import _sql
 from ._client import PostgresClient
 from ._errors import is_connection_error, map_error, sqlstate
@@ -94,7 +94,7 @@ def prepare_transaction(txn: PostgresTransaction, fences: sql.Composable) -> Non
     txn.pool.release(conn)
 
 
-class PreparedTransactions(PostgresClient):
+class PreparedTransactions(PostgresClient, PreparedStatements):
     """Driver-side statements on prepared transactions (also run by a retried task).
 
     Picklable (options and connection parameters only). It is the PostgreSQL
@@ -126,42 +126,20 @@ class PreparedTransactions(PostgresClient):
         server = self.server(**context)
         if server.max_prepared_transactions == 0:
             self.probe(**context)  # raises with the server's message and hint
-        fences = fence_table(self.options)
-
-        def others(cur: Any) -> tuple[str, ...]:
-            quoted = _sql.ident(fences).as_string(cur)
-            # Unreadable (a user without SELECT): the fence check at open names the privilege.
-            cur.execute(
-                "SELECT CASE WHEN to_regclass(%s) IS NULL THEN false "
-                "ELSE has_table_privilege(%s, 'SELECT') END",
-                (quoted, quoted),
-            )
-            return active_sinks(cur, identity, quoted if cur.fetchone()[0] else None)
-
-        active = self.run("listing the server's coordinated sinks", others, **context)
+        fences = _sql.ident(fence_table(self.options))
+        active = self.run(
+            "listing the server's coordinated sinks",
+            lambda cur: active_sinks(cur, identity, fences.as_string(cur)),
+            **context,
+        )
         share = share_slots(
             server.max_prepared_transactions, self.options.max_partitions, active, **context
         )
-        if active and self.options.max_partitions is not None:
-            _log.warning(
-                "sink %s: %d other coordinated sink(s) use this server's prepared-transaction "
-                "slots (%s); max_partitions=%d is used as given: keep the sum of the sinks' "
-                "max_partitions within what is shared (%s)",
-                context.get("sink"),
-                len(active),
-                ", ".join(active[:3]),
-                share.limit,
-                share.describe(),
-            )
-        _log.log(
-            logging.INFO if active else logging.DEBUG,  # sharing is news; alone, the factory said
-            "sink %s: opened on %s (PostgreSQL %s, %s, %d in use); at most %d partitions per batch",
+        share.report(
             context.get("sink"),
-            self.connection.describe(),
-            server.describe_version(),
-            share.describe(),
+            f"{self.connection.describe()} (PostgreSQL {server.describe_version()})",
             server.prepared_in_use,
-            share.limit,
+            capped=self.options.max_partitions is not None,
         )
         return share.limit
 
@@ -238,31 +216,8 @@ class PreparedTransactions(PostgresClient):
         ConfigurationError
             The gid is not one of this connector's.
         """
-        if parse_gid(handle.transaction_id) is None:
-            raise ConfigurationError(
-                f"{handle.transaction_id!r} is not a gid of this connector", **context
-            )
+        self.ours(handle.transaction_id, **context)
         self.rollback(handle.transaction_id, **context)
-
-    def in_doubt(self, identity: str, **context: Any) -> Sequence[PostgresHandle]:
-        """Read ``pg_prepared_xacts``: gids of exactly this identity, in this database.
-
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        **context
-            Error context.
-
-        Returns
-        -------
-        list of PostgresHandle
-            Without xid.
-        """
-        return [
-            PostgresHandle(gid, batch, partition, attempt)
-            for gid, batch, partition, attempt in self.find(identity, **context)
-        ]
 
     # ------------------------------------------------------------ statements
     def probe(self, **context: Any) -> None:
@@ -307,58 +262,25 @@ class PreparedTransactions(PostgresClient):
         """Return the fence table's quoted name."""
         return _sql.ident(fence_table(self.options))
 
-    def ensure_fences(self, identity: str, **context: Any) -> None:
-        """Create the fence table if missing, with this identity's row.
+    handle_type = PostgresHandle
 
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        **context
-            Error context.
-        """
-        table = self.fences
-        name = fence_table(self.options)
-        try:
-            self.run(
-                f"preparing the fence table {name}",
-                lambda cur: create_fence_table(cur, table, identity),
-                **context,
-            )
-        except ConfigurationError as exc:
-            raise ConfigurationError(
-                f"{exc.message}. Protocol 'coordinated' keeps its zombie fence (one row per "
-                f"query) in {name}, beside the marker table; the sink's user needs SELECT, "
-                f"INSERT, UPDATE on it (GRANT them on an existing table) and CREATE on its schema "
-                "to create it (or create it as docs/jdbc.md shows), or set marker_table to a "
-                "schema where it may",
-                setting="marker_table",
-                **context,
-            ) from exc
+    @property
+    def fence_tables(self) -> str:
+        """Name the fence table: ``twophase_fences`` beside the marker table."""
+        return f"{fence_table(self.options)} (one row per query)"
 
-    def fence(self, identity: str, epoch: int, batch_id: int, **context: Any) -> bool:
-        """Record that every attempt up to ``(epoch, batch_id)`` is stale (driver).
+    fence_rights = (
+        "the sink's user needs SELECT, INSERT, UPDATE on it (GRANT them on an existing table) "
+        "and CREATE on its schema to create it (or create it as docs/jdbc.md shows)"
+    )
 
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        epoch, batch_id
-            The rank at or below which attempts are stale.
-        **context
-            Error context.
+    def create_fences(self, cur: Any, identity: str) -> None:
+        """Create ``twophase_fences`` if missing, with this identity's row."""
+        create_fence_table(cur, self.fences, identity)
 
-        Returns
-        -------
-        bool
-            False when a prepared transaction holds the fence row.
-        """
-        table = self.fences
-        return self.run(
-            "fencing stale attempts",
-            lambda cur: fence_attempts(cur, table, identity, (epoch, batch_id)),
-            **context,
-        )
+    def move_fence(self, cur: Any, identity: str, rank: tuple[int, int]) -> bool:
+        """Raise the identity's fence row to ``rank`` (:func:`~._fencing.fence_attempts`)."""
+        return fence_attempts(cur, self.fences, identity, rank)
 
     def commit(self, gid: str, xid: int | None, **context: Any) -> str:
         """``COMMIT PREPARED gid``; an unknown gid is resolved through the xid.
@@ -438,8 +360,8 @@ class PreparedTransactions(PostgresClient):
 
         return self.run(f"ROLLBACK PREPARED {gid!r}", rollback, **context)
 
-    def find(self, identity: str, **context: Any) -> list[tuple[str, int, int, int]]:
-        """List this identity's prepared transactions in the sink's database.
+    def prepared_gids(self, identity: str, **context: Any) -> list[str]:
+        """List the gids of this identity's prefix in ``pg_prepared_xacts``, in this database.
 
         Parameters
         ----------
@@ -450,9 +372,8 @@ class PreparedTransactions(PostgresClient):
 
         Returns
         -------
-        list of (gid, batch_id, partition_id, attempt)
-            Parsed from ``pg_prepared_xacts``; gids of other identities are
-            never returned, even when one identity is a prefix of another.
+        list of str
+            The gids.
         """
         prefix = gid_prefix(identity)
 
@@ -464,12 +385,7 @@ class PreparedTransactions(PostgresClient):
             )
             return [r[0] for r in cur.fetchall()]
 
-        found = []
-        for gid in self.run("listing prepared transactions", query, **context):
-            parsed = parse_gid(gid, identity)
-            if parsed is not None:
-                found.append((gid, parsed.batch_id, parsed.partition_id, parsed.attempt))
-        return found
+        return self.run("listing prepared transactions", query, **context)
 
     def stale(self, identity: str, older_than: float, **context: Any) -> list[str]:
         """List prepared transactions of other identities of this connector, older than a limit.

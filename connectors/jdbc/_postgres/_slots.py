@@ -23,12 +23,15 @@ then finds every slot taken fails with SQLSTATE 53200 as a restartable error
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from twophase.errors import ConfigurationError
 
 from .._gid import GID_PREFIX, parse_gid
+
+_log = logging.getLogger("twophase.connectors.jdbc")
 
 __all__ = ["ACTIVE_WITHIN_SECONDS", "SlotShare", "active_sinks", "partition_limit", "share_slots"]
 
@@ -99,6 +102,41 @@ class SlotShare:
             f"{shared // (len(self.others) + 1)} each"
         )
 
+    def report(self, sink: object, server: str, in_use: int, *, capped: bool) -> None:
+        """Log the share (info when shared, debug when alone) and warn of a cap beside others.
+
+        Parameters
+        ----------
+        sink
+            The sink's name.
+        server
+            The server, for the log.
+        in_use
+            Prepared transactions held on the server now.
+        capped
+            The user set ``max_partitions``.
+        """
+        if self.others and capped:
+            _log.warning(
+                "sink %s: %d other coordinated sink(s) use this server's prepared-transaction "
+                "slots (%s); max_partitions=%d is used as given: keep the sum of the sinks' "
+                "max_partitions within what is shared (%s)",
+                sink,
+                len(self.others),
+                ", ".join(self.others[:3]),
+                self.limit,
+                self.describe(),
+            )
+        _log.log(
+            logging.INFO if self.others else logging.DEBUG,  # alone: the factory said it
+            "sink %s: opened on %s, %s, %d in use; at most %d partitions per batch",
+            sink,
+            server,
+            self.describe(),
+            in_use,
+            self.limit,
+        )
+
 
 def share_slots(
     max_prepared: int, max_partitions: int | None, others: tuple[str, ...], **context: Any
@@ -149,7 +187,7 @@ def share_slots(
     return SlotShare(max_prepared, others, limit)
 
 
-def active_sinks(cur: Any, identity: str, fences: str | None) -> tuple[str, ...]:
+def active_sinks(cur: Any, identity: str, fences: str) -> tuple[str, ...]:
     """List the other coordinated twophase sinks active on this server.
 
     Parameters
@@ -159,8 +197,9 @@ def active_sinks(cur: Any, identity: str, fences: str | None) -> tuple[str, ...]
     identity
         This sink's identity (left out).
     fences
-        The fence table beside this sink's marker table, quoted, or None when
-        it does not exist yet.
+        The fence table beside this sink's marker table, quoted (it may not
+        exist yet, or be unreadable to the sink's user: the fence's own check
+        at open names the rights).
 
     Returns
     -------
@@ -178,7 +217,12 @@ def active_sinks(cur: Any, identity: str, fences: str | None) -> tuple[str, ...]
         parsed = parse_gid(gid)
         if parsed is not None:
             found.add(parsed.identity)
-    if fences is not None:
+    cur.execute(
+        "SELECT CASE WHEN to_regclass(%s) IS NULL THEN false "
+        "ELSE has_table_privilege(%s, 'SELECT') END",
+        (fences, fences),
+    )
+    if cur.fetchone()[0]:
         cur.execute(
             f"SELECT identity FROM {fences} WHERE fenced_at > now() - make_interval(secs => %s)",
             (ACTIVE_WITHIN_SECONDS,),

@@ -20,10 +20,10 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import ConfigurationError, DataError, TwoPhaseError
 
-from .._config import ConnectionConfig
 from .._gid import format_gid
-from .._options import JdbcOptions, QualifiedName
+from .._options import QualifiedName
 from .._plan import checked_ops, key_lock_hint, plan_write
+from .._writer import TransactionWriter
 from . import _sql
 from ._catalog import describe_table
 from ._client import PostgresClient
@@ -41,25 +41,16 @@ __all__ = ["PostgresWriter"]
 _COPY_CHUNK = 1 << 20
 
 
-class PostgresWriter(PostgresClient):
+class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
     """Writes partitions into PostgreSQL transactions (executor side).
 
     Picklable: options and connection parameters only.
 
     Parameters
     ----------
-    options, connection
-        As for :class:`~._client.PostgresClient`.
-    prepare
-        The coordinated protocol (the transaction will be prepared) when
-        True, the markers protocol otherwise.
+    options, connection, prepare
+        As for :class:`~.._writer.TransactionWriter`.
     """
-
-    def __init__(
-        self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
-    ) -> None:
-        super().__init__(options, connection)
-        self.prepare = prepare
 
     def _lock_hint(self) -> str:
         if self.options.mode == "append":
@@ -70,24 +61,23 @@ class PostgresWriter(PostgresClient):
         return key_lock_hint("SELECT * FROM pg_prepared_xacts")
 
     # -------------------------------------------------------------- begin
-    def begin(self, context: TaskContext) -> PostgresTransaction:
-        """Open a connection (pooled), ``BEGIN`` and read the target's catalog.
+    def start(
+        self, context: TaskContext, where: dict[str, Any]
+    ) -> tuple[PostgresTransaction, bool]:
+        """``BEGIN`` on a pooled connection and read the target's catalog.
 
         Parameters
         ----------
         context
             The task.
+        where
+            Its error context.
 
         Returns
         -------
-        PostgresTransaction
-            The open transaction.
+        tuple
+            The open transaction, and whether the table exists.
         """
-        where: dict[str, Any] = {
-            "sink": context.sink_name,
-            "batch_id": context.batch_id,
-            "partition_id": context.partition_id,
-        }
         gid = GIDS.checked(
             format_gid(context.identity, context.batch_id, context.partition_id, context.attempt)
         )
@@ -109,14 +99,7 @@ class PostgresWriter(PostgresClient):
             return xid, describe_table(cur, self.options.table)
 
         (xid, table), conn = self.session("starting the transaction", start, **where)
-        pool = self.pool()
-        if table is None:
-            pool.release(conn, rollback=True)
-            raise ConfigurationError(
-                f"table {self.options.table} does not exist (or is not visible to the sink's user)",
-                **where,
-            )
-        return PostgresTransaction(context, gid, pool, conn, table, xid)
+        return PostgresTransaction(context, gid, self.pool(), conn, table, xid), table is not None
 
     # -------------------------------------------------------------- write
     def write(self, txn: PostgresTransaction, batch: pa.RecordBatch) -> None:
@@ -245,22 +228,15 @@ class PostgresWriter(PostgresClient):
         txn.staging = None
 
     # ------------------------------------------------------------- rollback
-    def rollback(self, txn: PostgresTransaction) -> None:
-        """Roll back the transaction, open or (coordinated protocol) prepared; idempotent.
-
-        Parameters
-        ----------
-        txn
-            The transaction.
-        """
-        if txn.state in ("rolled back", "committed"):
-            return
+    def release_session(self, txn: PostgresTransaction) -> None:
+        """Abort a running ``COPY``, roll the session back and give it back."""
         stream, txn.copy = txn.copy, None
         if stream is not None:
             stream.abort()
         conn, txn.conn = txn.conn, None
         if conn is not None:
             txn.pool.release(conn, rollback=True)
-        if self.prepare and txn.state in ("prepared", "unknown"):
-            PreparedTransactions(self.options, self.connection).rollback(txn.gid, **txn.where)
-        txn.state = "rolled back"
+
+    def rollback_prepared(self, gid: str, **where: Any) -> None:
+        """``ROLLBACK PREPARED`` by gid."""
+        PreparedTransactions(self.options, self.connection).rollback(gid, **where)

@@ -112,7 +112,7 @@ def test_recover_and_abort_rolls_back_and_tolerates_unknown_gids(
     sink.recover_and_abort(handle)  # already gone: success
     assert pg_a.prepared() == []
     assert pg_a.ids(table) == []
-    with pytest.raises(ConfigurationError, match="not a gid of this connector"):
+    with pytest.raises(ConfigurationError, match="not a transaction id of this connector"):
         sink.recover_and_abort(PostgresHandle("someone-elses-gid", 2, 0, 0))
 
 

@@ -1,0 +1,110 @@
+"""A partition's transaction on its executor, opened and rolled back alike in every dialect.
+
+:class:`TransactionWriter` writes the steps once -- the task's error context,
+a table that vanished refused by name, a rollback that is idempotent and that
+also rolls back a transaction already prepared (or perhaps prepared, when the
+connection broke during ``PREPARE``) -- and leaves to the dialect how its
+session starts a transaction, what the session holds besides it (a running
+``COPY``, an XA branch) and how a prepared one is rolled back by its id.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from twophase import TaskContext
+from twophase.errors import ConfigurationError
+
+from ._client import JdbcClient
+from ._config import ConnectionConfig
+from ._options import JdbcOptions
+from ._transaction import JdbcTransaction
+
+__all__ = ["TransactionWriter", "task_where"]
+
+TxnT = TypeVar("TxnT", bound=JdbcTransaction)
+
+
+def task_where(context: TaskContext) -> dict[str, Any]:
+    """Return the error context of a task: its sink, batch and partition."""
+    return {
+        "sink": context.sink_name,
+        "batch_id": context.batch_id,
+        "partition_id": context.partition_id,
+    }
+
+
+class TransactionWriter(JdbcClient, Generic[TxnT]):
+    """The executor side of a dialect, up to the end of the writes (its :class:`~._dialect.Writer`).
+
+    Parameters
+    ----------
+    options, connection
+        As for :class:`~._client.JdbcClient`.
+    prepare
+        The coordinated protocol: the transaction is prepared, not committed,
+        at the end of the partition.
+    """
+
+    def __init__(
+        self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
+    ) -> None:
+        super().__init__(options, connection)
+        self.prepare = prepare
+
+    # ------------------------------------------------------------------ hooks
+    def start(self, context: TaskContext, where: dict[str, Any]) -> tuple[TxnT, bool]:
+        """Start the partition's transaction on a pooled session; say whether the table exists."""
+        raise NotImplementedError
+
+    def release_session(self, txn: TxnT) -> None:
+        """End what the session holds (a running load, the open transaction) and give it back."""
+        raise NotImplementedError
+
+    def rollback_prepared(self, gid: str, **where: Any) -> None:
+        """Roll back a prepared transaction by its id (an unknown id is success)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ steps
+    def begin(self, context: TaskContext) -> TxnT:
+        """Open the partition's transaction; refuse a table that is gone.
+
+        Parameters
+        ----------
+        context
+            The task.
+
+        Returns
+        -------
+        JdbcTransaction
+            The open transaction.
+
+        Raises
+        ------
+        ConfigurationError
+            The table does not exist or is not visible to the sink's user.
+        """
+        where = task_where(context)
+        txn, found = self.start(context, where)
+        if not found:
+            self.rollback(txn)
+            raise ConfigurationError(
+                f"table {self.options.table} does not exist (or is not visible to the sink's user)",
+                **where,
+            )
+        return txn
+
+    def rollback(self, txn: TxnT) -> None:
+        """Roll back the transaction, open or (coordinated protocol) prepared; idempotent.
+
+        Parameters
+        ----------
+        txn
+            The transaction.
+        """
+        if txn.state in ("rolled back", "committed"):
+            return
+        self.release_session(txn)
+        if self.prepare and txn.state in ("prepared", "unknown"):
+            self.rollback_prepared(txn.gid, **txn.where)
+        txn.state = "rolled back"
