@@ -10,7 +10,9 @@ session starts a transaction, what the session holds besides it (a running
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
+
+import pyarrow as pa
 
 from twophase import TaskContext
 from twophase.errors import ConfigurationError
@@ -18,6 +20,7 @@ from twophase.errors import ConfigurationError
 from ._client import JdbcClient
 from ._config import ConnectionConfig
 from ._options import JdbcOptions
+from ._plan import TypeRules, WritePlan, plan_write
 from ._transaction import JdbcTransaction
 
 __all__ = ["TransactionWriter", "task_where"]
@@ -46,6 +49,9 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
         at the end of the partition.
     """
 
+    #: The database's type rules.
+    types: ClassVar[TypeRules]
+
     def __init__(
         self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
     ) -> None:
@@ -63,6 +69,10 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
 
     def rollback_prepared(self, gid: str, **where: Any) -> None:
         """Roll back a prepared transaction by its id (an unknown id is success)."""
+        raise NotImplementedError
+
+    def create_staging(self, txn: TxnT) -> None:
+        """Create the transaction's staging table (upsert and CDC)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ steps
@@ -93,6 +103,36 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
                 **where,
             )
         return txn
+
+    def planned(self, txn: TxnT, schema: pa.Schema) -> WritePlan:
+        """Return the transaction's write plan, made at its first rows (and its staging table).
+
+        Parameters
+        ----------
+        txn
+            The open transaction.
+        schema
+            The schema of its rows.
+
+        Returns
+        -------
+        WritePlan
+            Which columns go where, checked against the table the transaction read.
+
+        Raises
+        ------
+        ConfigurationError
+            The rows do not fit the table, naming the column.
+        """
+        if txn.plan is None:
+            options = self.options
+            try:
+                txn.plan = plan_write(schema, txn.table, options, str(options.table), self.types)
+            except ConfigurationError as exc:
+                raise exc.with_context(**txn.where) from None
+            if options.mode != "append":
+                self.create_staging(txn)
+        return txn.plan
 
     def rollback(self, txn: TxnT) -> None:
         """Roll back the transaction, open or (coordinated protocol) prepared; idempotent.

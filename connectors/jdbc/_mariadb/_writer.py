@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from twophase import TaskContext
-from twophase.errors import ConfigurationError, DataError
+from twophase.errors import DataError
 
-from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, key_lock_hint, plan_write
+from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, key_lock_hint
 from .._writer import TransactionWriter
 from ._client import MariaDBClient, describe_table
 from ._driver import errno
@@ -53,6 +53,8 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
         As for :class:`~.._writer.TransactionWriter` (``prepare``: an XA
         transaction).
     """
+
+    types = MARIADB_TYPES
 
     #: Whether this process still uses ``LOAD DATA LOCAL INFILE``.
     load_data: ClassVar[bool] = True
@@ -116,16 +118,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
         conn = txn.open_connection("write()")
         if batch.num_rows == 0:
             return
-        if txn.plan is None:
-            try:
-                txn.plan = plan_write(
-                    batch.schema, txn.table, self.options, str(self.options.table), MARIADB_TYPES
-                )
-            except ConfigurationError as exc:
-                raise exc.with_context(**txn.where) from None
-            if self.options.mode != "append":
-                self._create_staging(txn)
-        plan = txn.plan
+        plan = self.planned(txn, batch.schema)
         names = list(plan.names)
         # (values, kind, column) written after the planned columns
         extra: list[tuple[pa.Array, str, str]] = []
@@ -168,7 +161,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
             raise txn.failure(exc, f"writing into {self.options.table}") from exc
         txn.rows += batch.num_rows
 
-    def _create_staging(self, txn: MariaDBTransaction) -> None:
+    def create_staging(self, txn: MariaDBTransaction) -> None:
         assert txn.plan is not None
         types = dict(txn.plan.column_types)
         written = [(name, types[name]) for name in txn.plan.names]

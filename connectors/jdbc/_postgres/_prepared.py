@@ -1,6 +1,6 @@
 """The coordinated protocol's SQL: prepare, ``COMMIT`` / ``ROLLBACK PREPARED``, recovery.
 
-The executor prepares (:func:`prepare_transaction`); the driver probes the
+The executor prepares (:meth:`PreparedTransactions.prepare`); the driver probes the
 server, commits, lists and rolls back by gid (:class:`PreparedTransactions`).
 Every driver statement runs in autocommit mode and is safe to repeat: an
 unknown gid is success for ``ROLLBACK PREPARED`` and is resolved through the
@@ -33,7 +33,6 @@ __all__ = [
     "PostgresHandle",
     "PreparedTransactions",
     "committed_or_raise",
-    "prepare_transaction",
 ]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
@@ -65,33 +64,6 @@ class PostgresHandle(TransactionHandle):
 
     xid: int | None = None
     rows: int = 0
-
-
-def prepare_transaction(txn: PostgresTransaction, fences: sql.Composable) -> None:
-    """Check the zombie fence, ``PREPARE TRANSACTION gid`` and give the connection back.
-
-    Runs on the executor.
-
-    Parameters
-    ----------
-    txn
-        The open, finished transaction.
-    fences
-        The fence table (:func:`~._fencing.refuse_if_fenced`).
-    """
-    conn = txn.open_connection("PREPARE TRANSACTION")
-    try:
-        with conn.cursor() as cur:
-            refuse_if_fenced(cur, fences, txn.context)
-            cur.execute("PREPARE TRANSACTION %s", (txn.gid,))
-    except psycopg2.Error as exc:
-        if is_connection_error(exc):
-            # The server may have prepared it before the connection broke.
-            txn.state = "unknown"
-        raise txn.failure(exc, f"PREPARE TRANSACTION {txn.gid!r}") from exc
-    txn.state = "prepared"
-    txn.conn = None
-    txn.pool.release(conn)
 
 
 class PreparedTransactions(PostgresClient, PreparedStatements):
@@ -180,7 +152,19 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
         PostgresHandle
             The handle, with gid and xid.
         """
-        prepare_transaction(txn, self.fences)
+        conn = txn.open_connection("PREPARE TRANSACTION")
+        try:
+            with conn.cursor() as cur:
+                refuse_if_fenced(cur, self.fences, txn.context)
+                cur.execute("PREPARE TRANSACTION %s", (txn.gid,))
+        except psycopg2.Error as exc:
+            if is_connection_error(exc):
+                # The server may have prepared it before the connection broke.
+                txn.state = "unknown"
+            raise txn.failure(exc, f"PREPARE TRANSACTION {txn.gid!r}") from exc
+        txn.state = "prepared"
+        txn.conn = None
+        txn.pool.release(conn)
         c = txn.context
         return PostgresHandle(txn.gid, c.batch_id, c.partition_id, c.attempt, txn.xid, txn.rows)
 

@@ -18,11 +18,11 @@ import pyarrow as pa
 from psycopg2 import sql
 
 from twophase import TaskContext
-from twophase.errors import ConfigurationError, DataError, TwoPhaseError
+from twophase.errors import DataError, TwoPhaseError
 
 from .._gid import format_gid
 from .._options import QualifiedName
-from .._plan import checked_ops, key_lock_hint, plan_write
+from .._plan import checked_ops, key_lock_hint
 from .._writer import TransactionWriter
 from . import _sql
 from ._catalog import describe_table
@@ -51,6 +51,8 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
     options, connection, prepare
         As for :class:`~.._writer.TransactionWriter`.
     """
+
+    types = POSTGRES_TYPES
 
     def _lock_hint(self) -> str:
         if self.options.mode == "append":
@@ -115,16 +117,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         txn.open_connection("write()")
         if batch.num_rows == 0:
             return
-        if txn.plan is None:
-            try:
-                txn.plan = plan_write(
-                    batch.schema, txn.table, self.options, str(self.options.table), POSTGRES_TYPES
-                )
-            except ConfigurationError as exc:
-                raise exc.with_context(**txn.where) from None
-            if self.options.mode != "append":
-                self._create_staging(txn)
-        plan = txn.plan
+        plan = self.planned(txn, batch.schema)
         extra: list[pa.Array] = []
         if self.options.mode != "append":
             extra.append(pa.array(np.arange(txn.seq, txn.seq + batch.num_rows, dtype=np.int64)))
@@ -177,7 +170,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         schema = self.options.merge_schema or self.options.table.schema
         return _sql.ident(QualifiedName(schema, name))
 
-    def _create_staging(self, txn: PostgresTransaction) -> None:
+    def create_staging(self, txn: PostgresTransaction) -> None:
         assert txn.plan is not None
         staging = self._staging_name(txn)
         statement = _sql.create_staging(
