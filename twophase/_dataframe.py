@@ -170,6 +170,9 @@ def _arrow_schema(df: DataFrame) -> pa.Schema:
 
 #: The column that carries a row's position in the batch through a key_by shuffle.
 _POSITION = "__twophase_position"
+#: A column computed after coalescing, before the shuffle: it keeps Spark's optimizer
+#: (CollapseRepartition) from dropping a coalesce followed by a repartition.
+_COALESCED = "__twophase_coalesced"
 
 _RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
 
@@ -239,31 +242,51 @@ class DataFrameExecution:
         """Return the number of participant slots (each mode says how it counts)."""
         raise NotImplementedError
 
+    #: Coalesce a batch of more splits than transactions before routing it (one shuffle
+    #: map task per transaction, not per split); ``benchmarks/bench_key_by.py`` compares.
+    route_after_coalescing: bool = True
+
     def key_by(self, columns: tuple[str, ...], limit: int | None) -> None:
         """Hash-partition the batch by ``columns``, each partition in the batch's row order.
 
         Into as many partitions as the batch has (at most ``limit``); one
-        partition already holds every key together, so it is left alone.
+        partition already holds every key together, so it is left alone. The
+        rows' positions are taken on the splits as Spark produced them, before
+        anything coalesces them.
         """
         from pyspark.sql import functions as sf
 
+        original = self.df
         partitions = self.num_partitions()
         bound = partitions if limit is None else min(partitions, limit)
         self._keys = (columns, max(1, bound))
-        positioned = self.df.withColumn(_POSITION, sf.monotonically_increasing_id())
+        positioned = original.withColumn(_POSITION, sf.monotonically_increasing_id())
         if partitions <= 1:
             self._positioned = positioned  # kept for staging only: no shuffle needed
             return
-        self._route(positioned)
+        self._route(positioned, coalesce=self.route_after_coalescing)
 
-    def _route(self, positioned: DataFrame) -> None:
-        """Route ``positioned`` (the batch and each row's position) by the key columns."""
+    def _route(self, positioned: DataFrame, *, coalesce: bool = False) -> None:
+        """Route ``positioned`` (the batch and each row's position) by the key columns.
+
+        With ``coalesce``, the splits are first coalesced to the transactions
+        (a narrow step): the shuffle's map side then runs one task per
+        transaction instead of one per split, which a batch of thousands of
+        small splits needs. Positions were taken before, so the order holds.
+        """
         from pyspark.sql import functions as sf
 
         assert self._keys is not None
         columns, partitions = self._keys
         keys = [sf.col("`" + c.replace("`", "``") + "`") for c in columns]
-        self._positioned = positioned.repartition(partitions, *keys).sortWithinPartitions(_POSITION)
+        order = [_POSITION]
+        if coalesce:
+            positioned = positioned.coalesce(partitions).withColumn(
+                _COALESCED, sf.spark_partition_id()
+            )
+            order.append(_COALESCED)  # used, so never pruned: the coalesce stays
+        routed = positioned.repartition(partitions, *keys).sortWithinPartitions(*order)
+        self._positioned = routed.drop(_COALESCED)
         self.df = self._positioned.drop(_POSITION)
         self._routed(partitions)
 

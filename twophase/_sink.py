@@ -84,7 +84,7 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
     #: How many :meth:`recover_and_abort` calls recovery may run at once, in
     #: threads of the driver (1: one after the other). Raise it when each call
     #: mostly waits on the target and calls for different handles are
-    #: independent and thread-safe; ``KafkaSink`` fences its slots 64 at a time.
+    #: independent and thread-safe; ``KafkaSink`` fences its slots 256 at a time.
     recovery_concurrency: ClassVar[int] = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -19,8 +19,8 @@ options and connection parameters.
 
 A dialect object is stateless and picklable (a module-level instance), and so
 is every part it builds (options and connection parameters only; connections
-live in per-process pools). ``docs/jdbc.md`` ("Adding a dialect") walks
-through what each part must guarantee.
+live in per-process pools). ``docs/development.md`` ("The JDBC family, and
+adding a database") walks through what each part must guarantee.
 """
 
 from __future__ import annotations

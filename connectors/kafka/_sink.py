@@ -102,10 +102,10 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         :class:`~twophase.errors.RetriableError` is raised.
     max_partitions
         Upper bound on transactions per batch (None: no bound); a batch with
-        more partitions is coalesced to it before phase 1. Under Spark Connect
-        and ``format(...)``, where a batch's partitions are not known before it
-        runs, it is also the number of partition slots a batch records and
-        recovery fences (default there: ``spark.sql.shuffle.partitions``).
+        more partitions is coalesced to it before phase 1. Under Spark
+        Connect, where a batch's partitions are not known before it runs, it
+        is also the number of partition slots a batch records and recovery
+        fences (default there: ``spark.sql.shuffle.partitions``).
     staging
         Publish every batch from a copy staged in the checkpoint, so that
         replays are deterministic even when the pipeline is not.

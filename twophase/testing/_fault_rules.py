@@ -99,8 +99,8 @@ class FaultRules:
             Number of firings (-1: always).
         error
             An exception class of :mod:`twophase.errors` (or its name),
-            ``"kill"`` to end the process, or ``"kill-pid"`` to end it by a
-            signal to its own process id.
+            ``"kill"`` to end the process, or ``"kill-pid"`` to SIGKILL the
+            process whose pid is ``message`` (e.g. the driver).
         message
             The error text.
 

@@ -112,8 +112,11 @@ def postgres_sink(
         failures" in ``docs/guarantees.md``.
     max_partitions
         Upper bound on transactions per batch (the batch is coalesced to it).
-        The coordinated protocol's default leaves a quarter of ``max_prepared_transactions``
-        free.
+        Coordinated protocol: by default this sink's share of the three
+        quarters of ``max_prepared_transactions`` not kept free, divided
+        among the coordinated sinks active on the server when the sink opens;
+        more than ``max_prepared_transactions`` is refused at open. See
+        "Sizing max_prepared_transactions" in ``docs/jdbc.md``.
     merge_schema
         Coordinated protocol, upsert/CDC: schema for the per-transaction unlogged
         staging tables (default: the table's schema). The user needs CREATE
