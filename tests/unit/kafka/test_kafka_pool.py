@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -69,7 +71,10 @@ class StubProducer:
 
 
 @pytest.fixture(autouse=True)
-def stub_producer(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def stub_producer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    # Lanes are claimed through lock files under the temporary folder, shared by every process
+    # of the machine: a folder of its own, so that another process's claim cannot move a lane.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     _pool.clear()
     StubProducer.instances = []
     StubProducer.fail_commit = None
