@@ -11,23 +11,27 @@ from twophase._spark import SparkBatchExecution
 pytestmark = pytest.mark.spark
 
 
-def _routed(spark: Any, *, coalesce: bool) -> tuple[str, list[list[tuple[int, int]]]]:
-    # 64 splits of 10 consecutive ids: the batch's order is id order; 5 keys over 4 transactions.
-    df = spark.range(0, 640, numPartitions=64).selectExpr("id", "id % 5 AS k")
+def _routed(spark: Any, *, coalesce: bool) -> tuple[SparkBatchExecution, str]:
+    # 32 splits of 10 consecutive ids: the batch's order is id order; 5 keys over 4 transactions.
+    df = spark.range(0, 320, numPartitions=32).selectExpr("id", "id % 5 AS k")
     execution = SparkBatchExecution(df, 0)
     execution.route_after_coalescing = coalesce
     execution.key_by(("k",), 4)
-    plan = str(execution.df._jdf.queryExecution().executedPlan().toString())
-    rows = execution.df.rdd.glom().map(lambda rows: [(r.k, r.id) for r in rows]).collect()
-    return plan, rows
+    return execution, str(execution.df._jdf.queryExecution().executedPlan().toString())
 
 
 def test_many_splits_are_coalesced_to_the_transactions_before_the_shuffle(spark: Any) -> None:
-    plan, partitions = _routed(spark, coalesce=True)
+    execution, plan = _routed(spark, coalesce=True)
     # One shuffle map task per transaction, not per split: Spark's optimizer would drop a
     # coalesce followed by a repartition (CollapseRepartition) unless something sits between.
     assert "Coalesce 4" in plan
-    assert len(partitions) == 4
+    from pyspark.sql import functions as sf
+
+    # JVM only (no Python worker): each row with its partition, partitions and rows in order.
+    rows = execution.df.withColumn("p", sf.spark_partition_id()).collect()
+    partitions: list[list[tuple[int, int]]] = [[] for _ in range(4)]
+    for row in rows:
+        partitions[row.p].append((row.k, row.id))
     where: dict[int, int] = {}
     for index, rows in enumerate(partitions):
         for key, _id in rows:
@@ -35,10 +39,10 @@ def test_many_splits_are_coalesced_to_the_transactions_before_the_shuffle(spark:
         for key in {k for k, _ in rows}:
             ids = [i for k, i in rows if k == key]
             assert ids == sorted(ids)  # in the batch's order
-    assert sorted(i for rows in partitions for _, i in rows) == list(range(640))
+    assert sorted(i for rows in partitions for _, i in rows) == list(range(320))
 
 
 def test_without_coalescing_the_shuffle_reads_every_split(spark: Any) -> None:
-    plan, partitions = _routed(spark, coalesce=False)
+    execution, plan = _routed(spark, coalesce=False)
     assert "Coalesce" not in plan  # the control: the map side runs one task per split
-    assert len(partitions) == 4
+    assert execution.num_partitions() == 4
