@@ -22,6 +22,7 @@ Connect session attached to the client's. There is no py4j there: no
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ._coordinator import Coordinator
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["ConnectBatchExecution", "is_connect", "record_session", "run_foreach_batch"]
+
+_log = logging.getLogger("twophase.spark")
 
 #: The attribute that carries, inside a pickled sink, the id of the Connect session that
 #: started its query.
@@ -155,6 +158,39 @@ def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int) -> None:
     runtime_of(sink).run_batch(sink, execution)
 
 
+#: The slots of a batch when ``spark.sql.shuffle.partitions`` is not a number
+#: (Databricks accepts ``auto``), as Spark's own default.
+DEFAULT_SLOTS = 200
+
+
+def _shuffle_partitions(spark: Any) -> int:
+    """Read ``spark.sql.shuffle.partitions`` as the batch's participant slots.
+
+    A value that is not a positive integer (Databricks' ``auto``) gives
+    :data:`DEFAULT_SLOTS`, said once per process in the log: the sink's
+    ``max_transactions_per_batch`` (``max_partitions``) is the way to choose.
+    """
+    raw = session_conf(spark, "spark.sql.shuffle.partitions", str(DEFAULT_SLOTS))
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value > 0:
+        return value
+    if raw not in _SAID:
+        _SAID.add(raw)
+        _log.info(
+            "spark.sql.shuffle.partitions=%r is not a number of partitions: a batch under Spark "
+            "Connect is bounded to %d participant slots; set max_partitions on the sink to choose",
+            raw,
+            DEFAULT_SLOTS,
+        )
+    return DEFAULT_SLOTS
+
+
+_SAID: set[str] = set()
+
+
 class ConnectBatchExecution(DataFrameExecution):
     """A Spark Connect micro-batch; staged copies are checked and removed through the log's store.
 
@@ -190,9 +226,7 @@ class ConnectBatchExecution(DataFrameExecution):
         if self._slots is None:
             bound = self._limit
             if bound is None:
-                bound = int(
-                    session_conf(self.df.sparkSession, "spark.sql.shuffle.partitions", "200")
-                )
+                bound = _shuffle_partitions(self.df.sparkSession)
             self._slots = max(1, bound)
             self.df = self.df.coalesce(self._slots)
         return self._slots

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from twophase import _connect
 from twophase._connect import ConnectBatchExecution, is_connect, read_query_id
 from twophase._store import LocalFileStore
 from twophase.testing import FakeSink, FakeTarget
@@ -64,6 +66,23 @@ def test_without_a_limit_the_batch_is_coalesced_to_the_shuffle_partitions(tmp_pa
     assert execution.num_partitions() == 7  # fixed once
     frame: Any = execution.df
     assert frame.coalesced == (7,)
+
+
+@pytest.mark.parametrize("shuffle", ["auto", "", "-1", "12.5"])
+def test_a_shuffle_setting_that_is_not_a_number_gives_200_slots_and_says_so(
+    tmp_path: Path, shuffle: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Databricks accepts spark.sql.shuffle.partitions=auto.
+    monkeypatch.setattr(_connect, "_SAID", set())
+    with caplog.at_level(logging.INFO, logger="twophase.spark"):
+        execution = _execution(tmp_path, _Frame(shuffle=shuffle))
+        assert execution.num_partitions() == 200
+        assert _execution(tmp_path, _Frame(shuffle=shuffle)).num_partitions() == 200
+    assert execution.df.coalesced == (200,)  # type: ignore[attr-defined]
+    said = [r.getMessage() for r in caplog.records if "shuffle.partitions" in r.getMessage()]
+    assert len(said) == 1  # once, however many batches
+    assert "set max_partitions on the sink" in said[0]
+    assert _execution(tmp_path, _Frame(shuffle=shuffle), limit=8).num_partitions() == 8
 
 
 def test_the_sinks_limit_bounds_the_slots_and_a_lower_limit_wins(tmp_path: Path) -> None:
