@@ -84,6 +84,37 @@ class LocalFileStore:
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = os.fspath(root)
         self.fsync = fsync
+        self._links_checked = False
+
+    def _check_links(self, directory: str) -> None:
+        """Refuse, by path, a file system whose create-if-absent (a hard link) does not work.
+
+        A FUSE mount of cloud storage (Databricks ``/Volumes`` or ``/dbfs``, gcsfuse,
+        blobfuse) often has no ``link()``: the log would fail at its first
+        record, or worse, fall back to something that is not atomic.
+        """
+        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=directory)
+        os.close(fd)
+        linked = probe + ".link"
+        try:
+            os.link(probe, linked)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise ConfigurationError(
+                f"the directory {directory} cannot hold the coordinator log: its file system "
+                f"does not support hard links ({exc.strerror or exc}), which the log's atomic "
+                "create-if-absent needs. A mounted cloud path (Databricks /Volumes or /dbfs, "
+                "gcsfuse, blobfuse) is such a file system: give the checkpoint as the cloud "
+                "URI itself (s3://...), or run the query from a classic foreachBatch driver; see "
+                "docs/storage.md",
+                setting="checkpoint_location",
+            ) from None
+        finally:
+            for path in (probe, linked):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        self._links_checked = True
 
     @property
     def location(self) -> str:
@@ -98,6 +129,8 @@ class LocalFileStore:
         path = self._path(name)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
+        if not overwrite and not self._links_checked:
+            self._check_links(directory)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
         try:
             with os.fdopen(fd, "wb") as fh:

@@ -101,6 +101,33 @@ def test_the_s3_store_without_boto3_names_the_extra(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.unit
+def test_a_local_file_system_without_hard_links_is_refused_by_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A FUSE mount of cloud storage (/Volumes, /dbfs, gcsfuse) often has no link(): faked here.
+    import errno
+    import os
+
+    def no_links(src: str, dst: str) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted", dst)
+
+    monkeypatch.setattr(os, "link", no_links)
+    store = LocalFileStore(tmp_path / "log", fsync=False)
+    assert store.write("state.json", b"{}", overwrite=True)  # overwrites need no link
+    with pytest.raises(ConfigurationError) as info:
+        store.write("epochs/1", b"claim", overwrite=False)
+    text = str(info.value)
+    assert info.value.setting == "checkpoint_location"
+    assert str(tmp_path / "log" / "epochs") in text
+    assert "does not support hard links (Operation not permitted)" in text
+    assert "s3://" in text
+    assert store.read("epochs/1") is None  # nothing written, no probe left behind
+    assert sorted(p.name for p in (tmp_path / "log" / "epochs").iterdir()) == []
+    monkeypatch.undo()
+    assert store.write("epochs/1", b"claim", overwrite=False)  # a real file system passes
+    assert not store.write("epochs/1", b"again", overwrite=False)
+
+
 def test_the_read_only_pyarrow_view_refuses_to_write(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.json").write_bytes(b"1")
