@@ -15,10 +15,18 @@ One streaming micro-batch (``availableNow``) reads ``--rows`` narrow rows (``id 
 them into an empty table on a durable local PostgreSQL server, protocol ``coordinated`` and
 ``markers``. Each case runs ``--reps`` times, alternating; medians and the ratio are printed.
 
+A second measure, ``--splits``: one micro-batch of many tiny files, each its own split (a CDC
+feed of small JSON files), upserted with the coordinated protocol, whose batches have at most
+the server's share of prepared transactions. The named baseline is the sink without routing
+(``sink.key_by = ()``), which coalesces the splits to the transactions; beside it, routing
+after coalescing (what users get) and routing every split (the shuffle's map side running one
+task per split, as before the coalescing came).
+
 Run::
 
     .venv/bin/python benchmarks/bench_key_by.py                 # 400,000 rows, 5 repetitions
     .venv/bin/python benchmarks/bench_key_by.py --rows 100000 --reps 3
+    .venv/bin/python benchmarks/bench_key_by.py --splits 2000 --reps 3   # the many-splits case
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import time
 from bench_common import Env, await_query, load_average, log
 
 import twophase
+from twophase._dataframe import DataFrameExecution
 from twophase.connectors.jdbc import postgres_sink
 
 TABLE = "bench_key_by"
@@ -66,13 +75,79 @@ def _run(env: Env, source: str, protocol: str, keyed: bool) -> float:
     return seconds
 
 
+def _many_files(env: Env, splits: int) -> str:
+    path = env.work / f"key-by-files-{splits}"
+    env.spark.range(splits * 5).selectExpr(
+        "id % 997 AS id", "CAST(id AS INT) AS n", "sha2(CAST(id AS STRING), 256) AS s"
+    ).repartition(splits).write.mode("overwrite").json(str(path))
+    return str(path)
+
+
+def _run_splits(env: Env, source: str, case: str) -> float:
+    env.sql(f"DROP TABLE IF EXISTS {TABLE}", DDL, "CHECKPOINT")
+    sink = postgres_sink(
+        "keyby",
+        table=TABLE,
+        dsn=env.pg.dsn,
+        protocol="coordinated",
+        mode="upsert",
+        key_columns=["id"],
+    )
+    if case == "no routing":
+        sink.key_by = ()
+    DataFrameExecution.route_after_coalescing = case != "route every split"
+    try:
+        df = env.spark.readStream.schema("id long, n int, s string").json(source)
+        started = time.perf_counter()
+        query = twophase.write_stream(
+            df, sink, checkpoint_location=env.checkpoint(), trigger={"availableNow": True}
+        ).start()
+        await_query(query)
+        seconds = time.perf_counter() - started
+    finally:
+        DataFrameExecution.route_after_coalescing = True
+    assert env.sql(f"SELECT count(*) FROM {TABLE}", fetch=True)[0][0] > 0
+    return seconds
+
+
+def splits_case(env: Env, splits: int, reps: int) -> None:
+    """Many tiny files in one batch: routing after coalescing against the two other ways."""
+    source = _many_files(env, splits)
+    conf = env.spark.conf
+    # Every file its own split, as a feed of small files is read.
+    conf.set("spark.sql.files.maxPartitionBytes", "1")
+    conf.set("spark.sql.files.openCostInBytes", "1")
+    cases = ("no routing", "route after coalescing", "route every split")
+    times: dict[str, list[float]] = {c: [] for c in cases}
+    _run_splits(env, source, "route after coalescing")  # warm-up
+    for _ in range(reps):
+        for case in cases:
+            times[case].append(_run_splits(env, source, case))
+    base = statistics.median(times["no routing"])
+    parts = [
+        f"{c} {statistics.median(times[c]):.2f} s ({statistics.median(times[c]) / base:.2f}x)"
+        for c in cases
+    ]
+    print(
+        f"coordinated  {splits:,} files of 5 rows in one batch, upsert (median of {reps}): "
+        + "; ".join(parts)
+        + " -- ratios against no routing"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=400_000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--splits", type=int, default=0, help="run the many-splits case instead")
     args = parser.parse_args()
     env = Env(quick=False, reps=args.reps)
     try:
+        if args.splits:
+            log(f"load average before: {load_average()}")
+            splits_case(env, args.splits, args.reps)
+            log(f"load average after: {load_average()}")
+            return
         source = _source(env, args.rows)
         log(f"load average before: {load_average()}")
         for protocol in ("coordinated", "markers"):
