@@ -40,6 +40,31 @@ PostgreSQL and Kafka servers. `scripts/test.sh` runs the whole suite on the defa
 
 """
 
+TARGETS = """
+## Targets: the servers behind the connectors
+
+What each connector needs of its server, and what has actually run here. "Tested" means the whole
+suite, the chaos runs and the benchmarks ran against it; nothing else was.
+
+| target | needs | tested here | not tested here |
+|---|---|---|---|
+| **Kafka** (`KafkaSink`) | transactions (Apache Kafka 0.11 or later) and a compacted control topic; brokers before 2.3 report no authorized operations (the ACL checks in `open()` are then skipped), brokers before 2.8 also need `IDEMPOTENT_WRITE` ([Kafka](kafka.md)) | Apache Kafka 4.4.0 (KRaft, one broker, on the machine of the tests) | older brokers; clusters of several brokers; managed services below |
+| **PostgreSQL** (`postgres_sink`) | 10 or later (`txid_status`, used when a prepared transaction vanished during phase 2); coordinated: `max_prepared_transactions` > 0; server-side network bounds from 12 on (`tcp_user_timeout`) ([PostgreSQL](jdbc.md)) | PostgreSQL 15.18 (Debian 12), with `max_prepared_transactions` 64 and 0 | other versions; managed services (RDS, Cloud SQL, Azure Database): `max_prepared_transactions` is 0 by default, as in PostgreSQL itself; the coordinated protocol needs it raised in the service's parameters (a restart of the server), the markers protocol does not |
+| **MariaDB** (`mariadb_sink`) | 10.5 or later (the oldest that keeps a prepared XA branch after its session ends; read from the connection handshake and refused by name at open), InnoDB ([MariaDB](mariadb.md)) | MariaDB 10.11.19 (Debian 12), binary log on | other versions; managed MariaDB |
+| **MySQL** | not supported, and refused by name at open from the connection handshake: the sessions rely on MariaDB's `max_statement_time`, `idle_transaction_timeout` and XA behaviour ([MariaDB](mariadb.md)) | -- | -- |
+
+Managed Kafka services speak the same protocol, with what their providers document of transactions
+(none of them ran here):
+
+- **Amazon MSK** runs Apache Kafka brokers: transactions and compacted topics as in Apache Kafka of
+  the version you pick.
+- **Confluent Cloud** supports transactions; the control topic needs `cleanup.policy=compact`, which
+  the sink creates or checks.
+- **Azure Event Hubs' Kafka endpoint**: Microsoft documents Kafka transactions as a public preview on
+  the Premium and Dedicated tiers only; the sink needs them and a compacted control topic.
+  Untested: try it with `scripts/chaos.sh`-like faults before relying on it.
+"""
+
 NOTES = """
 ## Why some cells lack a step
 
@@ -60,10 +85,7 @@ NOTES = """
   versions but not `spark-token-provider-kafka-0-10` of the same version, which it depends on, so
   `spark-submit --packages` cannot resolve it (found by this matrix). The deployment test passes
   the connector with `--jars` there, resolved with a served token provider (4.0.0), as a user
-  would; on 3.5.7 and 4.2.0 it uses `--packages` ([Deploying a job](deployment.md)). The
-  **FAIL** marks of the run at `f86fba4` in that column are this resolution failure (the first
-  submission ended before any batch); the fixed test then passed when run by hand in those two
-  cells' virtualenvs on 2026-11-24: 4.0.4 at `9a42c10` in 116 s, 4.1.3 at `6c66213` in 134 s.
+  would; on 3.5.7 and 4.2.0 it uses `--packages` ([Deploying a job](deployment.md)).
 * **The newest 3.5 patch**: 3.5.9 is on PyPI, but Maven Central serves the Kafka connector of
   3.5.0, 3.5.1, 3.5.3 and 3.5.7 only; 3.5.7 is the cell.
 """
@@ -109,6 +131,8 @@ def main(results_dir: str, report: str) -> int:
             *[_mark(by_step[c]) if c in by_step else "not run (below)" for c in columns],
         ]
         lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append(TARGETS)
     lines.append(NOTES)
     Path(report).write_text("\n".join(lines))
     failed = [c["cell"] for c in cells if any(s["status"] != 0 for s in c["steps"])]
