@@ -241,7 +241,7 @@ def create_table_fields(
     Returns
     -------
     list of (name, type, not null)
-        For :func:`~._sql.create_table`.
+        For the dialect's ``create_table_statement`` (:class:`~._checks.TableChecks`).
     """
     fields = []
     for name in options.data_columns(schema.names):

@@ -34,7 +34,7 @@ class PostgresClient(JdbcClient):
         Returns
         -------
         tuple of (name, value)
-            See :meth:`~._options.JdbcOptions.session_settings`.
+            See :meth:`~.._options.JdbcOptions.session_settings`.
         """
         return self.options.session_settings()
 

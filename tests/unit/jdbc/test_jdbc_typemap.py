@@ -15,7 +15,7 @@ from twophase.connectors.jdbc._postgres._types import (
 
 pytestmark = pytest.mark.unit
 
-# The table of docs/jdbc.md and _typemap.py, row by row.
+# The table of docs/jdbc.md and _postgres/_types.py, row by row.
 MAPPING = [
     (pa.bool_(), "boolean"),
     (pa.int8(), "smallint"),
