@@ -165,8 +165,8 @@ def share_slots(
         ``max_partitions`` above the server's slots, or more active sinks
         than shareable slots.
     """
-    share = SlotShare(max_prepared, others, 0)
     sinks = len(others) + 1
+    share = SlotShare(max_prepared, others, partition_limit(max_prepared, max_partitions, sinks))
     if max_partitions is not None:
         if max_partitions > max_prepared:
             raise ConfigurationError(
@@ -183,8 +183,7 @@ def share_slots(
             setting="max_prepared_transactions",
             **context,
         )
-    limit = partition_limit(max_prepared, max_partitions, sinks)
-    return SlotShare(max_prepared, others, limit)
+    return share
 
 
 def active_sinks(cur: Any, identity: str, fences: str) -> tuple[str, ...]:
