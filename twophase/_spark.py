@@ -26,7 +26,13 @@ from ._hooks import AnySink
 from ._identity import query_id_in_metadata
 from ._pyspark import connect_session_id
 from ._runtime import runtime_of
-from ._store import HadoopFileStore, LocalFileStore, LogStore
+from ._store import (
+    HadoopFileStore,
+    LocalFileStore,
+    LogStore,
+    conditional_store_installed,
+    open_store,
+)
 from ._targets import Target, as_targets
 from .errors import ConfigurationError, find_error
 
@@ -134,13 +140,22 @@ def _resolve_checkpoint(sink: AnySink, spark: Any, query_id: str, batch_id: int)
     return found
 
 
+#: The Spark setting that keeps the log of an object-store checkpoint in Spark's file system.
+LOG_STORE_KEY = "spark.twophase.logStore"
+_LOG_STORES = ("auto", "hadoop")
+
+
 def log_store(spark: Any, location: str) -> LogStore:
     """Return the store of a coordinator log at ``location`` (a qualified Hadoop path).
 
     A local path (``file:``) gets plain files written with fsync and an atomic
     rename or link: as atomic as Spark's ``CheckpointFileManager`` there, more
     durable (Hadoop's local file system does not fsync), and about a hundred
-    times cheaper per record. Every other file system goes through Spark's
+    times cheaper per record. An object store whose client libraries are
+    installed (S3, GCS, Azure) gets its conditional writes, as without the JVM:
+    ``CheckpointFileManager``'s create there checks, then writes, so two racing
+    drivers would not be told apart. Every other file system, and every one
+    when ``spark.twophase.logStore`` is ``hadoop``, goes through Spark's
     ``CheckpointFileManager``, like Spark's own offset log.
 
     Parameters
@@ -154,10 +169,23 @@ def log_store(spark: Any, location: str) -> LogStore:
     -------
     LogStore
         The store.
+
+    Raises
+    ------
+    ConfigurationError
+        ``spark.twophase.logStore`` is neither ``auto`` nor ``hadoop``.
     """
     if location.startswith("file:"):
         # Hadoop renders local paths unescaped: file:/a/b (or file:///a/b).
         return LocalFileStore("/" + location.removeprefix("file:").lstrip("/"))
+    choice = str(spark.conf.get(LOG_STORE_KEY, "auto")).strip().lower()
+    if choice not in _LOG_STORES:
+        raise ConfigurationError(
+            f"{LOG_STORE_KEY}={choice!r} is not one of {', '.join(_LOG_STORES)}",
+            setting=LOG_STORE_KEY,
+        )
+    if choice == "auto" and conditional_store_installed(location):
+        return open_store(location)
     return HadoopFileStore(spark, location)
 
 

@@ -1,39 +1,54 @@
-"""Where the coordinator log's files live: local disk, S3, or Spark's checkpoint file system.
+"""Where the coordinator log's files live: local disk, an object store, or Spark's file system.
 
 Every store writes each file atomically (a file is either absent or complete)
 and can create a file only if it does not exist yet, which the log's commit
 decision and epoch claims rely on. :class:`LocalFileStore` uses plain files
-with fsync, rename and link (tests, local checkpoints); :class:`S3FileStore`
-(``_store_s3.py``) uses S3's conditional writes; :class:`HadoopFileStore` uses
-Spark's ``CheckpointFileManager`` through the driver's JVM, so the log is as
-durable as Spark's own offset log on every file system Spark can checkpoint to.
+with fsync, rename and link (tests, local checkpoints); the object stores use
+their service's conditional writes: :class:`S3FileStore` (``_store_s3.py``),
+:class:`GCSFileStore` (``_store_gcs.py``) and :class:`AzureBlobFileStore`
+(``_store_azure.py``). :class:`HadoopFileStore` uses Spark's
+``CheckpointFileManager`` through the driver's JVM, on every other file system
+Spark can checkpoint to.
 
 :func:`open_store` picks the store of a URI without the JVM, and refuses the
 file systems where no atomic create-if-absent is proven without it
-(``docs/storage.md``). :class:`PyArrowFileStore` only reads, for the
-``twophase`` command on those.
+(``docs/storage.md``); :func:`conditional_store_installed` tells the classic
+path whether a URI's object store can be used there too. :class:`PyArrowFileStore`
+only reads, for the ``twophase`` command on the other file systems.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import importlib.util
 import re
-import shutil
-import tempfile
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from ._store_azure import AZURE_SCHEMES, AzureBlobFileStore
+from ._store_gcs import GCS_SCHEMES, GCSFileStore
+from ._store_local import LocalFileStore
+from ._store_object import ObjectStore
 from ._store_s3 import S3_SCHEMES, S3FileStore
 from .errors import ConfigurationError, CoordinatorLogError
 
 __all__ = [
+    "AzureBlobFileStore",
+    "GCSFileStore",
     "HadoopFileStore",
     "LocalFileStore",
     "LogStore",
     "PyArrowFileStore",
     "S3FileStore",
+    "conditional_store_installed",
     "open_store",
 ]
+
+#: The object store of each scheme, and the modules its client needs.
+_OBJECT_STORES: dict[str, tuple[Callable[[str], ObjectStore], tuple[str, ...]]] = {
+    **{scheme: (S3FileStore, ("boto3",)) for scheme in S3_SCHEMES},
+    **{scheme: (GCSFileStore, ("google.auth", "requests")) for scheme in GCS_SCHEMES},
+    **{scheme: (AzureBlobFileStore, ("azure.storage.blob",)) for scheme in AZURE_SCHEMES},
+}
 
 # A URI has a scheme of two or more characters followed by ":/" (hdfs:/a, file:///a, s3a://b/a);
 # anything else is a local path (C:/a too).
@@ -67,126 +82,6 @@ class LogStore(Protocol):
     def delete_tree(self, directory: str) -> None:
         """Delete a directory and everything below it, if it exists."""
         ...
-
-
-class LocalFileStore:
-    """A :class:`LogStore` on a local directory, with fsync and atomic rename.
-
-    Parameters
-    ----------
-    root
-        Directory of the log (created when missing).
-    fsync
-        Flush every record and its directory to disk (on by default; tests may
-        turn it off for speed).
-    """
-
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
-        self.root = os.fspath(root)
-        self.fsync = fsync
-        self._links_checked = False
-
-    def _check_links(self, directory: str) -> None:
-        """Refuse, by path, a file system whose create-if-absent (a hard link) does not work.
-
-        A FUSE mount of cloud storage (Databricks ``/Volumes`` or ``/dbfs``, gcsfuse,
-        blobfuse) often has no ``link()``: the log would fail at its first
-        record, or worse, fall back to something that is not atomic.
-        """
-        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=directory)
-        os.close(fd)
-        linked = probe + ".link"
-        try:
-            os.link(probe, linked)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise ConfigurationError(
-                f"the directory {directory} cannot hold the coordinator log: its file system "
-                f"does not support hard links ({exc.strerror or exc}), which the log's atomic "
-                "create-if-absent needs. A mounted cloud path (Databricks /Volumes or /dbfs, "
-                "gcsfuse, blobfuse) is such a file system: give the checkpoint as the cloud "
-                "URI itself (s3://...), or run the query from a classic foreachBatch driver; see "
-                "docs/storage.md",
-                setting="checkpoint_location",
-            ) from None
-        finally:
-            for path in (probe, linked):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-        self._links_checked = True
-
-    @property
-    def location(self) -> str:
-        """Return the root directory."""
-        return self.root
-
-    def _path(self, name: str) -> str:
-        return os.path.join(self.root, *name.split("/"))
-
-    def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
-        """Write ``data`` to ``name`` atomically (see :class:`LogStore`)."""
-        path = self._path(name)
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        if not overwrite and not self._links_checked:
-            self._check_links(directory)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                if self.fsync:
-                    os.fsync(fh.fileno())
-            if overwrite:
-                os.replace(tmp, path)
-            else:
-                try:
-                    os.link(tmp, path)  # atomic create-if-absent
-                except FileExistsError:
-                    return False
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        if self.fsync:
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        return True
-
-    def read(self, name: str) -> bytes | None:
-        """Read ``name``, or None (see :class:`LogStore`)."""
-        try:
-            with open(self._path(name), "rb") as fh:
-                return fh.read()
-        except FileNotFoundError:
-            return None
-
-    def list_directories(self, directory: str) -> list[str]:
-        """List the sub-directory names of ``directory``; [] if it does not exist."""
-        try:
-            with os.scandir(self._path(directory)) as entries:
-                return sorted(e.name for e in entries if e.is_dir() and e.name[0] != ".")
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-
-    def list(self, directory: str) -> list[str]:
-        """List file names in ``directory`` (see :class:`LogStore`)."""
-        try:
-            return [n for n in os.listdir(self._path(directory)) if not n.startswith(".")]
-        except FileNotFoundError:
-            return []
-
-    def delete(self, name: str) -> None:
-        """Delete ``name`` if present (see :class:`LogStore`)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path(name))
-
-    def delete_tree(self, directory: str) -> None:
-        """Delete ``directory`` recursively if present (see :class:`LogStore`)."""
-        shutil.rmtree(self._path(directory), ignore_errors=True)
 
 
 # Spark moved CheckpointFileManager between releases; try the newest first.
@@ -302,8 +197,9 @@ def _refusal(uri: str, scheme: str) -> ConfigurationError:
         f"the coordinator log cannot live at {uri} without the JVM: twophase has no proven "
         f"atomic create-if-absent on {scheme}:// of its own, and the log's commit decision and "
         "epoch fencing rely on one (two runs racing must not both create the same record). "
-        "Without the JVM the log lives on local disk (a path or file:) or on S3 (s3://, s3a://, "
-        f"through conditional writes). The classic foreachBatch path supports {scheme}:// "
+        "Without the JVM the log lives on local disk (a path or file:), or on an object store "
+        "through its conditional writes: S3 (s3://, s3a://), GCS (gs://) or Azure (abfss://, "
+        f"wasbs://). The classic foreachBatch path supports {scheme}:// "
         "wherever Spark itself can checkpoint there: its log goes through Spark's "
         "CheckpointFileManager in the driver's JVM, like Spark's own offset log. See "
         "docs/storage.md",
@@ -326,11 +222,44 @@ def _local_path(uri: str) -> str:
     return rest
 
 
-def open_store(uri: str) -> LocalFileStore | S3FileStore:
+def _scheme(uri: str) -> str | None:
+    match = _SCHEME.match(uri)
+    return match.group(1).lower() if match else None
+
+
+def conditional_store_installed(uri: str) -> bool:
+    """Whether ``uri`` is on an object store whose client libraries are installed.
+
+    The classic path then keeps the log in that store, through its
+    conditional writes, rather than in Spark's ``CheckpointFileManager``
+    (whose create on object stores checks, then writes: two racing drivers
+    are not told apart by the store).
+
+    Parameters
+    ----------
+    uri
+        The log's directory.
+
+    Returns
+    -------
+    bool
+        True for ``s3``/``s3a`` with boto3, ``gs`` with google-auth and
+        requests, ``abfss``/``abfs``/``wasbs``/``wasb`` with azure-storage-blob.
+    """
+    entry = _OBJECT_STORES.get(_scheme(uri) or "")
+    if entry is None:
+        return False
+    try:
+        return all(importlib.util.find_spec(module) is not None for module in entry[1])
+    except ImportError:  # a parent package is missing (find_spec imports it)
+        return False
+
+
+def open_store(uri: str) -> LocalFileStore | ObjectStore:
     """Return the store of a coordinator log at ``uri``, without the JVM.
 
     Only stores with a proven atomic create-if-absent are opened: a local
-    directory (hard links) and S3 or an S3-compatible store (conditional
+    directory (hard links), and S3, GCS or Azure Blob Storage (conditional
     writes). Every other file system is refused: it is supported only by the
     classic foreachBatch path, through Spark's ``CheckpointFileManager``.
 
@@ -338,26 +267,30 @@ def open_store(uri: str) -> LocalFileStore | S3FileStore:
     ----------
     uri
         The log's directory: a local path, ``file:/path``, ``file:///path``,
-        ``s3://bucket/prefix`` or ``s3a://bucket/prefix``.
+        ``s3://bucket/prefix``, ``s3a://bucket/prefix``, ``gs://bucket/prefix``,
+        ``abfss://container@account.dfs.core.windows.net/prefix`` or
+        ``wasbs://container@account.blob.core.windows.net/prefix``.
 
     Returns
     -------
     LogStore
-        A :class:`LocalFileStore` or an :class:`S3FileStore`.
+        A :class:`LocalFileStore`, :class:`S3FileStore`, :class:`GCSFileStore`
+        or :class:`AzureBlobFileStore`.
 
     Raises
     ------
     ConfigurationError
-        Any other scheme (``hdfs``, ``gs``, ``abfs``, ``wasb``...), naming it and why.
+        Any other scheme (``hdfs``, ``dbfs``...), naming it and why; or the
+        store's client libraries are not installed, naming the extra.
     """
-    match = _SCHEME.match(uri)
-    if match is None:
+    scheme = _scheme(uri)
+    if scheme is None:
         return LocalFileStore(uri)
-    scheme = match.group(1).lower()
     if scheme == "file":
         return LocalFileStore(_local_path(uri))
-    if scheme in S3_SCHEMES:
-        return S3FileStore(uri)
+    entry = _OBJECT_STORES.get(scheme)
+    if entry is not None:
+        return entry[0](uri)
     raise _refusal(uri, scheme)
 
 
@@ -392,8 +325,7 @@ class PyArrowFileStore:
         return f"{self._root}/{name}" if name else self._root
 
     def _read_only(self) -> ConfigurationError:
-        match = _SCHEME.match(self._uri)
-        return _refusal(self._uri, match.group(1).lower() if match else "this file system")
+        return _refusal(self._uri, _scheme(self._uri) or "this file system")
 
     def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
         """Refuse: this store only reads (:func:`open_store` says where the log can be written).

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import importlib
 import time
-import uuid
 from typing import Any
 
-from .errors import ConfigurationError, RetriableError
+from ._store_object import CONNECT_TIMEOUT, READ_TIMEOUT, ObjectStore, split_uri
+from .errors import ConfigurationError
 
 __all__ = ["S3FileStore", "parse_s3_uri"]
 
@@ -26,14 +26,14 @@ S3_SCHEMES = ("s3", "s3a")
 # 409 ConditionalRequestConflict: another conditional write of the key is in flight; retrying
 # resolves it into a success or a 412 (AWS: "you can retry the request").
 _CONFLICT_RETRIES = 5
-#: Seconds botocore waits to connect, and for each read of a reply.
-_CONNECT_TIMEOUT = 10
-_READ_TIMEOUT = 20
 #: botocore's exceptions for a network that does not answer (by name: botocore is optional).
 _NETWORK_ERRORS = frozenset(
     {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"}
 )
 _CONFLICT_BACKOFF = 0.05
+#: botocore's exceptions, and S3's error codes, for a caller without credentials or rights.
+_NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError"})
+_DENIED = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
 # What a store that does not implement conditional writes answers one with.
 _UNSUPPORTED = ("NotImplemented", "InvalidRequest", "InvalidArgument")
 
@@ -56,13 +56,8 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     ConfigurationError
         Not an ``s3://`` or ``s3a://`` URI, or no bucket.
     """
-    scheme, sep, rest = uri.partition("://")
-    if not sep or scheme.lower() not in S3_SCHEMES:
-        raise ConfigurationError(f"{uri!r} is not an s3:// or s3a:// URI")
-    bucket, _, prefix = rest.partition("/")
-    if not bucket:
-        raise ConfigurationError(f"{uri!r} names no bucket (expected s3://bucket/prefix)")
-    return bucket, prefix.strip("/")
+    _, bucket, prefix = split_uri(uri, S3_SCHEMES, "s3://bucket/prefix")
+    return bucket, prefix
 
 
 def _error(exc: BaseException) -> tuple[str, int | None, int]:
@@ -88,7 +83,7 @@ def _new_client(endpoint_url: str | None) -> Any:
     # minutes on a silent network. These bounds keep a partition under two minutes (the
     # retries stay botocore's, so a lost reply is still retried).
     config = botocore_config.Config(
-        connect_timeout=_CONNECT_TIMEOUT, read_timeout=_READ_TIMEOUT, tcp_keepalive=True
+        connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, tcp_keepalive=True
     )
     return boto3.client("s3", endpoint_url=endpoint_url, config=config)
 
@@ -99,7 +94,7 @@ def _is_network_error(exc: BaseException) -> bool:
     return bool(names & _NETWORK_ERRORS)
 
 
-class S3FileStore:
+class S3FileStore(ObjectStore):
     """A :class:`~twophase._store.LogStore` on S3 or an S3-compatible store, through boto3.
 
     Every file is one object, written by a single ``PutObject``: atomic, and
@@ -129,6 +124,12 @@ class S3FileStore:
         A malformed URI, or boto3 is not installed.
     """
 
+    service = "S3"
+    condition = "If-None-Match: *"
+    credentials = (
+        "AWS credentials that boto3 finds (AWS_ACCESS_KEY_ID, a profile, an instance or pod role)"
+    )
+
     def __init__(
         self,
         uri: str,
@@ -137,21 +138,14 @@ class S3FileStore:
         client: Any = None,
         verify_conditional_writes: bool = True,
     ) -> None:
-        self.bucket, self.prefix = parse_s3_uri(uri)
-        self._uri = uri.rstrip("/")
+        self.bucket, prefix = parse_s3_uri(uri)
+        super().__init__(uri, prefix, verify_conditional_writes=verify_conditional_writes)
         self._client = client if client is not None else _new_client(endpoint_url)
-        self._verified = not verify_conditional_writes
 
     @property
-    def location(self) -> str:
-        """Return the URI of the root."""
-        return self._uri
-
-    def _key(self, name: str) -> str:
-        name = name.strip("/")
-        if not self.prefix:
-            return name
-        return f"{self.prefix}/{name}" if name else self.prefix
+    def endpoint(self) -> str:
+        """Return the endpoint the client talks to, for messages."""
+        return str(getattr(getattr(self._client, "meta", None), "endpoint_url", "?"))
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
         try:
@@ -163,19 +157,14 @@ class S3FileStore:
                     "exist (or the endpoint is not the one that holds it)",
                     setting="checkpoint_location",
                 ) from exc
-            if _is_network_error(exc):
-                endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", "?")
-                raise RetriableError(
-                    f"coordinator log {self._uri}: {operation} on {endpoint} failed: the store "
-                    f"did not answer ({type(exc).__name__}; connect within {_CONNECT_TIMEOUT} s, "
-                    f"each reply within {_READ_TIMEOUT} s, botocore's retries). Restart the "
-                    "query once the store is reachable: the log's records are written whole or "
-                    "not at all"
-                ) from exc
+            if _is_network_error(exc):  # botocore retried already
+                raise self._unreachable(operation, exc) from exc
+            code, status, _ = _error(exc)
+            if type(exc).__name__ in _NO_CREDENTIALS or code in _DENIED or status == 403:
+                raise self._no_access(operation, code or type(exc).__name__) from exc
             raise
 
-    # -------------------------------------------------------------- writing
-    def _put_if_absent(self, key: str, data: bytes) -> bool:
+    def _create(self, key: str, data: bytes) -> bool:
         conflicts = 0
         while True:
             try:
@@ -186,7 +175,7 @@ class S3FileStore:
                 if code == "PreconditionFailed" or status == 412:
                     # A reply lost in transit and retried by botocore finds the object its
                     # own first attempt created: that is still this writer's create.
-                    return retries > 0 and self._read_key(key) == data
+                    return retries > 0 and self._get(key) == data
                 if code != "ConditionalRequestConflict" and status != 409:
                     raise
                 if conflicts == _CONFLICT_RETRIES:
@@ -194,68 +183,16 @@ class S3FileStore:
                 time.sleep(_CONFLICT_BACKOFF * 2**conflicts)
                 conflicts += 1
 
-    def _verify_conditional_writes(self) -> None:
-        probe = self._key(f".twophase-probe-{uuid.uuid4().hex}")
-        try:
-            first = self._put_if_absent(probe, b"1")
-            second = self._put_if_absent(probe, b"2")
-        except Exception as exc:
-            code, status, _ = _error(exc)
-            if code not in _UNSUPPORTED and status not in (400, 501):
-                raise
-            raise self._refusal(f"it rejected a conditional write ({code or status})") from exc
-        finally:
-            self._call("delete_object", Key=probe)
-        if second:
-            raise self._refusal(
-                "it accepted a second PutObject with If-None-Match: * on an existing key"
-            )
-        if not first:
-            raise self._refusal("it refused a PutObject with If-None-Match: * on a new key")
-        self._verified = True
+    def _unsupported(self, exc: BaseException) -> str | None:
+        code, status, _ = _error(exc)
+        if code in _UNSUPPORTED or status in (400, 501):
+            return str(code or status)
+        return None
 
-    def _refusal(self, what: str) -> ConfigurationError:
-        endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", "?")
-        return ConfigurationError(
-            f"the S3 endpoint {endpoint} cannot hold the coordinator log {self._uri}: {what}. "
-            "The log's commit decision and epoch fencing need an atomic create-if-absent, which "
-            "twophase gets on S3 from conditional writes (If-None-Match: *); use a store or a "
-            "version that supports them, or the classic foreachBatch path",
-            setting="checkpoint_location",
-        )
+    def _put(self, key: str, data: bytes) -> None:
+        self._call("put_object", Key=key, Body=data)
 
-    def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
-        """Write ``data`` to ``name`` atomically (see :class:`~twophase._store.LogStore`).
-
-        Parameters
-        ----------
-        name
-            The file, relative to the root.
-        data
-            Its whole content.
-        overwrite
-            Replace an existing file; if False, a conditional create.
-
-        Returns
-        -------
-        bool
-            False if ``overwrite`` is False and another writer created ``name`` first.
-
-        Raises
-        ------
-        ConfigurationError
-            The bucket does not exist, or the endpoint ignores conditional writes.
-        """
-        key = self._key(name)
-        if overwrite:
-            self._call("put_object", Key=key, Body=data)
-            return True
-        if not self._verified:
-            self._verify_conditional_writes()
-        return self._put_if_absent(key, data)
-
-    # -------------------------------------------------------------- reading
-    def _read_key(self, key: str) -> bytes | None:
+    def _get(self, key: str) -> bytes | None:
         try:
             response = self._call("get_object", Key=key)
         except Exception as exc:
@@ -264,51 +201,25 @@ class S3FileStore:
             raise
         return bytes(response["Body"].read())
 
-    def read(self, name: str) -> bytes | None:
-        """Read ``name``, or None (see :class:`~twophase._store.LogStore`)."""
-        return self._read_key(self._key(name))
-
-    def _listing(self, directory: str) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
-        key = self._key(directory)
-        prefix = f"{key}/" if key else ""
-        contents: list[dict[str, Any]] = []
-        prefixes: list[dict[str, Any]] = []
+    def _keys(self, prefix: str, *, delimited: bool) -> tuple[list[str], list[str]]:
+        keys: list[str] = []
+        prefixes: list[str] = []
         token: dict[str, str] = {}
+        delimiter = {"Delimiter": "/"} if delimited else {}
         while True:
-            page = self._call("list_objects_v2", Prefix=prefix, Delimiter="/", **token)
-            contents += page.get("Contents", [])
-            prefixes += page.get("CommonPrefixes", [])
+            page = self._call("list_objects_v2", Prefix=prefix, **delimiter, **token)
+            keys += [item["Key"] for item in page.get("Contents", [])]
+            prefixes += [item["Prefix"] for item in page.get("CommonPrefixes", [])]
             if not page.get("IsTruncated"):
-                return prefix, contents, prefixes
+                return keys, prefixes
             token = {"ContinuationToken": page["NextContinuationToken"]}
 
-    def list_directories(self, directory: str) -> list[str]:
-        """List the sub-directory names of ``directory``; [] if it does not exist."""
-        prefix, _, prefixes = self._listing(directory)
-        return sorted(item["Prefix"][len(prefix) :].rstrip("/") for item in prefixes)
-
-    def list(self, directory: str) -> list[str]:
-        """List file names in ``directory`` (see :class:`~twophase._store.LogStore`)."""
-        prefix, contents, _ = self._listing(directory)
-        names = [item["Key"][len(prefix) :] for item in contents]
-        return [n for n in names if n and not n.startswith(".") and not n.endswith(".crc")]
-
-    def delete(self, name: str) -> None:
-        """Delete ``name`` if present (see :class:`~twophase._store.LogStore`)."""
-        self._call("delete_object", Key=self._key(name))
-
-    def delete_tree(self, directory: str) -> None:
-        """Delete every object below ``directory`` (see :class:`~twophase._store.LogStore`)."""
-        key = self._key(directory)
-        prefix = f"{key}/" if key else ""
-        token: dict[str, str] = {}
-        while True:
-            page = self._call("list_objects_v2", Prefix=prefix, **token)
-            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
-            if keys:  # a page holds at most 1000 keys, as many as one DeleteObjects takes
-                result = self._call("delete_objects", Delete={"Objects": keys, "Quiet": True})
-                if result.get("Errors"):
-                    raise OSError(f"could not delete {result['Errors'][:3]} in {self._uri}")
-            if not page.get("IsTruncated"):
-                return
-            token = {"ContinuationToken": page["NextContinuationToken"]}
+    def _delete_keys(self, keys: list[str]) -> None:
+        if len(keys) == 1:
+            self._call("delete_object", Key=keys[0])
+            return
+        for start in range(0, len(keys), 1000):  # one DeleteObjects takes at most 1000 keys
+            objects = [{"Key": key} for key in keys[start : start + 1000]]
+            result = self._call("delete_objects", Delete={"Objects": objects, "Quiet": True})
+            if result.get("Errors"):
+                raise OSError(f"could not delete {result['Errors'][:3]} in {self._uri}")
