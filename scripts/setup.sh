@@ -6,7 +6,10 @@
 #      Spark jars), PostgreSQL and MariaDB server binaries (the tests run throwaway servers);
 #   2. the .venv virtualenv (Python >= 3.10) with twophase installed editable plus the dev extra,
 #      and the development tools (tools/: twophase_dev, the twophase-dev command) editable too;
-#   3. the Kafka broker and Spark Kafka connector jars, downloaded once into ~/.m2 and cached.
+#   3. the Kafka broker and Spark Kafka connector jars, downloaded once into ~/.m2 and cached;
+#   4. the cloud-storage emulators of the coordinator-log tests, pinned in
+#      tools/twophase_dev/_emulators.py: fake-gcs-server (built with Go from the Go module proxy)
+#      and Azurite (npm), installed once into ~/.cache/twophase/emulators.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -72,10 +75,11 @@ if [[ ! -x /usr/sbin/mariadbd || ! -x /usr/bin/mariadb-install-db ]]; then
 fi
 command -v mariadb >/dev/null 2>&1 || packages+=(mariadb-client-core)
 if [[ ! -x .venv/bin/python && -z "$BASE_PYTHON" ]]; then packages+=(python3 python3-venv); fi
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)  # Azurite, the Azure Blob emulator
 if ((${#packages[@]})); then
     apt_install "${packages[@]}"
 else
-    log "system packages: Java, Maven, PostgreSQL and MariaDB already installed"
+    log "system packages: Java, Maven, PostgreSQL, MariaDB and npm already installed"
 fi
 java_ok || { log "error: Java 17 or newer is still not the default 'java'"; exit 1; }
 
@@ -109,8 +113,18 @@ else
 fi
 
 # --------------------------------------------------------------------------------------------
-# 3. Jars (Maven downloads them once; the resolved classpaths are cached in ~/.cache/twophase)
+# 3. Jars (Maven downloads them once; the resolved classpaths are cached in ~/.cache/twophase),
+# 4. beside them, the storage emulators (GCS, Azure Blob) of the coordinator-log tests; both are
+#    skipped once installed. fake-gcs-server is a Go program: `go install` needs Go (on PATH or
+#    in /usr/local/go/bin).
 # --------------------------------------------------------------------------------------------
+if ! command -v go >/dev/null 2>&1 && [[ ! -x /usr/local/go/bin/go ]]; then
+    log "error: Go was not found (needed to build fake-gcs-server, the GCS emulator)"
+    exit 1
+fi
+"$PY" -m twophase_dev emulators > >(sed 's/^/[setup] emulators: /') 2>&1 &
+emulators=$!
 "$PY" -m twophase_dev resolve | sed 's/^/[setup] jars: /'
+wait "$emulators" || { log "error: installing the storage emulators failed (above)"; exit 1; }
 
 log "done in $((SECONDS - started)) s"

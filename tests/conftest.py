@@ -13,6 +13,10 @@ only starts its server when a test asks for it.
   that use it skip when MariaDB is not installed.
 - ``s3_endpoint``: an S3-compatible server (moto's, a process of its own) for the coordinator log on
   S3; reuses ``$TWOPHASE_S3_ENDPOINT`` (credentials then come from the usual ``AWS_*`` variables).
+- ``gcs_endpoint``: a GCS-compatible server (fake-gcs-server, ``twophase_dev.FakeGcsServer``) for
+  the coordinator log on GCS; reuses ``$TWOPHASE_GCS_ENDPOINT`` (its ``http://host:port``).
+- ``azure_endpoint``: Azurite's blob service (``twophase_dev.AzuriteServer``) for the coordinator
+  log on Azure Blob Storage; reuses ``$TWOPHASE_AZURE_CONNECTION_STRING``.
 - ``spark``: a ``local[2]`` SparkSession with Spark's Kafka connector on the classpath.
 - ``spark_cluster``: a Spark standalone cluster (a master and two 1-core workers, separate JVMs);
   reuses ``$TWOPHASE_SPARK_MASTER`` (``twophase-dev cluster up``). Applications connect with
@@ -23,11 +27,12 @@ only starts its server when a test asks for it.
 Servers started here are stopped at the end of the session; if the session is killed, the kernel
 stops them (parent-death signal) and their throwaway directories are removed by the next session.
 Their logs are kept under pytest's temporary directory (``kafka-logs*``, ``postgres-logs*``,
-``mariadb-logs*``, ``spark-cluster-logs*``, ``s3-logs*``).
+``mariadb-logs*``, ``spark-cluster-logs*``, ``s3-logs*``, ``gcs-logs*``, ``azure-logs*``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -49,7 +54,9 @@ from twophase_dev import (
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,
     ENV_SPARK_MASTER,
+    AzuriteServer,
     DevInfraError,
+    FakeGcsServer,
     KafkaBroker,
     MariaDBServer,
     PostgresServer,
@@ -65,6 +72,8 @@ from twophase_dev import (
 )
 
 ENV_S3_ENDPOINT = "TWOPHASE_S3_ENDPOINT"
+ENV_GCS_ENDPOINT = "TWOPHASE_GCS_ENDPOINT"
+ENV_AZURE_CONNECTION_STRING = "TWOPHASE_AZURE_CONNECTION_STRING"
 
 
 @pytest.fixture(scope="session")
@@ -255,6 +264,88 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@dataclass(frozen=True)
+class GcsEndpoint:
+    """A GCS-compatible endpoint (the JSON API at ``url``, no credentials needed)."""
+
+    url: str
+
+    def new_bucket(self) -> str:
+        """Create a bucket with a fresh name and return the name."""
+        name = f"twophase-{uuid.uuid4().hex[:20]}"
+        request = urllib.request.Request(
+            f"{self.url}/storage/v1/b?project=test",
+            data=json.dumps({"name": name}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10.0):
+            return name
+
+    def environment(self) -> dict[str, str]:
+        """The variable under which the Google client libraries find the emulator."""
+        return {"STORAGE_EMULATOR_HOST": self.url}
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint(
+    tmp_path_factory: pytest.TempPathFactory, _stale_dirs_cleaned: None
+) -> Iterator[GcsEndpoint]:
+    """A GCS-compatible server for the session: fake-gcs-server in memory (well under 1 s)."""
+    url = os.environ.get(ENV_GCS_ENDPOINT)
+    if url:
+        yield GcsEndpoint(url.rstrip("/"))
+        return
+    server = FakeGcsServer(log_dir=tmp_path_factory.mktemp("gcs-logs"))
+    server.start()
+    try:
+        yield GcsEndpoint(server.url)
+    finally:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class AzureEndpoint:
+    """An Azure Blob endpoint: the account's blob ``url`` and its ``connection_string``."""
+
+    url: str
+    connection_string: str
+
+    def client(self) -> Any:
+        """Return a new ``BlobServiceClient`` of the account (one per simulated process)."""
+        from azure.storage.blob import BlobServiceClient
+
+        return BlobServiceClient.from_connection_string(self.connection_string)
+
+    def new_container(self) -> str:
+        """Create a container with a fresh name and return the name."""
+        name = f"twophase-{uuid.uuid4().hex[:20]}"
+        self.client().create_container(name)
+        return name
+
+    def environment(self) -> dict[str, str]:
+        """The variable under which the Azure client libraries find the account."""
+        return {"AZURE_STORAGE_CONNECTION_STRING": self.connection_string}
+
+
+@pytest.fixture(scope="session")
+def azure_endpoint(
+    tmp_path_factory: pytest.TempPathFactory, _stale_dirs_cleaned: None
+) -> Iterator[AzureEndpoint]:
+    """Azurite's blob service for the session, development account (about 1 s to start)."""
+    connection_string = os.environ.get(ENV_AZURE_CONNECTION_STRING)
+    if connection_string:
+        parts = dict(p.split("=", 1) for p in connection_string.split(";") if "=" in p)
+        yield AzureEndpoint(parts.get("BlobEndpoint", "").rstrip("/"), connection_string)
+        return
+    server = AzuriteServer(log_dir=tmp_path_factory.mktemp("azure-logs"))
+    server.start()
+    try:
+        yield AzureEndpoint(server.blob_endpoint, server.connection_string)
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -229,7 +229,8 @@ class GCSFileStore(ObjectStore):
                 raise self._failed("a listing", reply)
             page = reply.json()
             keys += [item["name"] for item in page.get("items", [])]
-            prefixes += page.get("prefixes", [])
+            # GCS gives each prefix once; some emulators repeat them on every page.
+            prefixes += [p for p in page.get("prefixes", []) if p not in prefixes]
             if not page.get("nextPageToken"):
                 return keys, prefixes
             params["pageToken"] = page["nextPageToken"]

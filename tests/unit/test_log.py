@@ -1,7 +1,10 @@
 """The coordinator log: atomic records, fencing epochs, compaction, corruption.
 
-Every test runs on each store that holds the log without the JVM: a local directory and S3
-(moto's server, ``s3_endpoint``), each test on a fresh directory or bucket.
+Every test runs on each store that holds the log without the JVM: a local directory, S3
+(moto's server, ``s3_endpoint``), GCS (fake-gcs-server, ``gcs_endpoint``) and Azure Blob
+Storage (Azurite, ``azure_endpoint``), each test on a fresh directory, bucket or container.
+The object stores are opened from a URI and the variables their client libraries read, as a
+user's driver opens them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from twophase import ConcurrentQueryError, CoordinatorLogError, TransactionHandl
 from twophase._codec import decode_dataclass, encode_dataclass
 from twophase._log import CoordinatorLog
 from twophase._store import LocalFileStore, LogStore, S3FileStore
+from twophase._store import open_store as store_at
 
 OpenStore = Callable[[], LogStore]
 
@@ -25,15 +29,29 @@ OpenStore = Callable[[], LogStore]
     params=[
         pytest.param("local", marks=pytest.mark.unit),
         pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("gcs", marks=pytest.mark.gcs),
+        pytest.param("azure", marks=pytest.mark.azure),
     ]
 )
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> OpenStore:
+def open_store(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> OpenStore:
     """Return ``open() -> store`` on one fresh log location; each call is another process's."""
     if request.param == "local":
         return lambda: LocalFileStore(tmp_path / "log", fsync=True)
-    endpoint: Any = request.getfixturevalue("s3_endpoint")
-    uri = f"s3a://{endpoint.new_bucket()}/chk/twophase/s/q"
-    return lambda: S3FileStore(uri, client=endpoint.client())
+    if request.param == "s3":
+        endpoint: Any = request.getfixturevalue("s3_endpoint")
+        uri = f"s3a://{endpoint.new_bucket()}/chk/twophase/s/q"
+        return lambda: S3FileStore(uri, client=endpoint.client())
+    if request.param == "gcs":
+        endpoint = request.getfixturevalue("gcs_endpoint")
+        uri = f"gs://{endpoint.new_bucket()}/chk/twophase/s/q"
+    else:
+        endpoint = request.getfixturevalue("azure_endpoint")
+        uri = f"abfss://{endpoint.new_container()}@devstoreaccount1.dfs.core.windows.net/chk/q"
+    for name, value in endpoint.environment().items():
+        monkeypatch.setenv(name, value)
+    return lambda: store_at(uri)
 
 
 def make_log(open_store: OpenStore, retain: int = 3) -> CoordinatorLog:

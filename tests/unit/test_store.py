@@ -320,37 +320,38 @@ def test_the_conditional_write_probe_leaves_nothing_behind(s3_endpoint: Any) -> 
     assert keys == ["log/a.json"]
 
 
-@pytest.mark.s3
-def test_delete_tree_removes_a_directory_and_nothing_else(s3_endpoint: Any) -> None:
-    store = S3FileStore(f"s3://{s3_endpoint.new_bucket()}/log", client=s3_endpoint.client())
-    for name in ("staged/3/part-0.parquet", "staged/3/_SUCCESS", "staged/30/x", "state.json"):
-        store.write(name, b"x", overwrite=True)
-    store.delete_tree("staged/3")
-    assert store.list("staged/3") == []
-    assert store.list("staged/30") == ["x"]
-    assert store.read("state.json") == b"x"
+@pytest.fixture(
+    params=[
+        pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("gcs", marks=pytest.mark.gcs),
+        pytest.param("azure", marks=pytest.mark.azure),
+    ]
+)
+def object_root(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The URI of a fresh bucket or container, reachable through its client's usual settings."""
+    endpoint: Any = request.getfixturevalue(f"{request.param}_endpoint")
+    for name, value in endpoint.environment().items():
+        monkeypatch.setenv(name, value)
+    if request.param == "s3":
+        return f"s3a://{endpoint.new_bucket()}"
+    if request.param == "gcs":
+        return f"gs://{endpoint.new_bucket()}"
+    return f"abfss://{endpoint.new_container()}@devstoreaccount1.dfs.core.windows.net"
 
 
-@pytest.mark.s3
-def test_a_missing_bucket_on_the_server_is_a_configuration_error(s3_endpoint: Any) -> None:
-    store = S3FileStore("s3://twophase-no-such-bucket/log", client=s3_endpoint.client())
-    with pytest.raises(ConfigurationError, match="does not exist"):
-        store.list("batches")
-
-
-@pytest.mark.s3
-def test_the_command_reads_and_resolves_a_checkpoint_on_s3(
-    tmp_path: Path, s3_environment: str, capsys: pytest.CaptureFixture[str]
+def test_the_command_reads_and_resolves_a_checkpoint_on_an_object_store(
+    tmp_path: Path, object_root: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stuck = Stuck(tmp_path)
-    bucket = open_store(f"s3://{s3_environment}")
+    bucket = open_store(object_root)
     local = Path(stuck.checkpoint)
     for path in local.rglob("*"):
         if path.is_file():
             name = f"chk/{path.relative_to(local).as_posix()}"
             bucket.write(name, path.read_bytes(), overwrite=True)
     shutil.rmtree(local)
-    checkpoint = f"s3a://{s3_environment}/chk"
+    checkpoint = f"{object_root}/chk"
+    assert bucket.list_directories("") == ["chk"]
 
     assert main(["status", checkpoint, "--json", *stuck.target_args()]) == 0
     (sink,) = json.loads(capsys.readouterr().out)["sinks"]
@@ -359,11 +360,33 @@ def test_the_command_reads_and_resolves_a_checkpoint_on_s3(
         (1, "markers", 2)
     ]
     args = ["resolve", checkpoint, "--sink", "events", "--batch", "1", "--mark-committed"]
-    assert main([*args, "--yes", "--reason", "on s3"]) == 0
+    assert main([*args, "--yes", "--reason", "on an object store"]) == 0
     assert main(["status", checkpoint]) == 0
     out = capsys.readouterr().out
     assert "unfinished        none" in out
     assert "committed         through batch 1" in out
+
+
+def test_delete_tree_on_an_object_store_removes_a_directory_and_nothing_else(
+    object_root: str,
+) -> None:
+    store = open_store(f"{object_root}/log")
+    for name in ("staged/3/part-0.parquet", "staged/3/_SUCCESS", "staged/30/x", "state.json"):
+        store.write(name, b"x", overwrite=True)
+    store.delete_tree("staged/3")
+    assert store.list("staged/3") == []
+    assert store.list_directories("staged") == ["30"]
+    assert store.list("staged/30") == ["x"]
+    assert store.read("state.json") == b"x"
+
+
+def test_a_missing_bucket_or_container_is_a_configuration_error(object_root: str) -> None:
+    scheme, _, rest = object_root.partition("://")
+    _, at, account = rest.partition("@")  # Azure: container@account; the others: the bucket
+    store = open_store(f"{scheme}://twophase-no-such-one{at}{account}/log")
+    with pytest.raises(ConfigurationError, match="does not exist") as info:
+        store.list("batches")
+    assert info.value.setting == "checkpoint_location"
 
 
 @pytest.mark.unit

@@ -49,6 +49,16 @@ from twophase_dev._cluster import (
 )
 from twophase_dev._common import DevInfraError, clean_stale_work_dirs, free_ports
 from twophase_dev._connect import CONNECT_ENV_MARKER, SparkConnectServer
+from twophase_dev._emulators import (
+    AZURITE_ACCOUNT_KEY,
+    AZURITE_ACCOUNT_NAME,
+    AZURITE_VERSION,
+    FAKE_GCS_VERSION,
+    AzuriteServer,
+    FakeGcsServer,
+    install_azurite,
+    install_fake_gcs,
+)
 from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
 from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
@@ -70,6 +80,9 @@ from twophase_dev._state import (
 )
 
 __all__ = [
+    "AZURITE_ACCOUNT_KEY",
+    "AZURITE_ACCOUNT_NAME",
+    "AZURITE_VERSION",
     "CLUSTER_ENV_MARKER",
     "CONNECT_ENV_MARKER",
     "ENV_KAFKA_BOOTSTRAP",
@@ -77,11 +90,14 @@ __all__ = [
     "ENV_PG_DSN",
     "ENV_PG_NOPREP_DSN",
     "ENV_SPARK_MASTER",
+    "FAKE_GCS_VERSION",
     "KAFKA_VERSION",
+    "AzuriteServer",
     "ClusterProcess",
     "CutMode",
     "DevInfraError",
     "DevState",
+    "FakeGcsServer",
     "KafkaBroker",
     "MariaDBServer",
     "MavenArtifact",
@@ -103,6 +119,8 @@ __all__ = [
     "find_mariadb_binaries",
     "find_postgres_bin_dir",
     "free_ports",
+    "install_azurite",
+    "install_fake_gcs",
     "kafka_classpath",
     "pyspark_home",
     "resolve_classpath",

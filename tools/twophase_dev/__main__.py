@@ -16,6 +16,8 @@ Commands::
     spark-jars [--separator SEP]
                          print the jars Spark needs for its Kafka source (resolved with Maven)
     resolve [--refresh]  resolve (download) the Kafka broker and Spark Kafka jars ahead of time
+    emulators            install the pinned cloud-storage emulators once (fake-gcs-server with
+                         'go install', Azurite with 'npm install') into the cache
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 
 from twophase_dev._cluster import SparkCluster
 from twophase_dev._common import DevInfraError
+from twophase_dev._emulators import install_emulators
 from twophase_dev._kafka import kafka_classpath
 from twophase_dev._spark import spark_kafka_jars
 from twophase_dev._state import SERVICES, DevState, Report
@@ -93,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--json", action="store_true", help="machine-readable status")
     resolve = sub.add_parser("resolve", help="download and cache the Kafka and Spark jars")
     resolve.add_argument("--refresh", action="store_true", help="ignore cached classpaths")
+    sub.add_parser(
+        "emulators", help="install the GCS and Azure storage emulators (fake-gcs-server, Azurite)"
+    )
     return parser
 
 
@@ -222,6 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 started = time.monotonic()
                 jars = resolve(refresh=args.refresh)
                 print(f"{label}: {len(jars)} jars ({time.monotonic() - started:.1f} s)")
+        elif args.command == "emulators":
+            for label, (path, seconds) in install_emulators().items():
+                print(f"{label}: {path} ({seconds:.1f} s)")
     except DevInfraError as exc:
         print(f"twophase-dev: error: {exc}", file=sys.stderr)
         return 1
