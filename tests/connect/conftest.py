@@ -1,5 +1,9 @@
 """The Spark Connect server of the session: local mode, Kafka jars, this checkout on its path.
 
+Its Hadoop reads ``gs://`` from the session's GCS emulator (``gcs_endpoint``) through Google's
+GCS connector, and its Python workers reach the emulator too (``STORAGE_EMULATOR_HOST``): a
+query's checkpoint can be ``gs://``, Spark's own logs and twophase's alike.
+
 One server serves every Connect test; a test that crashes it (``server.kill()``) starts it
 again (``server.restart()``, same port) before it ends, and a test that finds it dead (an
 earlier test failed half-way) restarts it first.
@@ -10,20 +14,28 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from twophase_dev import SparkConnectServer
+from twophase_dev import SparkConnectServer, gcs_connector_jar, gcs_hadoop_conf
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
-def _connect_server(_stale_dirs_cleaned: None) -> Iterator[SparkConnectServer]:
+def _connect_server(_stale_dirs_cleaned: None, gcs_endpoint: Any) -> Iterator[SparkConnectServer]:
     # local[2,2]: a failed task is retried once, as on a cluster.
     # TWOPHASE_SPARK_KAFKA=0: no Kafka connector (a PySpark whose connector is not served).
     kafka = os.environ.get("TWOPHASE_SPARK_KAFKA", "1") != "0"
-    server = SparkConnectServer(master="local[2,2]", python_path=(str(ROOT),), kafka=kafka)
+    server = SparkConnectServer(
+        master="local[2,2]",
+        python_path=(str(ROOT),),
+        kafka=kafka,
+        jars=(gcs_connector_jar(),),
+        conf=gcs_hadoop_conf(gcs_endpoint.url),
+        env=gcs_endpoint.environment(),
+    )
     server.start()
     try:
         yield server

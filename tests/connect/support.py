@@ -54,7 +54,7 @@ class WithListener:
 def start_query(
     spark: Any,
     source: Path,
-    checkpoint: Path,
+    checkpoint: Path | str,
     sink: Any,
     transform: Any = lambda df: df,
     listener: Any = None,

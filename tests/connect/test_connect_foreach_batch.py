@@ -22,19 +22,30 @@ from twophase_dev import SparkConnectServer
 pytestmark = [pytest.mark.connect, pytest.mark.spark, pytest.mark.slow]
 
 
-def _run(server: SparkConnectServer, tmp_path: Path, sink: Any, **kwargs: Any) -> None:
+def _run(
+    server: SparkConnectServer, tmp_path: Path, sink: Any, checkpoint: str = "", **kwargs: Any
+) -> None:
+    checkpoint = checkpoint or str(tmp_path / "chk")
     run_to_end(
-        server, lambda spark: start_query(spark, tmp_path / "in", tmp_path / "chk", sink, **kwargs)
+        server, lambda spark: start_query(spark, tmp_path / "in", checkpoint, sink, **kwargs)
     )
 
 
-def _crash(server: SparkConnectServer, tmp_path: Path, sink: Any, step: str, **kwargs: Any) -> None:
+def _crash(
+    server: SparkConnectServer,
+    tmp_path: Path,
+    sink: Any,
+    step: str,
+    checkpoint: str = "",
+    **kwargs: Any,
+) -> None:
     """Run the query until the server SIGKILLs itself at ``step`` of batch 1, then restart it."""
     listener = KillServerAt(step, 1)
+    checkpoint = checkpoint or str(tmp_path / "chk")
     crash_server(
         server,
         lambda spark: start_query(
-            spark, tmp_path / "in", tmp_path / "chk", sink, listener=listener, **kwargs
+            spark, tmp_path / "in", checkpoint, sink, listener=listener, **kwargs
         ),
         step,
     )
@@ -49,14 +60,21 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
     tmp_path: Path,
     postgres_server: Any,
     postgres_server_no_prepared: Any,
+    gcs_endpoint: Any,
     protocol: str,
     step: str,
 ) -> None:
+    """The coordinated run keeps its checkpoint on ``gs://`` (the emulator), markers locally."""
+    from twophase._store import open_store
     from twophase.connectors.jdbc import postgres_sink
 
     server = postgres_server if protocol == "coordinated" else postgres_server_no_prepared
     table = f"connect_{uuid.uuid4().hex[:8]}"
     expected = write_input(tmp_path / "in", 3)
+    if protocol == "coordinated":
+        checkpoint = f"gs://{gcs_endpoint.new_bucket()}/chk"
+    else:
+        checkpoint = str(tmp_path / "chk")
 
     def sink() -> Any:
         return postgres_sink(
@@ -72,11 +90,19 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
     def transform(df: Any) -> Any:
         return df.repartition(2)
 
-    _crash(connect_server, tmp_path, sink(), step, transform=transform)
+    _crash(connect_server, tmp_path, sink(), step, checkpoint, transform=transform)
     assert 0 < len(visible()) < len(expected), "the crash did not land inside the query"
     if protocol == "coordinated":
         assert prepared(), "a crash after the decision leaves prepared transactions"
-    _run(connect_server, tmp_path, sink(), transform=transform)
+        with pytest.MonkeyPatch.context() as env:
+            for name, value in gcs_endpoint.environment().items():
+                env.setenv(name, value)
+            chk = open_store(checkpoint)
+            (query,) = chk.list_directories("twophase/connect")
+            decisions = chk.list(f"twophase/connect/{query}/batches")
+            assert f"{1:020d}.decision.json" in decisions, "the decision is on the emulator"
+            assert chk.list("offsets"), "Spark's own offset log is on the emulator"
+    _run(connect_server, tmp_path, sink(), checkpoint, transform=transform)
     assert_exactly_once(visible(), expected)
     assert prepared() == []
 

@@ -59,6 +59,7 @@ from twophase_dev._emulators import (
     install_azurite,
     install_fake_gcs,
 )
+from twophase_dev._gcs_connector import GCS_CONNECTOR_VERSION, gcs_connector_jar, gcs_hadoop_conf
 from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
 from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
@@ -91,6 +92,7 @@ __all__ = [
     "ENV_PG_NOPREP_DSN",
     "ENV_SPARK_MASTER",
     "FAKE_GCS_VERSION",
+    "GCS_CONNECTOR_VERSION",
     "KAFKA_VERSION",
     "AzuriteServer",
     "ClusterProcess",
@@ -119,6 +121,8 @@ __all__ = [
     "find_mariadb_binaries",
     "find_postgres_bin_dir",
     "free_ports",
+    "gcs_connector_jar",
+    "gcs_hadoop_conf",
     "install_azurite",
     "install_fake_gcs",
     "kafka_classpath",

@@ -15,7 +15,7 @@ Commands::
     env                  print 'export ...' lines: eval "$(python -m twophase_dev env)"
     spark-jars [--separator SEP]
                          print the jars Spark needs for its Kafka source (resolved with Maven)
-    resolve [--refresh]  resolve (download) the Kafka broker and Spark Kafka jars ahead of time
+    resolve [--refresh]  resolve (download) the Kafka broker, Spark Kafka and GCS connector jars
     emulators            install the pinned cloud-storage emulators once (fake-gcs-server with
                          'go install', Azurite with 'npm install') into the cache
 """
@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from twophase_dev._cluster import SparkCluster
 from twophase_dev._common import DevInfraError
 from twophase_dev._emulators import install_emulators
+from twophase_dev._gcs_connector import gcs_connector_jar
 from twophase_dev._kafka import kafka_classpath
 from twophase_dev._spark import spark_kafka_jars
 from twophase_dev._state import SERVICES, DevState, Report
@@ -224,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, resolve in (
                 ("Kafka broker", kafka_classpath),
                 ("Spark Kafka connector", spark_kafka_jars),
+                ("Hadoop GCS connector", lambda refresh: [gcs_connector_jar()]),
             ):
                 started = time.monotonic()
                 jars = resolve(refresh=args.refresh)

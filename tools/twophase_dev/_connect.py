@@ -63,6 +63,10 @@ class SparkConnectServer(ServiceContext):
         Extra Spark settings of the server (on top of :func:`spark_test_conf`).
     kafka : bool, optional
         Put Spark's Kafka connector on the server's classpath.
+    jars : sequence of pathlib.Path, optional
+        More jars for the server's classpath (a Hadoop file system's connector).
+    env : mapping of str to str, optional
+        More environment variables of the server and its Python workers.
     python_path : sequence of str, optional
         Directories added to the Python workers' ``PYTHONPATH`` (test modules whose functions
         are pickled by reference).
@@ -85,6 +89,8 @@ class SparkConnectServer(ServiceContext):
         master: str = "local[2]",
         conf: Mapping[str, str] | None = None,
         kafka: bool = True,
+        jars: tuple[Path, ...] = (),
+        env: Mapping[str, str] | None = None,
         python_path: tuple[str, ...] = (),
         port: int | None = None,
         startup_timeout: float = 120.0,
@@ -92,6 +98,8 @@ class SparkConnectServer(ServiceContext):
         self.master = master
         self.conf = dict(conf or {})
         self.kafka = kafka
+        self.jars = jars
+        self.env = dict(env or {})
         self.python_path = python_path
         self.port = port if port is not None else free_ports(1)[0]
         self.startup_timeout = startup_timeout
@@ -128,6 +136,7 @@ class SparkConnectServer(ServiceContext):
                 "PYSPARK_PYTHON": sys.executable,
                 "PYTHONPATH": os.pathsep.join(p for p in paths if p),
                 CONNECT_ENV_MARKER: str(self.work_dir),
+                **self.env,
             }
         )
         return env
@@ -143,8 +152,9 @@ class SparkConnectServer(ServiceContext):
         )
         conf.update(self.conf)
         argv = [str(pyspark_home() / "bin" / "spark-submit"), "--master", self.master]
-        if self.kafka:
-            argv += ["--jars", ",".join(str(j) for j in spark_kafka_jars())]
+        jars = [*(spark_kafka_jars() if self.kafka else ()), *self.jars]
+        if jars:
+            argv += ["--jars", ",".join(str(j) for j in jars)]
         for key, value in conf.items():
             argv += ["--conf", f"{key}={value}"]
         return [*argv, "--class", _SERVER_CLASS, "--name", "twophase-connect", "spark-internal"]
