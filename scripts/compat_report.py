@@ -36,7 +36,10 @@ PostgreSQL and Kafka servers. `scripts/test.sh` runs the whole suite on the defa
   cell's Python, packed with `venv-pack`, shipped with `spark-submit --archives` to a standalone
   cluster of that Spark, Kafka into Kafka and into PostgreSQL, the driver killed mid-run and
   submitted again ([Deploying a job](deployment.md)), where Spark's Kafka source is served;
-* **connect** -- the Spark Connect tests, where the PySpark wheel carries the Connect server.
+* **connect** -- the Spark Connect tests: `foreachBatch` sinks in a local Connect server killed
+  mid-protocol and restarted, errors by class, task retries, CDC routing; `format(...)` from 4.1.
+  The server is the PySpark wheel's from 4.0; the 3.5 wheel has none, and the test infrastructure
+  resolves `spark-connect_2.12` of the same version from Maven Central.
 
 """
 
@@ -49,9 +52,14 @@ NOTES = """
 * **Kafka source on PySpark 4.3.0**: Maven Central serves no `spark-sql-kafka-0-10_2.13` 4.3.0
   (nor 4.2.1) on the day of the run; Spark's Kafka connector must match the PySpark version. The
   Kafka *sink* is still run there, from file sources (the driver-kill step).
-* **Spark Connect on PySpark 3.5**: the 3.5 wheel does not carry the Connect server
-  (`spark-connect_2.12` is a separate Maven artifact there), and the test infrastructure starts
-  the server from the wheel. `foreachBatch` under Connect exists in 3.5; it is not run here.
+* **Spark Connect on PySpark 3.5**: the wheel does not carry the Connect server; the test
+  infrastructure starts `spark-connect_2.12` of the same version from Maven Central (served for
+  3.5.0, 3.5.1, 3.5.4, 3.5.5 and 3.5.7). The `format(...)` test is skipped there (4.1 and later).
+  PySpark 3.5's `foreachBatch` worker sends no error back to the server (a TODO in its code,
+  SPARK-44463; the 4.0 worker sends it): the query fails with `EOFException` and no text. The
+  version adapter (`connect_record_failure` in `twophase/_pyspark.py`) has the sink leave its
+  error in the query's session, where `twophase.await_termination` finds it and raises it by
+  class; a failure that is not a twophase error stays PySpark's, without text.
 * **Spark Connect on PySpark 4.3.0** runs each `foreachBatch` batch in a clone of the query's
   session, whose query manager lists no running query (earlier versions use the query's own
   session). The version adapter (`connect_active_queries` in `twophase/_pyspark.py`) then asks the
@@ -65,7 +73,8 @@ NOTES = """
   the connector with `--jars` there, resolved with a served token provider (4.0.0), as a user
   would; on 3.5.7 and 4.2.0 it uses `--packages` ([Deploying a job](deployment.md)).
 * **The newest 3.5 patch**: 3.5.9 is on PyPI, but Maven Central serves the Kafka connector of
-  3.5.0, 3.5.1, 3.5.3 and 3.5.7 only; 3.5.7 is the cell.
+  3.5.0, 3.5.1, 3.5.3 and 3.5.7 only, and the Connect server of 3.5.0, 3.5.1, 3.5.4, 3.5.5 and
+  3.5.7 only; 3.5.7 is the cell.
 """
 
 

@@ -17,12 +17,16 @@ Connect session attached to the client's. There is no py4j there: no
   batch is coalesced to at most a known number of participant slots (the
   sink's ``max_transactions_per_batch``, else ``spark.sql.shuffle.partitions``)
   and that number is what the markers protocol's intent records: recovery fences or
-  checks every slot below it.
+  checks every slot below it;
+- before PySpark 4.0 the server does not send a batch's error to the client
+  (the query fails with no text): :func:`record_failure` leaves a twophase error
+  in the session for :func:`recorded_failure` (``twophase.await_termination``).
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from ._coordinator import Coordinator
@@ -36,15 +40,27 @@ from ._dataframe import (
 from ._hooks import AnySink
 from ._identity import query_id_in_metadata
 from ._participant import TaskPlan, TaskResult
-from ._pyspark import connect_active_queries
+from ._pyspark import (
+    connect_active_queries,
+    connect_loses_batch_errors,
+    connect_record_failure,
+    connect_recorded_failure,
+)
 from ._runtime import runtime_of
 from ._store import LogStore, open_store
-from .errors import ConfigurationError
+from .errors import ConfigurationError, TwoPhaseError, find_error
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["ConnectBatchExecution", "is_connect", "record_session", "run_foreach_batch"]
+__all__ = [
+    "ConnectBatchExecution",
+    "is_connect",
+    "record_failure",
+    "record_session",
+    "recorded_failure",
+    "run_foreach_batch",
+]
 
 _log = logging.getLogger("twophase.spark")
 
@@ -151,11 +167,68 @@ def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int) -> None:
     batch_id
         The micro-batch id.
     """
-    coordinator = _coordinator_for(sink, df, batch_id)
-    execution = ConnectBatchExecution(
-        df, batch_id, coordinator.log.store, coordinator.context.log_location, sink
-    )
-    runtime_of(sink).run_batch(sink, execution)
+    try:
+        coordinator = _coordinator_for(sink, df, batch_id)
+        execution = ConnectBatchExecution(
+            df, batch_id, coordinator.log.store, coordinator.context.log_location, sink
+        )
+        runtime_of(sink).run_batch(sink, execution)
+    except Exception as exc:
+        record_failure(sink, df, exc)
+        raise
+
+
+def record_failure(sink: AnySink, df: DataFrame, error: BaseException) -> None:
+    """Leave the twophase error behind a failed batch where the client finds it.
+
+    Only where the server does not send it (``connect_loses_batch_errors``): under the run id of
+    the sink's query -- the query of its checkpoint, else the session's only running query; with
+    several and no checkpoint to tell them apart, nothing is recorded.
+
+    Parameters
+    ----------
+    sink
+        The sink whose batch failed.
+    df
+        The micro-batch DataFrame.
+    error
+        What the batch raised.
+    """
+    found = find_error(error) if connect_loses_batch_errors() else None
+    if found is None:
+        return
+    spark = df.sparkSession
+    try:
+        active = connect_active_queries(spark, getattr(sink, _SESSION_ATTRIBUTE, None))
+        checkpoint = sink.checkpoint_location
+        query_id = read_query_id(open_store(checkpoint)) if checkpoint else None
+        if query_id is not None and query_id in active:
+            run_id: str | None = active[query_id]
+        else:
+            run_id = next(iter(active.values())) if len(active) == 1 else None
+        if run_id is not None:
+            text = "".join(traceback.format_exception_only(type(found), found)).strip()
+            connect_record_failure(spark, run_id, text)
+    except Exception:  # the batch's own error is what matters
+        _log.debug("could not record the error of a failed batch", exc_info=True)
+
+
+def recorded_failure(query: Any) -> TwoPhaseError | None:
+    """Return the twophase error :func:`record_failure` left for ``query``, if any.
+
+    Parameters
+    ----------
+    query
+        A ``StreamingQuery`` that failed.
+
+    Returns
+    -------
+    TwoPhaseError or None
+        The error, rebuilt with its class and context.
+    """
+    text = connect_recorded_failure(query)
+    # find_error reads an error from its text, as it reads PySpark's exceptions.
+    return find_error(RuntimeError(text)) if text else None
 
 
 #: The slots of a batch when ``spark.sql.shuffle.partitions`` is not a number

@@ -24,6 +24,12 @@ with a test on every supported version (``scripts/compat.sh``):
   that started the query; from 4.3 it is a clone of it with its own (empty)
   query manager, so the worker also asks the query's root session, reached
   through the server-local URL the worker was started with.
+* :func:`connect_record_failure` and :func:`connect_recorded_failure` -- the
+  error that failed a Connect ``foreachBatch`` batch. From 4.0 the server sends
+  its text to the client with the query's failure; in 3.5 the worker just dies
+  (its TODO SPARK-44463) and the query fails with the JVM's ``EOFException``
+  and no text, so the worker leaves the twophase error in the query's session
+  configuration, under the query's run id, and the client reads it from there.
 * :func:`require_feature` -- refuses, by name, what a version lacks: the Python
   data source writer behind ``format(...)`` needs ``DataSourceStreamArrowWriter``
   (PySpark 4.1).
@@ -46,6 +52,9 @@ __all__ = [
     "arrow_schema",
     "cloudpickle",
     "connect_active_queries",
+    "connect_loses_batch_errors",
+    "connect_record_failure",
+    "connect_recorded_failure",
     "connect_session_id",
     "installed_version",
     "require",
@@ -159,6 +168,75 @@ def connect_active_queries(session: Any, root_session_id: str | None) -> dict[st
         _ROOT_SESSIONS[root_session_id] = root
     active.update({str(q.id): str(q.runId) for q in root.streams.active})
     return active
+
+
+#: The session setting, followed by the query's run id, that carries a failed batch's error.
+_FAILURE_KEY = "spark.twophase.connect.batchError."
+
+
+def connect_loses_batch_errors() -> bool:
+    """Return whether a Connect ``foreachBatch`` error reaches the client without its text.
+
+    PySpark 3.5's ``foreachBatch`` worker does not send the error of the function back to
+    the server (the TODO SPARK-44463 in its code; the 4.0 worker sends it): it dies, and the
+    query fails with ``EOFException``.
+
+    Returns
+    -------
+    bool
+        True before PySpark 4.0.
+    """
+    version = installed_version()
+    return version is not None and version < (4, 0, 0)
+
+
+def connect_record_failure(session: Any, run_id: str, error: str) -> None:
+    """Leave the error of a failed batch where the client can read it (before PySpark 4.0).
+
+    Runs in the Connect server's ``foreachBatch`` worker, whose session is the one that
+    started the query: the error goes into that session's configuration, under the run id.
+    Nothing is done where the server sends the error itself.
+
+    Parameters
+    ----------
+    session
+        The micro-batch DataFrame's session.
+    run_id
+        The failed query's run id.
+    error
+        The error as a traceback ends (``twophase.errors.DataError: [sink='s'] ...``).
+    """
+    if connect_loses_batch_errors():
+        session.conf.set(_FAILURE_KEY + run_id, error)
+
+
+def connect_recorded_failure(query: Any) -> str | None:
+    """Return (and remove) the error recorded by :func:`connect_record_failure` for ``query``.
+
+    Parameters
+    ----------
+    query
+        A ``StreamingQuery`` that failed.
+
+    Returns
+    -------
+    str or None
+        The error's text; None for a classic query, from PySpark 4.0, or when none was
+        recorded (the failure was not a twophase error, or the session was gone).
+    """
+    if not connect_loses_batch_errors():
+        return None
+    session = getattr(query, "_session", None)  # Connect's StreamingQuery only
+    if session is None or connect_session_id(session) is None:
+        return None
+    key = _FAILURE_KEY + str(query.runId)
+    try:
+        recorded = session.conf.get(key, None)
+        if recorded:
+            session.conf.unset(key)
+    except Exception:  # the session or the server is gone: PySpark's own error stands
+        return None
+    return str(recorded) if recorded else None
 
 
 def _describe(version: tuple[int, int, int]) -> str:

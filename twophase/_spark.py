@@ -407,7 +407,8 @@ def await_termination(query: Any, timeout: float | None = None) -> bool | None:
             query.awaitTermination() if timeout is None else query.awaitTermination(timeout)
         )
     except Exception as exc:
-        found = find_error(exc)
+        # Before PySpark 4.0 a Connect query's failure has no text: the sink left its error.
+        found = find_error(exc) or _connect.recorded_failure(query)
         if found is None or found is exc:
             raise
         raise found from exc

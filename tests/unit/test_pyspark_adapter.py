@@ -7,6 +7,7 @@ version. What a version lacks is refused by name, never by a traceback from insi
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -122,3 +123,85 @@ def test_register_format_refuses_before_touching_the_session(pretend: Pretend) -
     pretend((4, 0, 4))
     with pytest.raises(ConfigurationError, match=r"this is PySpark 4\.0\.4"):
         twophase.register_format(None, "orders-pg", lambda options: None)  # type: ignore[arg-type,return-value]
+
+
+class _Conf:
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def unset(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+class _Query:
+    """What a Connect ``StreamingQuery`` has that the adapter reads."""
+
+    def __init__(self, session: object, query_id: str, run_id: str) -> None:
+        self._session = session
+        self.id = query_id
+        self.runId = run_id
+
+
+class _Session:
+    """A Connect session: an id, a configuration, its running queries."""
+
+    def __init__(self) -> None:
+        self.session_id = "session-1"
+        self.conf = _Conf()
+        self.streams = self
+        self.active: list[_Query] = []
+
+
+@pytest.mark.parametrize(("version", "lost"), [((3, 5, 7), True), ((4, 0, 4), False)])
+def test_a_connect_batch_error_is_left_in_the_session_where_the_server_loses_it(
+    pretend: Pretend, version: tuple[int, int, int], lost: bool, tmp_path: Path
+) -> None:
+    from types import SimpleNamespace
+
+    from twophase import _connect
+    from twophase.testing import FakeSink, FakeTarget
+
+    pretend(version)
+    assert _pyspark.connect_loses_batch_errors() is lost
+    session = _Session()
+    query = _Query(session, "q-1", "run-1")
+    session.active = [query]
+    refused = ConfigurationError("no checkpoint", sink="s", batch_id=3, setting="x")
+    sink = FakeSink("s", FakeTarget(tmp_path / "target"))
+    try:
+        raise RuntimeError("the batch failed") from refused
+    except RuntimeError as exc:
+        _connect.record_failure(sink, SimpleNamespace(sparkSession=session), exc)  # type: ignore[arg-type]
+    found = _connect.recorded_failure(query)
+    if not lost:
+        assert session.conf.values == {}
+        assert found is None
+        return
+    assert isinstance(found, ConfigurationError)
+    assert (found.sink, found.batch_id, found.setting) == ("s", 3, "x")
+    assert session.conf.values == {}, "the client removes what it read"
+    assert _connect.recorded_failure(query) is None
+
+
+def test_no_error_is_recorded_for_a_query_that_cannot_be_told_apart(
+    pretend: Pretend, tmp_path: Path
+) -> None:
+    from types import SimpleNamespace
+
+    from twophase import _connect
+    from twophase.testing import FakeSink, FakeTarget
+
+    pretend((3, 5, 7))
+    session = _Session()
+    session.active = [_Query(session, "q-1", "run-1"), _Query(session, "q-2", "run-2")]
+    error = ConfigurationError("no checkpoint", sink="s", batch_id=0)
+    sink = FakeSink("s", FakeTarget(tmp_path / "target"))
+    _connect.record_failure(sink, SimpleNamespace(sparkSession=session), error)  # type: ignore[arg-type]
+    assert session.conf.values == {}
+    assert _pyspark.connect_recorded_failure(object()) is None  # a classic query

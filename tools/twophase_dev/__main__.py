@@ -16,6 +16,8 @@ Commands::
     spark-jars [--separator SEP]
                          print the jars Spark needs for its Kafka source (resolved with Maven)
     resolve [--refresh]  resolve (download) the Kafka broker, Spark Kafka and GCS connector jars
+                         ahead of time, and the Spark Connect server where the PySpark wheel has
+                         none (3.5)
     emulators            install the pinned cloud-storage emulators once (fake-gcs-server with
                          'go install', Azurite with 'npm install') into the cache
 """
@@ -34,7 +36,7 @@ from twophase_dev._common import DevInfraError
 from twophase_dev._emulators import install_emulators
 from twophase_dev._gcs_connector import gcs_connector_jar
 from twophase_dev._kafka import kafka_classpath
-from twophase_dev._spark import spark_kafka_jars
+from twophase_dev._spark import spark_connect_jars, spark_kafka_jars
 from twophase_dev._state import SERVICES, DevState, Report
 
 __all__ = ["main"]
@@ -225,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for label, resolve in (
                 ("Kafka broker", kafka_classpath),
                 ("Spark Kafka connector", spark_kafka_jars),
+                ("Spark Connect server, beyond the PySpark wheel", spark_connect_jars),
                 ("Hadoop GCS connector", lambda refresh: [gcs_connector_jar()]),
             ):
                 started = time.monotonic()

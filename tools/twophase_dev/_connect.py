@@ -1,10 +1,12 @@
-"""A local Spark Connect server, started from the installed PySpark (nothing is downloaded).
+"""A local Spark Connect server, started from the installed PySpark.
 
-The PySpark wheel ships the Connect server (``jars/spark-connect_*.jar``); it is started with
-``bin/spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer`` on a free
-port of 127.0.0.1, in local mode, with Spark's Kafka jars and this project's Python for its
-Python workers -- including the ``foreachBatch`` worker, which is where a twophase sink runs
-under Spark Connect. Clients connect with :meth:`SparkConnectServer.session` (``sc://...``).
+The PySpark wheel ships the Connect server (``jars/spark-connect_*.jar``) from 4.0 on; for 3.5,
+whose wheel has none, :func:`~twophase_dev._spark.spark_connect_jars` resolves the server jar of
+the same version with Maven (cached). It is started with ``bin/spark-submit --class
+org.apache.spark.sql.connect.service.SparkConnectServer`` on a free port of 127.0.0.1, in local
+mode, with Spark's Kafka jars and this project's Python for its Python workers -- including the
+``foreachBatch`` worker, which is where a twophase sink runs under Spark Connect. Clients
+connect with :meth:`SparkConnectServer.session` (``sc://...``).
 
 Every process of the server (the JVM and the Python workers it starts) carries the environment
 variable :data:`CONNECT_ENV_MARKER`, so :meth:`SparkConnectServer.kill` -- a driver crash --
@@ -38,7 +40,7 @@ from twophase_dev._common import (
     wait_until,
     write_owner,
 )
-from twophase_dev._spark import spark_kafka_jars, spark_test_conf
+from twophase_dev._spark import spark_connect_jars, spark_kafka_jars, spark_test_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -152,7 +154,7 @@ class SparkConnectServer(ServiceContext):
         )
         conf.update(self.conf)
         argv = [str(pyspark_home() / "bin" / "spark-submit"), "--master", self.master]
-        jars = [*(spark_kafka_jars() if self.kafka else ()), *self.jars]
+        jars = [*spark_connect_jars(), *(spark_kafka_jars() if self.kafka else []), *self.jars]
         if jars:
             argv += ["--jars", ",".join(str(j) for j in jars)]
         for key, value in conf.items():

@@ -6,6 +6,11 @@ drops every jar that PySpark already ships (Scala, SLF4J, compression codecs, ..
 exists twice on the classpath; what remains is the connector, its token provider, ``kafka-clients``
 and ``commons-pool2``.
 
+The Spark Connect server is in the PySpark wheel from 4.0 on; PySpark 3.5's wheel has none, and
+:func:`spark_connect_jars` resolves ``org.apache.spark:spark-connect_2.12:<installed version>``
+instead (that jar carries gRPC, protobuf and Guava shaded inside, and needs nothing else that
+PySpark does not ship). This module is where the dev tools' Spark-version differences live.
+
 Runs on: the Spark driver's machine (the developer's or test session's Python process).
 """
 
@@ -33,7 +38,13 @@ from twophase_dev._maven import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["pyspark_jars_dir", "spark_kafka_jars", "spark_session", "spark_test_conf"]
+__all__ = [
+    "pyspark_jars_dir",
+    "spark_connect_jars",
+    "spark_kafka_jars",
+    "spark_session",
+    "spark_test_conf",
+]
 
 #: Version of ``spark-token-provider-kafka-0-10`` used when the one matching PySpark is not on
 #: Maven Central (true for every Spark release after 4.0.0 when this was written). It holds a few
@@ -132,6 +143,53 @@ def spark_kafka_jars(spark_version: str | None = None, *, refresh: bool = False)
                 repositories=mirrors,
                 refresh=refresh,
             )
+    shipped = {p.name for p in jars_dir.glob("*.jar")}
+    return [jar for jar in resolved if not _already_shipped(jar, shipped)]
+
+
+def spark_connect_jars(spark_version: str | None = None, *, refresh: bool = False) -> list[Path]:
+    """Return the jars that the Spark Connect server needs beyond PySpark's own.
+
+    None where the wheel carries the server (``jars/spark-connect_*.jar``, PySpark 4.0 on). The
+    3.5 wheel does not: the server is then ``spark-connect_<scala>`` of the same version, from
+    Maven Central, whose only runtime dependency is Spark's empty ``unused`` marker (left out:
+    the server jar carries its class, and gRPC, protobuf and Guava, shaded); what it declares as
+    provided (Spark, Netty) is in the wheel.
+
+    Parameters
+    ----------
+    spark_version : str, optional
+        Spark version of the server; the installed PySpark's version by default.
+    refresh : bool, optional
+        Run Maven again even if a cached classpath exists.
+
+    Returns
+    -------
+    list of pathlib.Path
+        Jar files to add with ``--jars``; empty when PySpark ships the server.
+
+    Raises
+    ------
+    MavenError
+        If Maven cannot resolve the server (Maven Central serves ``spark-connect_2.12`` of
+        3.5.0, 3.5.1, 3.5.4, 3.5.5 and 3.5.7 only).
+    """
+    jars_dir = pyspark_jars_dir()
+    if spark_version is None and any(jars_dir.glob("spark-connect_*.jar")):
+        return []
+    version = spark_version or importlib.metadata.version("pyspark")
+    server = MavenArtifact(
+        "org.apache.spark",
+        f"spark-connect_{_scala_binary_version(jars_dir)}",
+        version,
+        exclusions=("org.spark-project.spark:unused",),
+    )
+    resolved = resolve_classpath(
+        [server],
+        name=f"spark-connect-{version}",
+        repositories={_SPARK_POM_MIRROR_ID: _MAVEN_CENTRAL},
+        refresh=refresh,
+    )
     shipped = {p.name for p in jars_dir.glob("*.jar")}
     return [jar for jar in resolved if not _already_shipped(jar, shipped)]
 
