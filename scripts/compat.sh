@@ -10,9 +10,10 @@
 # Per cell: the unit tests, the Spark fake-sink suite, both connectors end to end on the real
 # servers (PostgreSQL upsert/CDC with a driver kill per protocol; Kafka through Spark's Kafka
 # source where its connector is served), a real driver killed and restarted for each connector
-# (the chaos harness's process-group kill), and Spark Connect where the PySpark wheel carries the
-# Connect server; where the Kafka source is served, the deployment test (the wheel in a packed
-# virtualenv, spark-submit to a standalone cluster of that version, a driver kill). Results go to
+# (the chaos harness's process-group kill), and Spark Connect (the server from the PySpark wheel,
+# or on 3.5, whose wheel has none, spark-connect_2.12 of the same version from Maven Central);
+# where the Kafka source is served, the deployment test (the wheel in a packed virtualenv,
+# spark-submit to a standalone cluster of that version, a driver kill). Results go to
 # build/compat/<cell>.json; the report to docs/compatibility.md.
 # Not part of scripts/test.sh (about 5 minutes a cell).
 set -euo pipefail
@@ -25,6 +26,8 @@ OUT="$ROOT/build/compat"
 # cell: PySpark, Python, Kafka source (Maven Central serves spark-sql-kafka-0-10 of that version).
 # Checked 2026-11-24: 3.5.7 is the newest 3.5 patch with a served _2.12 connector (3.5.8 and 3.5.9
 # are not served), 4.0.4 and 4.1.3 the newest served of theirs, none of 4.3.0.
+# Checked 2026-11-26: the 3.5 Connect server, spark-connect_2.12, is served for 3.5.0, 3.5.1, 3.5.4,
+# 3.5.5 and 3.5.7 (not 3.5.2, 3.5.3, 3.5.6, 3.5.8, 3.5.9); from 4.0 the wheel carries it.
 CELLS=(
     "3.5.7 3.10 yes"
     "4.0.4 3.12 yes"
@@ -56,17 +59,22 @@ python_for() {  # the newest pyenv Python of a minor version
 
 venv_for() {  # venv_for PYSPARK PYTHON -> path of its python, created once
     local venv="$CACHE/pyspark-$1-py$2" base
-    if [[ ! -x "$venv/bin/python" || ! -f "$venv/.ready" ]]; then
+    local -a packages=(
+        "pyspark[connect]==$1" "pandas>=2.2,<3" pyarrow cloudpickle psycopg2-binary
+        confluent-kafka pytest pytest-timeout hypothesis "boto3==1.44.5" "moto[server]==5.2.5"
+        "google-auth==2.63.0" requests "azure-storage-blob==12.31.1" "azure-identity==1.27.0"
+        build venv-pack "tomli>=2; python_version < '3.11'"
+    )
+    if [[ ! -x "$venv/bin/python" ]]; then
         base="$(python_for "$2")"
         rm -rf "$venv"
         "$base" -m venv "$venv"
         "$venv/bin/python" -m pip install -q --disable-pip-version-check -U pip "setuptools>=77" wheel
-        "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-            "pyspark[connect]==$1" "pandas>=2.2,<3" pyarrow cloudpickle psycopg2-binary \
-            confluent-kafka pytest pytest-timeout hypothesis "boto3==1.44.5" "moto[server]==5.2.5" \
-            build venv-pack \
-            "tomli>=2; python_version < '3.11'"
-        touch "$venv/.ready"
+    fi
+    # .ready holds the package list installed: a venv of an older list gets the new one.
+    if [[ "$(cat "$venv/.ready" 2>/dev/null)" != "${packages[*]}" ]]; then
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "${packages[@]}"
+        printf '%s' "${packages[*]}" >"$venv/.ready"
     fi
     # The checkout's code, as it is now (no dependencies: the cell's PySpark stays).
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e . -e ./tools
@@ -89,9 +97,9 @@ run_cell() {
         steps+=("kafka through Spark's Kafka source|tests/integration/kafka/test_kafka_spark.py")
         steps+=("deployment: the wheel shipped with spark-submit, a driver kill|tests/deploy")
     fi
-    if "$py" -c 'import glob, os, pyspark, sys; sys.exit(not glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "spark-connect_*.jar")))'; then
-        steps+=("spark connect|tests/connect")
-    fi
+    # Every cell: twophase_dev starts the Connect server from the wheel, or resolves it with Maven
+    # where the wheel has none (3.5; twophase_dev._spark.spark_connect_jars).
+    steps+=("spark connect|tests/connect")
     local results=() step label selection status started
     for step in "${steps[@]}"; do
         label="${step%%|*}"

@@ -47,7 +47,10 @@ __all__ = [
 _OBJECT_STORES: dict[str, tuple[Callable[[str], ObjectStore], tuple[str, ...]]] = {
     **{scheme: (S3FileStore, ("boto3",)) for scheme in S3_SCHEMES},
     **{scheme: (GCSFileStore, ("google.auth", "requests")) for scheme in GCS_SCHEMES},
-    **{scheme: (AzureBlobFileStore, ("azure.storage.blob",)) for scheme in AZURE_SCHEMES},
+    **{
+        scheme: (AzureBlobFileStore, ("azure.storage.blob", "azure.identity"))
+        for scheme in AZURE_SCHEMES
+    },
 }
 
 # A URI has a scheme of two or more characters followed by ":/" (hdfs:/a, file:///a, s3a://b/a);
@@ -244,7 +247,8 @@ def conditional_store_installed(uri: str) -> bool:
     -------
     bool
         True for ``s3``/``s3a`` with boto3, ``gs`` with google-auth and
-        requests, ``abfss``/``abfs``/``wasbs``/``wasb`` with azure-storage-blob.
+        requests, ``abfss``/``abfs``/``wasbs``/``wasb`` with azure-storage-blob
+        and azure-identity: each extra whole (``s3``, ``gcs``, ``azure``).
     """
     entry = _OBJECT_STORES.get(_scheme(uri) or "")
     if entry is None:

@@ -55,8 +55,8 @@ class LocalFileStore:
                 f"does not support hard links ({exc.strerror or exc}), which the log's atomic "
                 "create-if-absent needs. A mounted cloud path (Databricks /Volumes or /dbfs, "
                 "gcsfuse, blobfuse) is such a file system: give the checkpoint as the cloud "
-                "URI itself (s3://...), or run the query from a classic foreachBatch driver; see "
-                "docs/storage.md",
+                "URI itself (s3://, gs://, abfss://...), or run the query from a classic "
+                "foreachBatch driver; see docs/storage.md",
                 setting="checkpoint_location",
             ) from None
         finally:

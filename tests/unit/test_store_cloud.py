@@ -135,6 +135,7 @@ def test_conditional_store_installed_names_the_object_stores(uri: str, installed
     [
         ("gs://b/chk", "google.auth", "twophase[gcs]"),
         ("abfss://c@a.dfs.core.windows.net/chk", "azure.storage.blob", "twophase[azure]"),
+        ("abfss://c@a.dfs.core.windows.net/chk", "azure.identity", "twophase[azure]"),
     ],
 )
 def test_without_its_client_a_store_is_not_chosen_and_opening_it_names_the_extra(
