@@ -68,6 +68,9 @@ from twophase_dev import (
     clean_stale_work_dirs,
     find_mariadb_binaries,
     free_ports,
+    gcs_connector_jar,
+    gcs_hadoop_conf,
+    spark_kafka_jars,
     spark_session,
 )
 
@@ -349,12 +352,17 @@ def azure_endpoint(
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """A ``local[2,3]`` SparkSession (task retries on) with Spark's Kafka source and sink."""
+def spark(gcs_endpoint: GcsEndpoint) -> Iterator[Any]:
+    """A ``local[2,3]`` SparkSession (task retries on) with Spark's Kafka source and sink.
+
+    Its Hadoop reads ``gs://`` from the session's GCS emulator (Google's Hadoop connector).
+    """
     # TWOPHASE_SPARK_KAFKA=0: a PySpark whose Kafka connector Maven Central does not serve
     # (scripts/compat.sh); the tests of Spark's Kafka source are not run there.
     kafka = os.environ.get("TWOPHASE_SPARK_KAFKA", "1") != "0"
-    session = spark_session("twophase-tests", master="local[2,3]", kafka=kafka)
+    jars = [*(spark_kafka_jars() if kafka else []), gcs_connector_jar()]
+    conf = {**gcs_hadoop_conf(gcs_endpoint.url), "spark.jars": ",".join(str(j) for j in jars)}
+    session = spark_session("twophase-tests", master="local[2,3]", kafka=kafka, extra_conf=conf)
     try:
         yield session
     finally:

@@ -22,6 +22,9 @@ pytestmark = [pytest.mark.connect, pytest.mark.spark, pytest.mark.slow]
 skip_unless_format_runs()
 
 
+# The same crash point in the same data source is killed on the classic path
+# (tests/spark/test_format.py), and a Connect server running it is killed with PostgreSQL below.
+@pytest.mark.extended
 def test_format_with_a_fake_sink_on_connect_is_exactly_once_across_a_server_crash(
     connect_server: SparkConnectServer, tmp_path: Path
 ) -> None:

@@ -218,6 +218,9 @@ def test_markers_partial_batch_of_0_2_0_finished_by_current(
     assert final["spark_commits"] == list(EVERY_BATCH), final
 
 
+# 0.2.0 is frozen: what it does with a newer record changes only when the record format does
+# (run it with -m extended then); the current code's refusal of newer records is a unit test.
+@pytest.mark.extended
 def test_decision_of_current_refused_by_0_2_0(
     release_0_2_0: ReleaseVenv, postgres_server: Any, tmp_path: Path
 ) -> None:

@@ -91,6 +91,12 @@ def _already_shipped(jar: Path, shipped: set[str]) -> bool:
     )
 
 
+def _beyond_the_wheel(resolved: list[Path], jars_dir: Path) -> list[Path]:
+    """Return the resolved jars whose artifact the PySpark wheel does not already ship."""
+    shipped = {p.name for p in jars_dir.glob("*.jar")}
+    return [jar for jar in resolved if not _already_shipped(jar, shipped)]
+
+
 def spark_kafka_jars(spark_version: str | None = None, *, refresh: bool = False) -> list[Path]:
     """Return the jars to add to ``spark.jars`` for Spark's Kafka source and sink.
 
@@ -143,8 +149,7 @@ def spark_kafka_jars(spark_version: str | None = None, *, refresh: bool = False)
                 repositories=mirrors,
                 refresh=refresh,
             )
-    shipped = {p.name for p in jars_dir.glob("*.jar")}
-    return [jar for jar in resolved if not _already_shipped(jar, shipped)]
+    return _beyond_the_wheel(resolved, jars_dir)
 
 
 def spark_connect_jars(spark_version: str | None = None, *, refresh: bool = False) -> list[Path]:
@@ -190,8 +195,7 @@ def spark_connect_jars(spark_version: str | None = None, *, refresh: bool = Fals
         repositories={_SPARK_POM_MIRROR_ID: _MAVEN_CENTRAL},
         refresh=refresh,
     )
-    shipped = {p.name for p in jars_dir.glob("*.jar")}
-    return [jar for jar in resolved if not _already_shipped(jar, shipped)]
+    return _beyond_the_wheel(resolved, jars_dir)
 
 
 def spark_test_conf(*, kafka: bool = True) -> dict[str, str]:
