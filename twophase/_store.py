@@ -329,7 +329,13 @@ class PyArrowFileStore:
         return f"{self._root}/{name}" if name else self._root
 
     def _read_only(self) -> ConfigurationError:
-        return _refusal(self._uri, _scheme(self._uri) or "this file system")
+        scheme = _scheme(self._uri) or "this file system"
+        if scheme in _OBJECT_STORES:
+            try:  # twophase has a store there: opening it says what is missing (the extra)
+                open_store(self._uri)
+            except ConfigurationError as exc:
+                return exc
+        return _refusal(self._uri, scheme)
 
     def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
         """Refuse: this store only reads (:func:`open_store` says where the log can be written).

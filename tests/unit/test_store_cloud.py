@@ -23,6 +23,7 @@ from twophase._spark import log_store
 from twophase._store import (
     AzureBlobFileStore,
     GCSFileStore,
+    PyArrowFileStore,
     S3FileStore,
     conditional_store_installed,
     open_store,
@@ -356,3 +357,13 @@ def test_gcs_without_credentials_says_where_they_are_looked_for(
     with pytest.raises(ConfigurationError, match="Application Default Credentials") as info:
         open_store("gs://b/log")
     assert info.value.setting == "checkpoint_location"
+
+
+def test_the_read_only_view_of_an_object_store_names_the_missing_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "google.auth", None)
+    view = PyArrowFileStore.__new__(PyArrowFileStore)  # no file system needed to refuse
+    view._uri = "gs://b/chk"
+    with pytest.raises(ConfigurationError, match=r"twophase\[gcs\]"):
+        view.write("epochs/1.json", b"{}", overwrite=False)
