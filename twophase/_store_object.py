@@ -197,7 +197,11 @@ class ObjectStore:
         bytes, the first attempt created it: that is still this writer's create.
         """
         created, retries = self._retrying("a conditional create", once, transient)
-        return created or (retries > 0 and self._get(key) == data)
+        return created or self._ours_after_retry(key, data, retries)
+
+    def _ours_after_retry(self, key: str, data: bytes, retries: int) -> bool:
+        """Whether a create refused after ``retries`` retries was this writer's first attempt."""
+        return retries > 0 and self._get(key) == data
 
     # -------------------------------------------------------------- the probe
     def _verify_conditional_writes(self) -> None:

@@ -175,7 +175,7 @@ class S3FileStore(ObjectStore):
                 if code == "PreconditionFailed" or status == 412:
                     # A reply lost in transit and retried by botocore finds the object its
                     # own first attempt created: that is still this writer's create.
-                    return retries > 0 and self._get(key) == data
+                    return self._ours_after_retry(key, data, retries)
                 if code != "ConditionalRequestConflict" and status != 409:
                     raise
                 if conflicts == _CONFLICT_RETRIES:
