@@ -22,5 +22,5 @@ for arg in "$@"; do  # --help needs no setup
     fi
 done
 
-bash scripts/setup.sh
+bash scripts/setup.sh --for demo
 exec "$ROOT/.venv/bin/python" examples/demo/crash_demo.py "$@"

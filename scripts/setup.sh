@@ -1,21 +1,40 @@
 #!/usr/bin/env bash
 # Idempotent bootstrap of a development or CI machine for twophase (Debian/Ubuntu).
 #
+#   bash scripts/setup.sh              everything the tests need (scripts/test.sh runs this)
+#   bash scripts/setup.sh --for demo   only what the crash demo needs (scripts/demo.sh runs this)
+#
 # Installs only what is missing, so a second run takes seconds:
 #   1. system packages: Java 17+ (Kafka 4 and Spark 4 need it), Maven (resolves the Kafka and
-#      Spark jars), PostgreSQL and MariaDB server binaries (the tests run throwaway servers);
+#      Spark jars), PostgreSQL server binaries (the tests run throwaway servers); for the tests
+#      also MariaDB's server binaries and Debian's Node.js with npm (Azurite);
 #   2. the .venv virtualenv (Python >= 3.10) with twophase installed editable plus the dev extra,
 #      and the development tools (tools/: twophase_dev, the twophase-dev command) editable too;
-#   3. the Kafka broker and Spark Kafka connector jars, downloaded once into ~/.m2 and cached;
-#   4. the cloud-storage emulators of the coordinator-log tests, pinned in
-#      tools/twophase_dev/_emulators.py: fake-gcs-server (built with Go from the Go module proxy)
-#      and Azurite (npm), installed once into ~/.cache/twophase/emulators.
+#   3. the Kafka broker and Spark Kafka connector jars, downloaded once into ~/.m2 and cached
+#      (for the tests also the Spark Connect server's and the Hadoop GCS connector's);
+#   4. for the tests, the cloud-storage emulators of the coordinator-log tests, pinned in
+#      tools/twophase_dev/_emulators.py: fake-gcs-server (built with Go from the Go module proxy;
+#      a machine without Go gets the toolchain pinned in tools/twophase_dev/_go.py from the same
+#      proxy, into the cache) and Azurite (npm), installed once into ~/.cache/twophase/emulators.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 started=$SECONDS
 log() { printf '[setup] %s\n' "$*"; }
+
+profile=tests
+while (($#)); do
+    case "$1" in
+        --for) profile="${2:-}"; shift 2 || shift ;;
+        --for=*) profile="${1#--for=}"; shift ;;
+        *) log "error: unknown argument '$1' (usage: setup.sh [--for demo|tests])"; exit 2 ;;
+    esac
+done
+if [[ "$profile" != tests && "$profile" != demo ]]; then
+    log "error: --for takes 'demo' or 'tests', not '$profile'"
+    exit 2
+fi
 
 # --------------------------------------------------------------------------------------------
 # 1. System packages
@@ -70,16 +89,19 @@ command -v mvn >/dev/null 2>&1 || packages+=(maven)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || packages+=(postgresql)
 # MariaDB: the -core packages hold mariadbd, mariadb-install-db and the mariadb client without
 # mariadb-server's system service, so nothing starts on port 3306 (twophase_dev runs its own).
-if [[ ! -x /usr/sbin/mariadbd || ! -x /usr/bin/mariadb-install-db ]]; then
-    packages+=(mariadb-server-core)
+if [[ "$profile" == tests ]]; then
+    if [[ ! -x /usr/sbin/mariadbd || ! -x /usr/bin/mariadb-install-db ]]; then
+        packages+=(mariadb-server-core)
+    fi
+    command -v mariadb >/dev/null 2>&1 || packages+=(mariadb-client-core)
+    # Azurite, the Azure Blob emulator: Debian's Node.js and npm (npm alone pulls nodejs in).
+    command -v npm >/dev/null 2>&1 || packages+=(npm)
 fi
-command -v mariadb >/dev/null 2>&1 || packages+=(mariadb-client-core)
 if [[ ! -x .venv/bin/python && -z "$BASE_PYTHON" ]]; then packages+=(python3 python3-venv); fi
-command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)  # Azurite, the Azure Blob emulator
 if ((${#packages[@]})); then
     apt_install "${packages[@]}"
 else
-    log "system packages: Java, Maven, PostgreSQL, MariaDB and npm already installed"
+    log "system packages: all that the $profile need are installed"
 fi
 java_ok || { log "error: Java 17 or newer is still not the default 'java'"; exit 1; }
 
@@ -114,17 +136,17 @@ fi
 
 # --------------------------------------------------------------------------------------------
 # 3. Jars (Maven downloads them once; the resolved classpaths are cached in ~/.cache/twophase),
-# 4. beside them, the storage emulators (GCS, Azure Blob) of the coordinator-log tests; both are
-#    skipped once installed. fake-gcs-server is a Go program: `go install` needs Go (on PATH or
-#    in /usr/local/go/bin).
+# 4. beside them, for the tests, the storage emulators (GCS, Azure Blob) of the coordinator-log
+#    tests; both are skipped once installed. fake-gcs-server is a Go program: `go install` runs
+#    with the machine's Go, or else with the pinned toolchain fetched from the Go module proxy.
 # --------------------------------------------------------------------------------------------
-if ! command -v go >/dev/null 2>&1 && [[ ! -x /usr/local/go/bin/go ]]; then
-    log "error: Go was not found (needed to build fake-gcs-server, the GCS emulator)"
-    exit 1
+if [[ "$profile" == demo ]]; then
+    "$PY" -m twophase_dev resolve --for demo | sed 's/^/[setup] jars: /'
+else
+    "$PY" -m twophase_dev emulators > >(sed 's/^/[setup] emulators: /') 2>&1 &
+    emulators=$!
+    "$PY" -m twophase_dev resolve | sed 's/^/[setup] jars: /'
+    wait "$emulators" || { log "error: installing the storage emulators failed (above)"; exit 1; }
 fi
-"$PY" -m twophase_dev emulators > >(sed 's/^/[setup] emulators: /') 2>&1 &
-emulators=$!
-"$PY" -m twophase_dev resolve | sed 's/^/[setup] jars: /'
-wait "$emulators" || { log "error: installing the storage emulators failed (above)"; exit 1; }
 
-log "done in $((SECONDS - started)) s"
+log "done for the $profile in $((SECONDS - started)) s"

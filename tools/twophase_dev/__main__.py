@@ -15,11 +15,13 @@ Commands::
     env                  print 'export ...' lines: eval "$(python -m twophase_dev env)"
     spark-jars [--separator SEP]
                          print the jars Spark needs for its Kafka source (resolved with Maven)
-    resolve [--refresh]  resolve (download) the Kafka broker, Spark Kafka and GCS connector jars
+    resolve [--refresh] [--for demo|tests]
+                         resolve (download) the Kafka broker, Spark Kafka and GCS connector jars
                          ahead of time, and the Spark Connect server where the PySpark wheel has
-                         none (3.5)
+                         none (3.5); for the demo only the first two
     emulators            install the pinned cloud-storage emulators once (fake-gcs-server with
-                         'go install', Azurite with 'npm install') into the cache
+                         'go install', with the Go toolchain fetched from the Go module proxy if
+                         the machine has none; Azurite with 'npm install') into the cache
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from twophase_dev._cluster import SparkCluster
 from twophase_dev._common import DevInfraError
@@ -99,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--json", action="store_true", help="machine-readable status")
     resolve = sub.add_parser("resolve", help="download and cache the Kafka and Spark jars")
     resolve.add_argument("--refresh", action="store_true", help="ignore cached classpaths")
+    resolve.add_argument(
+        "--for",
+        dest="profile",
+        choices=("demo", "tests"),
+        default="tests",
+        help="what for: the demo needs only the Kafka broker and Spark's Kafka connector",
+    )
     sub.add_parser(
         "emulators", help="install the GCS and Azure storage emulators (fake-gcs-server, Azurite)"
     )
@@ -224,12 +234,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "spark-jars":
             print(args.separator.join(str(j) for j in spark_kafka_jars()))
         elif args.command == "resolve":
-            for label, resolve in (
+            targets: list[tuple[str, Callable[..., list[Path]]]] = [
                 ("Kafka broker", kafka_classpath),
                 ("Spark Kafka connector", spark_kafka_jars),
                 ("Spark Connect server, beyond the PySpark wheel", spark_connect_jars),
                 ("Hadoop GCS connector", lambda refresh: [gcs_connector_jar()]),
-            ):
+            ]
+            for label, resolve in targets[: 2 if args.profile == "demo" else None]:
                 started = time.monotonic()
                 jars = resolve(refresh=args.refresh)
                 print(f"{label}: {len(jars)} jars ({time.monotonic() - started:.1f} s)")

@@ -8,7 +8,8 @@ ordinary client of its registry, and started on a free port of 127.0.0.1 with a 
 it dies with the Python process that started it (parent-death signal).
 
 - :class:`FakeGcsServer`: `fake-gcs-server <https://github.com/fsouza/fake-gcs-server>`_, a Go
-  program built by ``go install`` from the Go module proxy (:func:`install_fake_gcs`), serving the
+  program built by ``go install`` from the Go module proxy (:func:`install_fake_gcs`; with the
+  machine's Go, or else the toolchain :mod:`twophase_dev._go` fetches), serving the
   GCS JSON API over plain HTTP with an in-memory backend. Clients find it through
   ``STORAGE_EMULATOR_HOST``.
 - :class:`AzuriteServer`: the blob service of `Azurite <https://github.com/Azure/Azurite>`_, the
@@ -48,6 +49,7 @@ from twophase_dev._common import (
     rotate_log,
     tail,
 )
+from twophase_dev._go import go_binary
 from twophase_dev._server import ManagedService
 
 __all__ = [
@@ -96,8 +98,8 @@ def _tool(name: str, *fallbacks: str) -> str:
     found = shutil.which(name) or next((f for f in fallbacks if os.access(f, os.X_OK)), None)
     if found is None:
         raise DevInfraError(
-            f"'{name}' was not found on PATH; the emulators need Go (fake-gcs-server) and "
-            "Node.js with npm (Azurite): run 'bash scripts/setup.sh'"
+            f"'{name}' was not found on PATH; Azurite, the Azure Blob emulator, needs Node.js "
+            "with npm: run 'bash scripts/setup.sh', which installs Debian's nodejs and npm"
         )
     return found
 
@@ -156,14 +158,14 @@ def install_fake_gcs(version: str = FAKE_GCS_VERSION) -> Path:
     Raises
     ------
     DevInfraError
-        If Go is missing or the build fails; the message ends with the build's output.
+        If Go can be neither found nor fetched, or the build fails; the message ends with the
+        build's output.
     """
     directory = _emulator_dir("fake-gcs-server", version)
     binary = directory / "fake-gcs-server"
     env = {**os.environ, "GOBIN": str(directory), "CGO_ENABLED": "0"}
     env["GOFLAGS"] = f"{env.get('GOFLAGS', '')} -buildvcs=false".strip()
-    go = _tool("go", "/usr/local/go/bin/go")
-    argv = [go, "install", f"{_FAKE_GCS_MODULE}@{version}"]
+    argv = [go_binary(), "install", f"{_FAKE_GCS_MODULE}@{version}"]
     return _install(directory, version, binary, argv, env, f"building fake-gcs-server {version}")
 
 
