@@ -74,6 +74,9 @@ from twophase_dev import (
     spark_session,
 )
 
+#: Markers derived from the fixtures a test reaches; end-of-run sections gathered from workers.
+pytest_plugins = ["tests.needs", "tests.summaries"]
+
 ENV_S3_ENDPOINT = "TWOPHASE_S3_ENDPOINT"
 ENV_GCS_ENDPOINT = "TWOPHASE_GCS_ENDPOINT"
 ENV_AZURE_CONNECTION_STRING = "TWOPHASE_AZURE_CONNECTION_STRING"

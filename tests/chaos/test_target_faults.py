@@ -86,6 +86,7 @@ def test_postgres_restarted_during_phase_1(
     assert_exact(result)
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize(
     ("mode", "at"),
     [
@@ -104,6 +105,7 @@ def test_postgres_restarted_during_phase_2(
     assert_exact(result)
 
 
+@pytest.mark.postgres
 def test_postgres_zombie_waking_after_the_last_run_leaves_nothing_prepared(
     infra_for: InfraFor, tmp_path: Path
 ) -> None:
@@ -121,12 +123,14 @@ def test_postgres_zombie_waking_after_the_last_run_leaves_nothing_prepared(
 # ---------------------------------------------------------------------------------- Kafka
 
 
+@pytest.mark.kafka
 def test_kafka_broker_restarted_during_phase_1(infra_for: InfraFor, tmp_path: Path) -> None:
     fault = Fault("kafka_restart", task("write"), sync=True)
     result = run(plan("kafka", fault), infra_for("kafka"), tmp_path)
     assert_exact(result)
 
 
+@pytest.mark.kafka
 @pytest.mark.parametrize("at", ["write", "commit_with_marker"])
 def test_kafka_broker_frozen_past_the_request_timeout(
     infra_for: InfraFor, tmp_path: Path, at: str
@@ -212,6 +216,7 @@ def test_query_stop_in_the_middle_of_a_batch(
     assert result.runs >= 2
 
 
+@pytest.mark.postgres
 def test_query_stop_then_start_again_in_the_same_process(
     infra_for: InfraFor, tmp_path: Path
 ) -> None:
@@ -233,6 +238,7 @@ def test_query_stop_then_start_again_in_the_same_process(
     assert_exact(result)
 
 
+@pytest.mark.postgres
 def test_driver_killed_after_a_stateful_batch_is_recorded_committed(
     infra_for: InfraFor, tmp_path: Path
 ) -> None:

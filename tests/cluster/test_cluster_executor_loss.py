@@ -88,6 +88,7 @@ def test_an_executor_sigkilled_in_phase_1(
         assert committed == [0], committed
 
 
+@pytest.mark.postgres
 def test_executors_sigkilled_during_phase_2_do_not_matter(
     make_scenario: Callable[..., Scenario],
 ) -> None:

@@ -94,6 +94,7 @@ def test_the_markers_protocol_fences_a_zombie_that_commits_after_the_retry(
     assert zombie.outcome["outcome"] == "error", f"the zombie committed: {zombie.outcome}"
 
 
+@pytest.mark.postgres
 @pytest.mark.extended  # the zombie resumed after the query ended is the default run's case
 def test_postgres_two_phase_fences_or_sweeps_a_zombie_that_prepares_after_the_retry(
     make_scenario: Callable[..., Scenario], spark_cluster: SparkCluster

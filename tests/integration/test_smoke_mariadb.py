@@ -37,7 +37,9 @@ def mariadb_without_binlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         server.stop()
 
 
-@pytest.fixture(params=["binlog", "no-binlog"])
+@pytest.fixture(
+    params=[pytest.param(p, marks=pytest.mark.mariadb) for p in ("binlog", "no-binlog")]
+)
 def server(request: pytest.FixtureRequest) -> MariaDBServer:
     """The server of the scenario: binary log on, then off."""
     name = "mariadb_server" if request.param == "binlog" else "mariadb_without_binlog"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.unit.conftest import EXPLORED
+from tests.unit.conftest import explored
 from twophase import CommitFailedError, NondeterministicBatchError, RecoveryContext, TwoPhaseError
 from twophase.testing import (
     COORDINATED_STEPS,
@@ -167,7 +167,7 @@ def test_every_driver_crash_point_and_pair_recovers_exactly_once(protocol: str) 
         except AssertionError as exc:
             raise AssertionError(f"violation in {scenario}: {exc}") from exc
         checked += 1
-    EXPLORED[f"driver crash points, {protocol} protocol"] += checked
+    explored(f"driver crash points, {protocol} protocol", checked)
     points = len(_points(COORDINATED_STEPS if protocol == "coordinated" else MARKER_STEPS))
     stagings = 2 if protocol == "markers" else 1
     # (single crash + every ordered pair) x crash batch 0 or 1 x same/other layout x staging
@@ -233,7 +233,7 @@ def test_every_partition_hook_failing_then_retry_or_restart_is_exactly_once(prot
         _check_exact(target, 0, 1, 2)
         checked += 1
     assert checked == len(PARTITION_HOOKS[protocol]) * 3 * 3
-    EXPLORED[f"executor faults, {protocol} protocol"] += checked
+    explored(f"executor faults, {protocol} protocol", checked)
 
 
 @pytest.mark.parametrize("partition", range(3))
@@ -253,7 +253,7 @@ def test_phase2_commit_that_fails_for_good_is_finished_by_the_restart(partition:
     runner.run_batch(1, layout(1, 3))
     runner.run_batch(2, layout(2, 3))
     _check_exact(target, 0, 1, 2)
-    EXPLORED["executor faults, coordinated protocol"] += 1
+    explored("executor faults, coordinated protocol", 1)
 
 
 @pytest.mark.parametrize("failures", [1, 2, 3])
@@ -264,7 +264,7 @@ def test_transient_phase2_commit_failures_are_retried_in_place(failures: int) ->
     assert target.fired(rule) == failures
     assert metrics.commit_retries == failures
     _check_exact(target, 0, 1)
-    EXPLORED["executor faults, coordinated protocol"] += 1
+    explored("executor faults, coordinated protocol", 1)
 
 
 # Driver-side hooks get no partition: their rules name the hook only, and each scenario
@@ -293,4 +293,4 @@ def test_every_driver_hook_failing_then_restart_is_exactly_once(
     assert target.fired(rule) == 1, f"{hook}: the fault did not fire"
     runner.run_batch(2, layout(2, 3))
     _check_exact(target, 0, 1, 2)
-    EXPLORED[f"executor faults, {protocol} protocol"] += 1
+    explored(f"executor faults, {protocol} protocol", 1)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.conftest import EXPLORED
+from tests.unit.conftest import explored
 from twophase import NondeterministicBatchError, TwoPhaseError
 from twophase.testing import (
     COORDINATED_STEPS,
@@ -102,4 +102,4 @@ def test_any_sequence_of_failures_and_restarts_is_exactly_once(
         expected += ids_of(batch_id, plan["rows"])
         assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
     assert target.prepared() == []
-    EXPLORED[f"hypothesis sequences, {protocol} protocol"] += 1
+    explored(f"hypothesis sequences, {protocol} protocol", 1)

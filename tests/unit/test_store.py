@@ -127,6 +127,7 @@ def test_a_local_file_system_without_hard_links_is_refused_by_path(
     assert not store.write("epochs/1", b"again", overwrite=False)
 
 
+@pytest.mark.unit
 def test_the_read_only_pyarrow_view_refuses_to_write(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.json").write_bytes(b"1")

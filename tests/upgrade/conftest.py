@@ -5,12 +5,9 @@ The PostgreSQL server is ``postgres_server`` of ``tests/conftest.py`` (prepared 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from tests.upgrade.upgrade_support import (
-    TIMINGS,
     ReleaseVenv,
     build_release_venv,
     commit_exists,
@@ -30,11 +27,3 @@ def release_0_2_0(tmp_path_factory: pytest.TempPathFactory) -> ReleaseVenv:
             "'git fetch --unshallow')"
         )
     return build_release_venv(RELEASE_0_2_0, tmp_path_factory.mktemp("twophase-0.2.0"))
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print the wall time of each step of the upgrade tests (build, driver runs)."""
-    if TIMINGS:
-        terminalreporter.section("upgrade tests: timings")
-        for label, seconds in TIMINGS:
-            terminalreporter.write_line(f"{seconds:6.1f} s  {label}")

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.summaries import add_line
+
 #: The repository root (``tests/upgrade/`` is two levels below it).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The driver script both releases run.
@@ -42,13 +44,10 @@ REPORT_PREFIX = "TWOPHASE-UPGRADE "
 BATCHES = 3
 ROWS = 20
 
-#: Wall times of the steps of this session (build, driver runs), printed at its end.
-TIMINGS: list[tuple[str, float]] = []
-
 
 def timed(label: str, seconds: float) -> None:
-    """Record (and print) how long one step took."""
-    TIMINGS.append((label, seconds))
+    """Record (and print) how long one step took; the run's summary lists every step."""
+    add_line("upgrade tests: timings", f"{seconds:6.1f} s  {label}")
     print(f"[upgrade timing] {label}: {seconds:.1f} s", flush=True)
 
 

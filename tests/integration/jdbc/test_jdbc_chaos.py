@@ -226,6 +226,7 @@ DRIVER = textwrap.dedent(
         ("markers", "phase1_done", "-"),
     ],
 )
+@pytest.mark.postgres  # pg_a or pg_b, fetched by protocol
 def test_sigkilled_driver_then_restart_is_exactly_once(
     request: pytest.FixtureRequest, table: str, tmp_path: Path, protocol: str, step: str, index: str
 ) -> None:

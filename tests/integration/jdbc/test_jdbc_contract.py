@@ -56,6 +56,7 @@ class _PostgresFixtures:
         return read
 
 
+@pytest.mark.postgres  # server_fixture, fetched by name
 class TestCoordinatedContract(_PostgresFixtures, TwoPhaseSinkContract):
     """The coordinated protocol: PREPARE TRANSACTION / COMMIT PREPARED."""
 
@@ -66,6 +67,7 @@ class TestCoordinatedContract(_PostgresFixtures, TwoPhaseSinkContract):
         assert isinstance(make_sink("contract"), PostgresTwoPhaseSink)
 
 
+@pytest.mark.postgres  # server_fixture, fetched by name
 class TestMarkersContract(_PostgresFixtures, MarkerSinkContract):
     """The markers protocol: local commit plus a marker row."""
 

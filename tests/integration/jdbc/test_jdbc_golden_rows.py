@@ -122,7 +122,12 @@ class OldMariaDB(OldTables):
         )
 
 
-@pytest.fixture(params=["postgres", "mariadb"])
+@pytest.fixture(
+    params=[
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
 def old(request: pytest.FixtureRequest) -> Iterator[OldTables]:
     if request.param == "postgres":
         tables: OldTables = OldPostgres(request.getfixturevalue("postgres_server"))

@@ -171,6 +171,7 @@ def test_upsert_keeps_the_latest_row_of_a_key_spread_over_partitions(
         pytest.param("markers", "phase1_done", marks=pytest.mark.extended),
     ],
 )
+@pytest.mark.postgres  # its server fetched by protocol
 def test_driver_killed_between_prepare_and_commit_then_restarted(
     request: pytest.FixtureRequest,
     table: str,

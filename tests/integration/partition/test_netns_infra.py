@@ -19,7 +19,7 @@ from twophase_dev import NetworkNamespace, TrafficCounters
 
 from .conftest import PartitionedServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.timeout(120)]
 
 #: How long a query must stay blocked during a cut to count as "does not return".
 BLOCKED_FOR = 2.0

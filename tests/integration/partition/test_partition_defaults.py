@@ -39,7 +39,12 @@ from .test_partition_jdbc import (
 from .test_partition_kafka import Scenario, ids
 from .test_partition_kafka import batch as kafka_batch
 
-pytestmark = [pytest.mark.integration, pytest.mark.extended, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.integration,
+    pytest.mark.extended,
+    pytest.mark.timeout(900),
+]
 
 #: The long partition of the issue; every failure must come well before it ends.
 LONG = 240.0

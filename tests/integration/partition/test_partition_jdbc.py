@@ -35,7 +35,7 @@ from twophase.testing import LocalRunner
 
 from .support import Cut, cut_before
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.root, pytest.mark.integration]
 
 #: The sinks' bounds in these tests (seconds).
 NETWORK_TIMEOUT = 2
@@ -146,7 +146,9 @@ def open_target(request: pytest.FixtureRequest) -> Iterator[Target]:
     found.clean()
 
 
-@pytest.fixture(params=TARGETS, ids=[f"{k}-{p}" for k, p in TARGETS])
+@pytest.fixture(
+    params=[pytest.param(t, id=f"{t[0]}-{t[1]}", marks=getattr(pytest.mark, t[0])) for t in TARGETS]
+)
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     yield from open_target(request)
 

@@ -29,7 +29,7 @@ from twophase.testing import LocalRunner, assert_exactly_once
 
 from .support import Cut, cut_before
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.root, pytest.mark.integration]
 
 OPERATION_TIMEOUT = 2.0
 #: A long step fails within the operation timeout plus librdkafka's reconnect and the

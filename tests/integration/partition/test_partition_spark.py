@@ -27,7 +27,7 @@ from twophase.testing import install_step_listener
 
 from .support import Cut
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.root, pytest.mark.integration, pytest.mark.spark]
 
 BATCHES = 3
 #: Each of the 3 attempts of a task waits its bound (2 s, or a connect of 1 s) and Spark's retry.
@@ -121,7 +121,11 @@ def cut_at_batch_1(sink: Any, cut: Cut, heal_after: float | None = None) -> None
 @pytest.mark.parametrize(
     "kind",
     # Kafka's steps under a partition: test_partition_kafka.py, through the same coordinator.
-    ["postgres", "mariadb", pytest.param("kafka", marks=pytest.mark.extended)],
+    [
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+        pytest.param("kafka", marks=[pytest.mark.kafka, pytest.mark.extended]),
+    ],
 )
 def test_a_long_partition_fails_the_query_and_the_restart_is_exact(
     spark: Any, tmp_path: Path, request: pytest.FixtureRequest, kind: str
@@ -157,6 +161,7 @@ def test_a_long_partition_fails_the_query_and_the_restart_is_exact(
     case.nothing_left()
 
 
+@pytest.mark.postgres
 def test_a_short_partition_is_a_pause_for_the_query(
     spark: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

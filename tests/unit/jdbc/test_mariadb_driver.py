@@ -11,6 +11,8 @@ pytest.importorskip("pymysql")
 from twophase.connectors.jdbc._mariadb._driver import _pymysql_connection, check_server_version
 from twophase.errors import ConfigurationError
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_tls_if_offered_context_is_built_once_and_the_users_tls_options_each_time() -> None:
     cls = _pymysql_connection()

@@ -7,6 +7,8 @@ import pytest
 from twophase.connectors.jdbc._mariadb._sql import create_staging, dedupes_at_load, merge
 from twophase.connectors.jdbc._options import QualifiedName
 
+pytestmark = pytest.mark.unit
+
 TYPES = [("id", "bigint(20)"), ("name", "varchar(40)"), ("body", "text"), ("doc", "longtext")]
 
 

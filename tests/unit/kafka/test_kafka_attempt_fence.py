@@ -14,6 +14,8 @@ from twophase.connectors.kafka._attempt_fence import (
 )
 from twophase.errors import CoordinatorLogError
 
+pytestmark = pytest.mark.unit
+
 
 def task(epoch: int, batch: int, partition: int, attempt: int) -> TaskContext:
     return TaskContext("s", "k.1", batch, partition, attempt, epoch)

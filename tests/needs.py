@@ -1,0 +1,152 @@
+"""Markers that say what a test needs, derived from the fixtures it reaches (a pytest plugin).
+
+A test that reaches ``gcs_endpoint`` needs the GCS emulator, so it is marked ``gcs``; one that
+reaches ``kafka_broker`` is marked ``kafka``, and so on for every server, Spark, the cluster, root
+and the git history (:data:`NEEDS`). The markers are added at collection from the fixtures a test
+names (directly or through other fixtures), so ``pytest -m "not mariadb"`` leaves out exactly the
+tests that would start MariaDB. A fixture fetched at run time (``request.getfixturevalue``) cannot
+be seen at collection: such a test declares its markers itself, and a test that reached a fixture
+of :data:`NEEDS` without its marker fails at teardown, naming the marker to add. A test marked
+``unit`` that needs anything is refused at collection: ``-m unit`` must start nothing.
+
+Every server marker also adds ``integration`` (the test talks to a real server).
+
+Under pytest-xdist (``-n N --dist loadgroup``, as ``scripts/test.sh`` runs) each worker starts the
+session's servers that its own tests reach. The tests of a costly server that few tests use
+(:data:`ONE_WORKER`) are sent to one worker, so that it is started once, not once per worker.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the dev extra installs tomli there
+    import tomli as tomllib
+
+#: Fixture name -> the markers a test that reaches it must carry.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "kafka_broker": ("kafka",),
+    "secured_broker": ("kafka",),
+    "kafka_partition": ("kafka", "root"),
+    "postgres_server": ("postgres",),
+    "postgres_server_no_prepared": ("postgres",),
+    "pg": ("postgres",),  # tests/integration/jdbc: either server, fetched by protocol
+    "pg_partition": ("postgres", "root"),
+    "pg_partition_no_prepared": ("postgres", "root"),
+    "mariadb_server": ("mariadb",),
+    "mariadb_without_binlog": ("mariadb",),
+    "maria_partition": ("mariadb", "root"),
+    "s3_endpoint": ("s3",),
+    "gcs_endpoint": ("gcs",),
+    "azure_endpoint": ("azure",),
+    "spark": ("spark", "gcs"),
+    "spark_cluster": ("cluster",),
+    "_connect_server": ("connect", "gcs"),
+    "netns_allowed": ("root",),
+    "release_0_2_0": ("git",),
+}
+
+#: The server fixture of each sink a chaos or cluster test names in its ``sink`` or ``connector``
+#: parameter (the fixture is fetched by that name at run time: tests/chaos/conftest.py,
+#: tests/cluster/conftest.py).
+SINK_FIXTURES = {
+    "pg-coordinated": "postgres_server",
+    "pg-markers": "postgres_server_no_prepared",
+    "maria-coordinated": "mariadb_server",
+    "maria-markers": "mariadb_server",
+    "kafka": "kafka_broker",
+}
+SINK_PARAMS = ("sink", "connector")
+
+#: Markers that mean a real server process (each implies ``integration``).
+SERVERS = frozenset({"kafka", "postgres", "mariadb", "s3", "gcs", "azure", "cluster", "connect"})
+
+#: Markers whose tests share one worker, in order of precedence (the server each starts is costly
+#: and used by few tests): the Connect server, the standalone cluster, the servers in network
+#: namespaces, release 0.2.0's virtualenv.
+ONE_WORKER = ("connect", "cluster", "root", "git")
+
+
+def needed(fixturenames: Iterator[str] | list[str]) -> set[str]:
+    """Return the markers implied by reaching ``fixturenames`` (``integration`` included)."""
+    marks = {mark for name in fixturenames for mark in NEEDS.get(name, ())}
+    if marks & SERVERS:
+        marks.add("integration")
+    return marks
+
+
+def _kinds(config: pytest.Config) -> set[str]:
+    """The project's own markers: ``[tool.pytest.ini_options] markers`` of pyproject.toml.
+
+    Not ``config.getini("markers")``, which also lists pytest's and its plugins' (parametrize,
+    timeout, ...), none of which says what a test needs.
+    """
+    assert config.inipath is not None
+    assert config.inipath.name == "pyproject.toml"
+    with config.inipath.open("rb") as file:
+        lines = tomllib.load(file)["tool"]["pytest"]["ini_options"]["markers"]
+    return {line.split(":", 1)[0].strip() for line in lines}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Add the markers each test's fixtures imply; refuse a test without any or a unit that needs.
+
+    The fixtures are those the test names, directly or through other fixtures, and the server of
+    the sink its ``sink`` or ``connector`` parameter names (:data:`SINK_FIXTURES`).
+
+    A test that carries none of the project's markers (not even ``unit``) would escape every
+    ``-m`` selection that names what it needs, so it is refused at collection.
+    """
+    kinds = _kinds(config)
+    unmarked, units = [], []
+    for item in items:
+        if not any(mark.name in kinds for mark in item.iter_markers()):
+            unmarked.append(item.nodeid)
+        reached = list(getattr(item, "fixturenames", []))
+        callspec = getattr(item, "callspec", None)
+        for param in SINK_PARAMS if callspec is not None else ():
+            sink = callspec.params.get(param)
+            if isinstance(sink, str) and sink in SINK_FIXTURES:
+                reached.append(SINK_FIXTURES[sink])
+        marks = needed(reached)
+        if marks and item.get_closest_marker("unit") is not None:
+            units.append(f"{item.nodeid} (needs {', '.join(sorted(marks))})")
+        for mark in sorted(marks):
+            if item.get_closest_marker(mark) is None:
+                item.add_marker(mark)
+        group = next((g for g in ONE_WORKER if item.get_closest_marker(g) is not None), None)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if unmarked:
+        raise pytest.UsageError(
+            "tests carrying none of the project's markers (mark the file or test with what it "
+            "is and needs: pytestmark = pytest.mark.unit, ...):\n  " + "\n  ".join(unmarked)
+        )
+    if units:
+        raise pytest.UsageError(
+            "tests marked unit that reach fixtures of servers (a unit test starts nothing):\n  "
+            + "\n  ".join(units)
+        )
+
+
+@pytest.fixture(autouse=True)
+def _needs_declared(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that reached, at run time, a fixture whose marker it does not carry."""
+    yield
+    missing = sorted(
+        mark
+        for mark in needed(request.fixturenames)
+        if request.node.get_closest_marker(mark) is None
+    )
+    if missing:
+        pytest.fail(
+            f"{request.node.nodeid} reached fixtures that need the markers {missing} it does "
+            f"not carry (a fixture fetched with request.getfixturevalue): mark the test or "
+            f"its parameter with them (tests/needs.py)"
+        )
