@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up the machine (scripts/setup.sh), then run every check and the whole test suite:
 # ruff (lint and format), mypy --strict on the package and tools/twophase_dev, the import contracts
-# (import-linter), and pytest with all markers (unit, spark, integration, chaos, slow). Every step
-# runs even if an earlier one failed; the exit status is non-zero if any failed. Extra arguments go
-# to pytest, e.g. 'bash scripts/test.sh -x -k kafka'.
+# (import-linter), the documentation site, and pytest's default selection (every test but the
+# bench and extended ones, on three workers). Every step runs even if an earlier one failed; the
+# exit status is non-zero if any failed. Extra arguments go to pytest, e.g.
+# 'bash scripts/test.sh -x -k kafka' (a -m of your own replaces the default selection's).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,8 +38,16 @@ step "documentation site (mkdocs build --strict)" bash scripts/docs.sh build
 pytest_status=0
 printf '\n==> pytest\n'
 # Tests start their own servers unless TWOPHASE_* variables point at running ones
-# (docs/development.md). --timeout: no single test may hang the run.
-"$PY" -m pytest -p no:cacheprovider --timeout=1200 --durations=20 "$@" || pytest_status=$?
+# (docs/development.md). --timeout: no single test may hang the run. The tests run on
+# TWOPHASE_TEST_WORKERS pytest-xdist workers (3 by default: the suite waits on servers and Spark
+# more than it computes, so three keep two cores busy); each worker starts the servers its tests
+# reach, and the tests of a costly, seldom used server share one worker (tests/needs.py).
+# TWOPHASE_TEST_WORKERS=0 runs everything in this process.
+workers="${TWOPHASE_TEST_WORKERS:-3}"
+xdist=(-n "$workers")
+if [[ "$workers" != 0 ]]; then xdist+=(--dist loadgroup); fi
+"$PY" -m pytest -p no:cacheprovider "${xdist[@]}" --timeout=1200 --durations=20 "$@" \
+    || pytest_status=$?
 if [[ $pytest_status -eq 5 ]]; then
     echo "pytest collected no tests: treating that as a failure" >&2
 fi

@@ -5,8 +5,8 @@ test session's), writes into a temporary directory (never into ``docs/``) and mu
 number for every comparison. The numbers themselves are not checked: on a busy test machine with
 tiny sizes they mean nothing.
 
-Not part of the default run (``scripts/test.sh`` must stay under 30 minutes on 2 cores): run it
-with ``.venv/bin/python -m pytest -m bench`` after changing ``benchmarks/``.
+Not part of the default run (``scripts/test.sh`` keeps pytest under 20 minutes on 2 cores): run
+it with ``.venv/bin/python -m pytest -m bench`` after changing ``benchmarks/``.
 """
 
 from __future__ import annotations

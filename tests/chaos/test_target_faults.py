@@ -157,7 +157,7 @@ def test_kafka_broker_frozen_past_the_request_timeout(
             marks=pytest.mark.extended,
         ),
         # A kill between two commits: also tests/spark/test_driver_sigkill.py (out of the default
-        # run for the 30-minute budget).
+        # run for the 20-minute budget).
         pytest.param(
             "pg-coordinated",
             step("committed_handle", index=0),
@@ -190,7 +190,7 @@ def test_driver_killed_with_its_process_group(
         # The issue: a stop while the batch is read back from its staged copy.
         pytest.param("kafka", step("staged"), True, id="kafka-staged"),
         # The same stop in a staged read-back as kafka-staged, for the other sink: out of the
-        # default run (30-minute budget).
+        # default run (20-minute budget).
         pytest.param(
             "pg-markers", step("staged"), True, id="pg-markers-staged", marks=pytest.mark.extended
         ),

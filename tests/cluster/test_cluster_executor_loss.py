@@ -33,7 +33,7 @@ pytestmark = [
 
 BATCH = 1
 
-# The MariaDB sinks' executor-loss cases are not in the default run (30-minute budget): the
+# The MariaDB sinks' executor-loss cases are not in the default run (20-minute budget): the
 # MariaDB dialect's cluster proof there is its zombie scenarios (test_cluster_zombie.py).
 LOSS_CONNECTORS = [
     c if not c.startswith("maria-") else pytest.param(c, marks=pytest.mark.extended)

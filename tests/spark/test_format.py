@@ -33,7 +33,7 @@ def drive(tmp_path: Path, kind: str, options: dict[str, str]) -> tuple[int, str]
     "step",
     # The steps only format() reaches this way; after the decision: the PostgreSQL case below;
     # between two commits: tests/connect/test_connect_format.py.
-    # Both out of the default run (30-minute budget): format() under a driver kill stays there with
+    # Both out of the default run (20-minute budget): format() under a driver kill stays there with
     # PostgreSQL (below) and under Spark Connect (tests/connect/test_connect_format.py).
     [
         pytest.param("recovered", marks=pytest.mark.extended),  # planning batch 1
