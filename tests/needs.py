@@ -104,6 +104,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``-m`` selection that names what it needs, so it is refused at collection.
     """
     kinds = _kinds(config)
+    grouping = config.pluginmanager.hasplugin("xdist")  # -p no:xdist: no xdist_group marker
     unmarked, units = [], []
     for item in items:
         if not any(mark.name in kinds for mark in item.iter_markers()):
@@ -121,7 +122,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
         group = next((g for g in ONE_WORKER if item.get_closest_marker(g) is not None), None)
-        if group is not None and item.get_closest_marker("xdist_group") is None:
+        if group is not None and grouping and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
     if unmarked:
         raise pytest.UsageError(
