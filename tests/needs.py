@@ -11,9 +11,11 @@ of :data:`NEEDS` without its marker fails at teardown, naming the marker to add.
 
 Every server marker also adds ``integration`` (the test talks to a real server).
 
-Under pytest-xdist (``-n N --dist loadgroup``, as ``scripts/test.sh`` runs) each worker starts the
-session's servers that its own tests reach. The tests of a costly server that few tests use
-(:data:`ONE_WORKER`) are sent to one worker, so that it is started once, not once per worker.
+Under pytest-xdist (``-n 2 --dist loadgroup``, as ``scripts/test.sh`` runs) each worker starts the
+session's servers that its own tests reach. The tests that run Spark JVMs or restart servers
+(:data:`ONE_WORKER`) all go to one worker, one after another: two of them side by side overload two
+cores (timeouts of Spark's own waits were seen with three workers). The other tests, which talk to
+servers without Spark, run beside them on the other worker.
 """
 
 from __future__ import annotations
@@ -66,10 +68,10 @@ SINK_PARAMS = ("sink", "connector")
 #: Markers that mean a real server process (each implies ``integration``).
 SERVERS = frozenset({"kafka", "postgres", "mariadb", "s3", "gcs", "azure", "cluster", "connect"})
 
-#: Markers whose tests share one worker, in order of precedence (the server each starts is costly
-#: and used by few tests): the Connect server, the standalone cluster, the servers in network
-#: namespaces, release 0.2.0's virtualenv.
-ONE_WORKER = ("connect", "cluster", "root", "git")
+#: Markers of the tests that share one worker (xdist group ``jvm``), run one at a time there: Spark
+#: sessions and drivers, the cluster, the Connect server, chaos (servers restarted, drivers killed),
+#: network namespaces, release 0.2.0, and every slow test.
+ONE_WORKER = ("spark", "cluster", "connect", "chaos", "root", "git", "slow")
 
 
 def needed(fixturenames: Iterator[str] | list[str]) -> set[str]:
@@ -121,9 +123,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for mark in sorted(marks):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
-        group = next((g for g in ONE_WORKER if item.get_closest_marker(g) is not None), None)
-        if group is not None and grouping and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        heavy = any(item.get_closest_marker(g) is not None for g in ONE_WORKER)
+        if heavy and grouping and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("jvm"))
     if unmarked:
         raise pytest.UsageError(
             "tests carrying none of the project's markers (mark the file or test with what it "

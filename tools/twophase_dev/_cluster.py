@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from twophase_dev._common import (
     LOOPBACK,
+    SHORT_LIVED_JVM_OPTIONS,
     DevInfraError,
     ManagedProcess,
     ServiceContext,
@@ -641,7 +642,9 @@ class SparkCluster(ServiceContext):
                 "SPARK_LOCAL_DIRS": str(self.work_dir / "local"),
                 "SPARK_DAEMON_MEMORY": self.daemon_memory,
                 # The marker ManagedProcess looks for in the daemons' command lines.
-                "SPARK_DAEMON_JAVA_OPTS": f"-Dtwophase.dev.workdir={self.work_dir}",
+                "SPARK_DAEMON_JAVA_OPTS": (
+                    f"-Dtwophase.dev.workdir={self.work_dir} {SHORT_LIVED_JVM_OPTIONS}"
+                ),
                 # Used by executors only if the application sets no spark.pyspark.python.
                 "PYSPARK_PYTHON": self.python,
                 CLUSTER_ENV_MARKER: str(self.work_dir),
@@ -938,8 +941,8 @@ def cluster_conf(cluster: SparkCluster, *, python_path: Sequence[str] = ()) -> d
         "spark.excludeOnFailure.enabled": "false",
         # Short-lived test JVMs: the C1 compiler alone warms up faster than tiered compilation,
         # and the serial collector needs no GC threads on a 2-core machine.
-        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "spark.executor.extraJavaOptions": SHORT_LIVED_JVM_OPTIONS,
+        "spark.driver.extraJavaOptions": SHORT_LIVED_JVM_OPTIONS,
         # The executors' Python workers run the cluster's interpreter (the project's .venv).
         "spark.pyspark.python": cluster.python,
         "spark.executorEnv.PYSPARK_PYTHON": cluster.python,

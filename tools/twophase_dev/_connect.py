@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from twophase_dev._cluster import _all_pids, _environ_has, _kill_all, _stat, pyspark_home
 from twophase_dev._common import (
     LOOPBACK,
+    SHORT_LIVED_JVM_OPTIONS,
     DevInfraError,
     ManagedProcess,
     ServiceContext,
@@ -149,7 +150,9 @@ class SparkConnectServer(ServiceContext):
             {
                 "spark.connect.grpc.binding.address": LOOPBACK,
                 "spark.connect.grpc.binding.port": str(self.port),
-                "spark.driver.extraJavaOptions": f"-Dtwophase.dev.workdir={self.work_dir}",
+                "spark.driver.extraJavaOptions": (
+                    f"-Dtwophase.dev.workdir={self.work_dir} {SHORT_LIVED_JVM_OPTIONS}"
+                ),
             }
         )
         conf.update(self.conf)

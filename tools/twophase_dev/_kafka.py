@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from twophase_dev._common import (
     LOOPBACK,
+    SHORT_LIVED_JVM_OPTIONS,
     DevInfraError,
     ManagedProcess,
     PortRaceError,
@@ -339,8 +340,7 @@ class KafkaBroker(ManagedService):
             _java_executable(),
             f"-Xmx{self.heap}",
             "-Xms128m",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
+            *SHORT_LIVED_JVM_OPTIONS.split(),
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
