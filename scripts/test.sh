@@ -2,7 +2,7 @@
 # Set up the machine (scripts/setup.sh), then run every check and the whole test suite:
 # ruff (lint and format), mypy --strict on the package and tools/twophase_dev, the import contracts
 # (import-linter), the documentation site, and pytest's default selection (every test but the
-# bench and extended ones, on two workers). Every step runs even if an earlier one failed; the
+# bench and extended ones). Every step runs even if an earlier one failed; the
 # exit status is non-zero if any failed. Extra arguments go to pytest, e.g.
 # 'bash scripts/test.sh -x -k kafka' (a -m of your own replaces the default selection's).
 set -euo pipefail
@@ -38,15 +38,10 @@ step "documentation site (mkdocs build --strict)" bash scripts/docs.sh build
 pytest_status=0
 printf '\n==> pytest\n'
 # Tests start their own servers unless TWOPHASE_* variables point at running ones
-# (docs/development.md). --timeout: no single test may hang the run. The tests run on
-# TWOPHASE_TEST_WORKERS pytest-xdist workers (2 by default): the tests that run Spark or restart
-# servers one after another on one worker, the others beside them (tests/needs.py); each worker
-# starts the servers its tests reach. TWOPHASE_TEST_WORKERS=0 runs everything in this process.
-workers="${TWOPHASE_TEST_WORKERS:-2}"
-xdist=(-n "$workers")
-if [[ "$workers" != 0 ]]; then xdist+=(--dist loadgroup); fi
-"$PY" -m pytest -p no:cacheprovider "${xdist[@]}" --timeout=1200 --durations=20 "$@" \
-    || pytest_status=$?
+# (docs/development.md). --timeout: no single test may hang the run. One process: on two cores,
+# tests that run Spark side by side time out in Spark's own waits (docs/development.md, "Where
+# the suite's time goes").
+"$PY" -m pytest -p no:cacheprovider --timeout=1200 --durations=20 "$@" || pytest_status=$?
 if [[ $pytest_status -eq 5 ]]; then
     echo "pytest collected no tests: treating that as a failure" >&2
 fi

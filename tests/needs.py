@@ -10,12 +10,6 @@ of :data:`NEEDS` without its marker fails at teardown, naming the marker to add.
 ``unit`` that needs anything is refused at collection: ``-m unit`` must start nothing.
 
 Every server marker also adds ``integration`` (the test talks to a real server).
-
-Under pytest-xdist (``-n 2 --dist loadgroup``, as ``scripts/test.sh`` runs) each worker starts the
-session's servers that its own tests reach. The tests that run Spark JVMs or restart servers
-(:data:`ONE_WORKER`) all go to one worker, one after another: two of them side by side overload two
-cores (timeouts of Spark's own waits were seen with three workers). The other tests, which talk to
-servers without Spark, run beside them on the other worker.
 """
 
 from __future__ import annotations
@@ -68,11 +62,6 @@ SINK_PARAMS = ("sink", "connector")
 #: Markers that mean a real server process (each implies ``integration``).
 SERVERS = frozenset({"kafka", "postgres", "mariadb", "s3", "gcs", "azure", "cluster", "connect"})
 
-#: Markers of the tests that share one worker (xdist group ``jvm``), run one at a time there: Spark
-#: sessions and drivers, the cluster, the Connect server, chaos (servers restarted, drivers killed),
-#: network namespaces, release 0.2.0, and every slow test.
-ONE_WORKER = ("spark", "cluster", "connect", "chaos", "root", "git", "slow")
-
 
 def needed(fixturenames: Iterator[str] | list[str]) -> set[str]:
     """Return the markers implied by reaching ``fixturenames`` (``integration`` included)."""
@@ -95,7 +84,6 @@ def _kinds(config: pytest.Config) -> set[str]:
     return {line.split(":", 1)[0].strip() for line in lines}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Add the markers each test's fixtures imply; refuse a test without any or a unit that needs.
 
@@ -106,7 +94,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``-m`` selection that names what it needs, so it is refused at collection.
     """
     kinds = _kinds(config)
-    grouping = config.pluginmanager.hasplugin("xdist")  # -p no:xdist: no xdist_group marker
     unmarked, units = [], []
     for item in items:
         if not any(mark.name in kinds for mark in item.iter_markers()):
@@ -123,9 +110,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for mark in sorted(marks):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
-        heavy = any(item.get_closest_marker(g) is not None for g in ONE_WORKER)
-        if heavy and grouping and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group("jvm"))
     if unmarked:
         raise pytest.UsageError(
             "tests carrying none of the project's markers (mark the file or test with what it "
