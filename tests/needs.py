@@ -110,6 +110,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for mark in sorted(marks):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
+        # A server marker the test or its parameter carries itself also means integration.
+        has_server = any(item.get_closest_marker(m) is not None for m in SERVERS)
+        if has_server and item.get_closest_marker("integration") is None:
+            item.add_marker("integration")
     if unmarked:
         raise pytest.UsageError(
             "tests carrying none of the project's markers (mark the file or test with what it "
@@ -128,7 +132,7 @@ def _needs_declared(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     missing = sorted(
         mark
-        for mark in needed(request.fixturenames)
+        for mark in needed(request.fixturenames) - {"integration"}  # added with any server's
         if request.node.get_closest_marker(mark) is None
     )
     if missing:
