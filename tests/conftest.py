@@ -54,6 +54,7 @@ from twophase_dev import (
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,
     ENV_SPARK_MASTER,
+    SHORT_LIVED_JVM_OPTIONS,
     AzuriteServer,
     DevInfraError,
     FakeGcsServer,
@@ -73,7 +74,6 @@ from twophase_dev import (
     spark_kafka_jars,
     spark_session,
 )
-from twophase_dev._common import SHORT_LIVED_JVM_OPTIONS
 
 #: Markers derived from the fixtures a test reaches; end-of-run sections gathered from workers.
 pytest_plugins = ["tests.needs", "tests.summaries"]

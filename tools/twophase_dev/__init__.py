@@ -47,7 +47,12 @@ from twophase_dev._cluster import (
     cluster_session,
     pyspark_home,
 )
-from twophase_dev._common import DevInfraError, clean_stale_work_dirs, free_ports
+from twophase_dev._common import (
+    SHORT_LIVED_JVM_OPTIONS,
+    DevInfraError,
+    clean_stale_work_dirs,
+    free_ports,
+)
 from twophase_dev._connect import CONNECT_ENV_MARKER, SparkConnectServer
 from twophase_dev._emulators import (
     AZURITE_ACCOUNT_KEY,
@@ -94,6 +99,7 @@ __all__ = [
     "FAKE_GCS_VERSION",
     "GCS_CONNECTOR_VERSION",
     "KAFKA_VERSION",
+    "SHORT_LIVED_JVM_OPTIONS",
     "AzuriteServer",
     "ClusterProcess",
     "CutMode",

@@ -94,8 +94,8 @@ def _installed(directory: Path, version: str, product: Path) -> bool:
     return False
 
 
-def _tool(name: str, *fallbacks: str) -> str:
-    found = shutil.which(name) or next((f for f in fallbacks if os.access(f, os.X_OK)), None)
+def _tool(name: str) -> str:
+    found = shutil.which(name)
     if found is None:
         raise DevInfraError(
             f"'{name}' was not found on PATH; Azurite, the Azure Blob emulator, needs Node.js "
@@ -163,6 +163,8 @@ def install_fake_gcs(version: str = FAKE_GCS_VERSION) -> Path:
     """
     directory = _emulator_dir("fake-gcs-server", version)
     binary = directory / "fake-gcs-server"
+    if _installed(directory, version, binary):  # no Go needed, none fetched
+        return binary
     env = {**os.environ, "GOBIN": str(directory), "CGO_ENABLED": "0"}
     env["GOFLAGS"] = f"{env.get('GOFLAGS', '')} -buildvcs=false".strip()
     argv = [go_binary(), "install", f"{_FAKE_GCS_MODULE}@{version}"]

@@ -98,18 +98,13 @@ def _unpack(archive: Path, into: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def fetch_go(version: str = GO_VERSION) -> Path:
-    """Fetch the Go toolchain ``version`` from the Go module proxy once; return its ``go``.
-
-    Parameters
-    ----------
-    version : str, optional
-        A release with a pinned hash, :data:`GO_VERSION` by default.
+def fetch_go() -> Path:
+    """Fetch the Go toolchain :data:`GO_VERSION` from the Go module proxy once; return its ``go``.
 
     Returns
     -------
     pathlib.Path
-        ``<cache>/go/go<version>/bin/go``; a second call returns at once.
+        ``<cache>/go/go<GO_VERSION>/bin/go``; a second call returns at once.
 
     Raises
     ------
@@ -117,8 +112,7 @@ def fetch_go(version: str = GO_VERSION) -> Path:
         If the platform has no pinned toolchain, the proxy cannot be reached, or the zip's hash is
         not the pinned one (the message gives both hashes and the URL).
     """
-    if version != GO_VERSION:
-        raise DevInfraError(f"only Go {GO_VERSION} has a pinned hash, not {version}")
+    version = GO_VERSION
     arch = _arch()
     root = _toolchain_dir(version)
     binary = root / "bin" / "go"
