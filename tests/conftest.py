@@ -54,7 +54,6 @@ from twophase_dev import (
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,
     ENV_SPARK_MASTER,
-    SHORT_LIVED_JVM_OPTIONS,
     AzuriteServer,
     DevInfraError,
     FakeGcsServer,
@@ -71,16 +70,18 @@ from twophase_dev import (
     free_ports,
     gcs_connector_jar,
     gcs_hadoop_conf,
+    spark_jvm_options,
     spark_kafka_jars,
     spark_session,
 )
 
 #: Markers derived from the fixtures a test reaches; end-of-run sections gathered from workers.
-pytest_plugins = ["tests.needs", "tests.summaries"]
+pytest_plugins = ["tests.needs", "tests.summaries", "tests.workers"]
 
 # Every Spark driver a test starts, also through an example's own session code, runs its JVM with
-# the dev tools' options for short-lived JVMs (C1 only, serial GC: about half the CPU).
-os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM_OPTIONS)
+# the dev tools' options for short-lived JVMs (C1 only, serial GC: about half the CPU; Spark's
+# classes from the class-data archive that setup made).
+os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_jvm_options())
 
 ENV_S3_ENDPOINT = "TWOPHASE_S3_ENDPOINT"
 ENV_GCS_ENDPOINT = "TWOPHASE_GCS_ENDPOINT"

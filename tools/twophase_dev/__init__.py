@@ -48,7 +48,6 @@ from twophase_dev._cluster import (
     pyspark_home,
 )
 from twophase_dev._common import (
-    SHORT_LIVED_JVM_OPTIONS,
     DevInfraError,
     clean_stale_work_dirs,
     free_ports,
@@ -65,6 +64,12 @@ from twophase_dev._emulators import (
     install_fake_gcs,
 )
 from twophase_dev._gcs_connector import GCS_CONNECTOR_VERSION, gcs_connector_jar, gcs_hadoop_conf
+from twophase_dev._jvm import (
+    SHORT_LIVED_JVM_OPTIONS,
+    build_spark_class_archive,
+    spark_class_archive,
+    spark_jvm_options,
+)
 from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
 from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
@@ -121,6 +126,7 @@ __all__ = [
     "attach_mariadb",
     "attach_postgres",
     "attach_spark_cluster",
+    "build_spark_class_archive",
     "clean_stale_work_dirs",
     "cluster_conf",
     "cluster_session",
@@ -134,6 +140,8 @@ __all__ = [
     "kafka_classpath",
     "pyspark_home",
     "resolve_classpath",
+    "spark_class_archive",
+    "spark_jvm_options",
     "spark_kafka_jars",
     "spark_session",
     "spark_test_conf",

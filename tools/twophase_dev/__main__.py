@@ -22,6 +22,9 @@ Commands::
     emulators            install the pinned cloud-storage emulators once (fake-gcs-server with
                          'go install', with the Go toolchain fetched from the Go module proxy if
                          the machine has none; Azurite with 'npm install') into the cache
+    class-archive [--force]
+                         make the class-data archive of Spark's classes for this Java and
+                         PySpark once (a minute), which every test's Spark JVM then maps
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from twophase_dev._cluster import SparkCluster
 from twophase_dev._common import DevInfraError
 from twophase_dev._emulators import install_emulators
 from twophase_dev._gcs_connector import gcs_connector_jar
+from twophase_dev._jvm import build_spark_class_archive
 from twophase_dev._kafka import kafka_classpath
 from twophase_dev._spark import spark_connect_jars, spark_kafka_jars
 from twophase_dev._state import SERVICES, DevState, Report
@@ -112,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "emulators", help="install the GCS and Azure storage emulators (fake-gcs-server, Azurite)"
     )
+    archive = sub.add_parser(
+        "class-archive",
+        help="make the class-data archive that starts every test's Spark JVM faster",
+    )
+    archive.add_argument("--force", action="store_true", help="make it again if it exists")
     return parser
 
 
@@ -244,6 +253,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 started = time.monotonic()
                 jars = resolve(refresh=args.refresh)
                 print(f"{label}: {len(jars)} jars ({time.monotonic() - started:.1f} s)")
+        elif args.command == "class-archive":
+            made = build_spark_class_archive(force=args.force)
+            if made is None:
+                print("no java found: nothing to archive", file=sys.stderr)
+                return 1
+            path, seconds = made
+            print(f"{path} ({path.stat().st_size >> 20} MiB, {seconds:.1f} s)")
         elif args.command == "emulators":
             for label, (path, seconds) in install_emulators().items():
                 print(f"{label}: {path} ({seconds:.1f} s)")

@@ -23,7 +23,6 @@ from typing import IO, Any, TypeVar
 
 __all__ = [
     "LOOPBACK",
-    "SHORT_LIVED_JVM_OPTIONS",
     "DevInfraError",
     "ManagedProcess",
     "PortRaceError",
@@ -40,13 +39,6 @@ __all__ = [
 
 #: The only address the local services listen on.
 LOOPBACK = "127.0.0.1"
-
-#: JVM options of every JVM the dev tools start (Kafka brokers, Spark drivers and executors, the
-#: cluster's daemons, the Connect server): the C1 compiler alone and the serial collector. These
-#: JVMs live seconds to minutes on small data, where the C2 compiler's threads are the larger part
-#: of the CPU they use: a local Spark session that starts, aggregates 200,000 rows and stops used
-#: 36 to 40 CPU-seconds with the defaults and 18 to 23 with these (docs/development.md).
-SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 #: File in each throwaway work directory that names the processes that own it.
 _OWNER_FILE = "owner.json"

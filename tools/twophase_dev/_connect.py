@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 from twophase_dev._cluster import _all_pids, _environ_has, _kill_all, _stat, pyspark_home
 from twophase_dev._common import (
     LOOPBACK,
-    SHORT_LIVED_JVM_OPTIONS,
     DevInfraError,
     ManagedProcess,
     ServiceContext,
@@ -41,6 +40,7 @@ from twophase_dev._common import (
     wait_until,
     write_owner,
 )
+from twophase_dev._jvm import spark_jvm_options
 from twophase_dev._spark import spark_connect_jars, spark_kafka_jars, spark_test_conf
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class SparkConnectServer(ServiceContext):
                 "spark.connect.grpc.binding.address": LOOPBACK,
                 "spark.connect.grpc.binding.port": str(self.port),
                 "spark.driver.extraJavaOptions": (
-                    f"-Dtwophase.dev.workdir={self.work_dir} {SHORT_LIVED_JVM_OPTIONS}"
+                    f"-Dtwophase.dev.workdir={self.work_dir} {spark_jvm_options()}"
                 ),
             }
         )

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from twophase_dev._common import (
     LOOPBACK,
-    SHORT_LIVED_JVM_OPTIONS,
     DevInfraError,
     ManagedProcess,
     PortRaceError,
@@ -34,6 +33,7 @@ from twophase_dev._common import (
     wait_for_port,
     wait_until,
 )
+from twophase_dev._jvm import SHORT_LIVED_JVM_OPTIONS
 from twophase_dev._maven import MavenArtifact, resolve_classpath
 from twophase_dev._server import ManagedService
 

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from twophase_dev._common import LOOPBACK, SHORT_LIVED_JVM_OPTIONS, DevInfraError
+from twophase_dev._common import LOOPBACK, DevInfraError
+from twophase_dev._jvm import spark_jvm_options
 from twophase_dev._maven import (
     MavenArtifact,
     MavenError,
@@ -222,9 +223,10 @@ def spark_test_conf(*, kafka: bool = True) -> dict[str, str]:
         "spark.driver.bindAddress": LOOPBACK,
         "spark.driver.host": LOOPBACK,
         "spark.driver.memory": "1g",
-        # C1 only and the serial collector: most of a short test JVM's CPU is otherwise C2's.
-        "spark.driver.extraJavaOptions": SHORT_LIVED_JVM_OPTIONS,
-        "spark.executor.extraJavaOptions": SHORT_LIVED_JVM_OPTIONS,
+        # C1 only and the serial collector (most of a short test JVM's CPU is otherwise C2's), and
+        # Spark's classes mapped from the class-data archive once setup has made it.
+        "spark.driver.extraJavaOptions": spark_jvm_options(),
+        "spark.executor.extraJavaOptions": spark_jvm_options(),
         "spark.sql.session.timeZone": "UTC",
         # Keep Spark's files out of the working tree.
         "spark.sql.warehouse.dir": str(Path(tempfile.gettempdir()) / "twophase-spark-warehouse"),

@@ -1,0 +1,196 @@
+"""The options of the short-lived JVMs the dev tools start, and Spark's class-data archive.
+
+A test JVM lives seconds on tiny data, so what it costs is mostly starting: loading and verifying
+Spark's classes and compiling them. Two things cut that cost:
+
+- :data:`SHORT_LIVED_JVM_OPTIONS`: the C1 compiler alone and the serial collector, for every JVM;
+- a dynamic class-data-sharing archive of Spark's classes (JDK 13+): one representative session
+  dumps the classes it loaded into a file (:func:`build_spark_class_archive`, run by
+  ``scripts/setup.sh``), and every later Spark JVM maps that file instead of parsing and verifying
+  the jars again (:func:`spark_jvm_options`). The archive's name carries a digest of the Java
+  runtime and of PySpark's jars, so a changed runtime or PySpark gets a new archive and never a
+  stale one; the JVM checks the class path itself too, and without the archive it only starts
+  slower.
+
+Measured in docs/development.md ("Where the suite's time goes").
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from twophase_dev._common import DevInfraError, cache_root
+
+__all__ = [
+    "SHORT_LIVED_JVM_OPTIONS",
+    "build_spark_class_archive",
+    "spark_class_archive",
+    "spark_jvm_options",
+]
+
+#: JVM options of every JVM the dev tools start (Kafka brokers, Spark drivers and executors, the
+#: cluster's daemons, the Connect server): the C1 compiler alone and the serial collector. These
+#: JVMs live seconds to minutes on small data, where the C2 compiler's threads are the larger part
+#: of the CPU they use: a local Spark session that starts, aggregates 200,000 rows and stops used
+#: 36 to 40 CPU-seconds with the defaults and 18 to 23 with these (docs/development.md).
+SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+#: Logging of the class-data-sharing subsystem off: dumping lists every class it skips (hundreds of
+#: lines), and an archive the JVM refuses is not an error for a test (it only starts slower).
+_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def _spark_home() -> Path:
+    explicit = os.environ.get("SPARK_HOME")
+    if explicit:
+        return Path(explicit)
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _java() -> Path | None:
+    java_home = os.environ.get("JAVA_HOME")
+    found = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    return Path(found).resolve() if found and Path(found).exists() else None
+
+
+@functools.cache
+def _archive_for(java: Path, spark_home: Path) -> Path:
+    digest = hashlib.sha256()
+    for path in [java, *sorted((spark_home / "jars").glob("*.jar"))]:
+        stat = path.stat()
+        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return cache_root() / "jvm" / f"spark-{digest.hexdigest()[:16]}.jsa"
+
+
+def spark_class_archive() -> Path | None:
+    """Return where the class-data archive of this Java and this PySpark lives.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The archive's path under ``~/.cache/twophase/jvm`` (it may not exist yet), or ``None`` when
+        no ``java`` is found.
+    """
+    java = _java()
+    return _archive_for(java, _spark_home()) if java else None
+
+
+def spark_jvm_options() -> str:
+    """Return the JVM options of a Spark driver, executor or daemon the dev tools start.
+
+    Returns
+    -------
+    str
+        :data:`SHORT_LIVED_JVM_OPTIONS`, plus the class-data archive of this Java and PySpark once
+        :func:`build_spark_class_archive` has made it.
+    """
+    archive = spark_class_archive()
+    if archive is None or not archive.is_file():
+        return SHORT_LIVED_JVM_OPTIONS
+    return f"{SHORT_LIVED_JVM_OPTIONS} -XX:SharedArchiveFile={archive} {_QUIET}"
+
+
+#: What the archiving session runs: the paths most tests take (a session, a batch job with a
+#: shuffle, a Python UDF, DataFrames from Python, a streaming query through twophase's
+#: foreachBatch driver with a fake sink), so that their classes are in the archive.
+_WORKLOAD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    import twophase
+    from twophase.testing import FakeSink, FakeTarget
+    from twophase_dev import spark_session
+
+    work, options = Path(sys.argv[1]), sys.argv[2]
+    spark = spark_session(
+        "twophase-class-archive",
+        master="local[2,2]",
+        kafka=False,
+        extra_conf={"spark.driver.extraJavaOptions": options},
+    )
+    counts = spark.range(0, 20000).selectExpr("id % 7 AS k", "id").groupBy("k").count().collect()
+    assert len(counts) == 7, counts
+    spark.udf.register("plus_one", lambda x: x + 1, "long")
+    assert spark.sql("SELECT plus_one(41) AS v").collect()[0].v == 42
+    for batch in range(2):
+        rows = [(batch * 10 + i, f"p{i}") for i in range(10)]
+        frame = spark.createDataFrame(rows, "id long, payload string")
+        frame.write.mode("append").parquet(str(work / "in"))
+    source = spark.readStream.schema("id long, payload string").option("maxFilesPerTrigger", 1)
+    frame = source.parquet(str(work / "in")).repartition(2)
+    sink = FakeSink("class-archive", FakeTarget(str(work / "target")))
+    query = twophase.write_stream(
+        frame, sink, checkpoint_location=str(work / "chk"), trigger={"availableNow": True}
+    ).start()
+    assert query.awaitTermination(300), "the archiving query did not finish"
+    spark.stop()
+    """
+)
+
+
+def build_spark_class_archive(*, force: bool = False) -> tuple[Path, float] | None:
+    """Make the class-data archive of this Java and PySpark, unless it is there already.
+
+    Runs one representative local Spark session in a child process whose driver JVM dumps the
+    classes it loaded when it exits; the file is written under a temporary name and renamed, so a
+    concurrent JVM never maps half an archive.
+
+    Parameters
+    ----------
+    force : bool, optional
+        Make it again even if it exists.
+
+    Returns
+    -------
+    tuple of (pathlib.Path, float) or None
+        The archive and the seconds spent making it (0 if it existed), or ``None`` when no ``java``
+        is found (nothing to archive for).
+
+    Raises
+    ------
+    DevInfraError
+        If the archiving session failed or left no archive; the message has its log's end.
+    """
+    archive = spark_class_archive()
+    if archive is None:
+        return None
+    if archive.is_file() and not force:
+        return archive, 0.0
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    partial = archive.with_name(f".{archive.name}.{os.getpid()}")
+    with tempfile.TemporaryDirectory(prefix="twophase-class-archive-") as work:
+        options = f"{SHORT_LIVED_JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial} {_QUIET}"
+        done = subprocess.run(
+            [sys.executable, "-c", _WORKLOAD, work, options],
+            env={**os.environ, "SPARK_SUBMIT_OPTS": options},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0 or not partial.is_file():
+            partial.unlink(missing_ok=True)
+            raise DevInfraError(
+                f"the Spark session that makes the class-data archive {archive} failed "
+                f"(exit {done.returncode}); its output ends with:\n"
+                + "\n".join(done.stdout.splitlines()[-30:])
+            )
+    partial.replace(archive)
+    for stale in archive.parent.glob("spark-*.jsa"):
+        if stale != archive:
+            stale.unlink(missing_ok=True)
+    return archive, time.monotonic() - started
