@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from twophase_dev._common import (
     LOOPBACK,
-    SHORT_LIVED_JVM_OPTIONS,
     DevInfraError,
     ManagedProcess,
     ServiceContext,
@@ -45,6 +44,7 @@ from twophase_dev._common import (
     wait_until,
     write_owner,
 )
+from twophase_dev._jvm import spark_jvm_options
 from twophase_dev._spark import spark_session
 
 if TYPE_CHECKING:
@@ -637,13 +637,15 @@ class SparkCluster(ServiceContext):
         env.update(
             {
                 "SPARK_HOME": str(pyspark_home()),
-                "SPARK_CONF_DIR": str(self.work_dir / "conf"),
+                # No SPARK_CONF_DIR of its own (the settings come from --properties-file): the
+                # class path of the daemons and the executors then starts with PySpark's conf
+                # directory like a local driver's, so they start from the class-data archive.
                 "SPARK_LOCAL_IP": LOOPBACK,
                 "SPARK_LOCAL_DIRS": str(self.work_dir / "local"),
                 "SPARK_DAEMON_MEMORY": self.daemon_memory,
                 # The marker ManagedProcess looks for in the daemons' command lines.
                 "SPARK_DAEMON_JAVA_OPTS": (
-                    f"-Dtwophase.dev.workdir={self.work_dir} {SHORT_LIVED_JVM_OPTIONS}"
+                    f"-Dtwophase.dev.workdir={self.work_dir} {spark_jvm_options()}"
                 ),
                 # Used by executors only if the application sets no spark.pyspark.python.
                 "PYSPARK_PYTHON": self.python,
@@ -689,10 +691,8 @@ class SparkCluster(ServiceContext):
             raise DevInfraError(
                 "Java was not found. Spark needs Java 17 or newer: run 'bash scripts/setup.sh'."
             )
-        conf_dir = work_dir / "conf"
-        conf_dir.mkdir(parents=True, exist_ok=True)
         (work_dir / "local").mkdir(exist_ok=True)
-        properties = conf_dir / "spark-daemons.conf"
+        properties = work_dir / "spark-daemons.conf"
         properties.write_text("".join(f"{k} {v}\n" for k, v in _DAEMON_PROPERTIES.items()))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         spark_class = str(pyspark_home() / "bin" / "spark-class")
@@ -940,9 +940,10 @@ def cluster_conf(cluster: SparkCluster, *, python_path: Sequence[str] = ()) -> d
         # because excluding an executor of a two-executor cluster would stall retries.
         "spark.excludeOnFailure.enabled": "false",
         # Short-lived test JVMs: the C1 compiler alone warms up faster than tiered compilation,
-        # and the serial collector needs no GC threads on a 2-core machine.
-        "spark.executor.extraJavaOptions": SHORT_LIVED_JVM_OPTIONS,
-        "spark.driver.extraJavaOptions": SHORT_LIVED_JVM_OPTIONS,
+        # the serial collector needs no GC threads on a 2-core machine, and Spark's classes come
+        # from the class-data archive (twophase_dev._jvm).
+        "spark.executor.extraJavaOptions": spark_jvm_options(),
+        "spark.driver.extraJavaOptions": spark_jvm_options(),
         # The executors' Python workers run the cluster's interpreter (the project's .venv).
         "spark.pyspark.python": cluster.python,
         "spark.executorEnv.PYSPARK_PYTHON": cluster.python,
