@@ -38,10 +38,13 @@ step "documentation site (mkdocs build --strict)" bash scripts/docs.sh build
 pytest_status=0
 printf '\n==> pytest\n'
 # Tests start their own servers unless TWOPHASE_* variables point at running ones
-# (docs/development.md). --timeout: no single test may hang the run. One process: on two cores,
-# tests that run Spark side by side time out in Spark's own waits (docs/development.md, "Where
-# the suite's time goes").
-"$PY" -m pytest -p no:cacheprovider --timeout=1200 --durations=20 "$@" || pytest_status=$?
+# (docs/development.md). --timeout: no single test may hang the run. Two workers (pytest-xdist):
+# the suite is bound by CPU on two cores, and a third worker only made Spark's own waits time out;
+# --dist loadgroup keeps the root tests' network namespaces, the standalone cluster and the
+# Connect server each on one worker (tests/workers.py; docs/development.md, "Where the suite's
+# time goes"). '-n 0' runs everything in one process.
+"$PY" -m pytest -p no:cacheprovider --timeout=1200 --durations=20 -n 2 --dist loadgroup "$@" \
+    || pytest_status=$?
 if [[ $pytest_status -eq 5 ]]; then
     echo "pytest collected no tests: treating that as a failure" >&2
 fi

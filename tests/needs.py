@@ -84,6 +84,13 @@ def _kinds(config: pytest.Config) -> set[str]:
     return {line.split(":", 1)[0].strip() for line in lines}
 
 
+#: Needs whose tests share one pytest-xdist worker (``--dist loadgroup``), first match wins:
+#: network namespaces and firewall rules of root tests must not interleave, and the standalone
+#: cluster and the Connect server are started once per worker that needs them.
+WORKER_GROUPS = ("root", "cluster", "connect")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Add the markers each test's fixtures imply; refuse a test without any or a unit that needs.
 
@@ -110,6 +117,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for mark in sorted(marks):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
+        group = next((g for g in WORKER_GROUPS if item.get_closest_marker(g) is not None), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
         # A server marker the test or its parameter carries itself also means integration.
         has_server = any(item.get_closest_marker(m) is not None for m in SERVERS)
         if has_server and item.get_closest_marker("integration") is None:
