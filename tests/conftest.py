@@ -54,6 +54,7 @@ from twophase_dev import (
     ENV_PG_DSN,
     ENV_PG_NOPREP_DSN,
     ENV_SPARK_MASTER,
+    SHORT_LIVED_JVM_OPTIONS,
     AzuriteServer,
     DevInfraError,
     FakeGcsServer,
@@ -82,6 +83,8 @@ pytest_plugins = ["tests.needs", "tests.summaries", "tests.workers"]
 # the dev tools' options for short-lived JVMs (C1 only, serial GC: about half the CPU; Spark's
 # classes from the class-data archive that setup made).
 os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_jvm_options())
+# ... and the launcher JVM that spark-submit runs first to build the driver's command line.
+os.environ.setdefault("SPARK_LAUNCHER_OPTS", SHORT_LIVED_JVM_OPTIONS)
 
 ENV_S3_ENDPOINT = "TWOPHASE_S3_ENDPOINT"
 ENV_GCS_ENDPOINT = "TWOPHASE_GCS_ENDPOINT"
