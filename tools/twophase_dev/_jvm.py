@@ -17,6 +17,7 @@ Measured in docs/development.md ("Where the suite's time goes").
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -47,6 +48,8 @@ SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: Logging of the class-data-sharing subsystem off: dumping lists every class it skips (hundreds of
 #: lines), and an archive the JVM refuses is not an error for a test (it only starts slower).
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+#: How long the archive of another virtualenv is kept.
+_KEEP_SECONDS = 7 * 24 * 3600
 
 
 def _spark_home() -> Path:
@@ -190,7 +193,10 @@ def build_spark_class_archive(*, force: bool = False) -> tuple[Path, float] | No
                 + "\n".join(done.stdout.splitlines()[-30:])
             )
     partial.replace(archive)
+    # Archives of other virtualenvs (other clones, the version matrix) stay while they may be in
+    # use; one made more than a week ago goes (each is about 170 MiB).
     for stale in archive.parent.glob("spark-*.jsa"):
-        if stale != archive:
-            stale.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            if stale != archive and time.time() - stale.stat().st_mtime > _KEEP_SECONDS:
+                stale.unlink()
     return archive, time.monotonic() - started
