@@ -19,7 +19,7 @@ def spark_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     (home / "jars").mkdir(parents=True)
     for name in ("spark-core.jar", "scala-library.jar"):
         (home / "jars" / name).write_bytes(b"PK" + name.encode())
-    monkeypatch.setenv("SPARK_HOME", str(home))
+    monkeypatch.setattr(_jvm, "pyspark_home", lambda: home)
     monkeypatch.setenv("TWOPHASE_CACHE_DIR", str(tmp_path / "cache"))
     _jvm._archive_for.cache_clear()
     yield home

@@ -17,7 +17,6 @@ Runs on: the developer's or test session's machine (the Spark driver's machine).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
 import shutil
@@ -44,7 +43,7 @@ from twophase_dev._common import (
     wait_until,
     write_owner,
 )
-from twophase_dev._jvm import spark_jvm_options
+from twophase_dev._jvm import find_java, pyspark_home, spark_jvm_options
 from twophase_dev._spark import spark_session
 
 if TYPE_CHECKING:
@@ -85,28 +84,6 @@ _DAEMON_PROPERTIES = {
     # cluster's work directory by stop(); no periodic cleanup thread is needed.
     "spark.worker.cleanup.enabled": "false",
 }
-
-
-def pyspark_home() -> Path:
-    """Return the installed PySpark package directory, which is a complete ``SPARK_HOME``.
-
-    Returns
-    -------
-    pathlib.Path
-        The directory holding ``bin/spark-class`` and ``jars/``.
-
-    Raises
-    ------
-    DevInfraError
-        If PySpark is not installed or has no ``bin/spark-class``.
-    """
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise DevInfraError("PySpark is not installed: run 'bash scripts/setup.sh'")
-    home = Path(next(iter(spec.submodule_search_locations)))
-    if not (home / "bin" / "spark-class").is_file():
-        raise DevInfraError(f"{home} has no bin/spark-class: is this a complete PySpark install?")
-    return home
 
 
 # --------------------------------------------------------------------------------------------
@@ -687,7 +664,7 @@ class SparkCluster(ServiceContext):
         return self
 
     def _start_in(self, work_dir: Path) -> None:
-        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        if find_java() is None:
             raise DevInfraError(
                 "Java was not found. Spark needs Java 17 or newer: run 'bash scripts/setup.sh'."
             )

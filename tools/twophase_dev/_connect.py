@@ -40,7 +40,7 @@ from twophase_dev._common import (
     wait_until,
     write_owner,
 )
-from twophase_dev._jvm import spark_jvm_options
+from twophase_dev._jvm import find_java, spark_jvm_options
 from twophase_dev._spark import spark_connect_jars, spark_kafka_jars, spark_test_conf
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ class SparkConnectServer(ServiceContext):
         """
         if self.pid is not None:
             return self
-        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        if find_java() is None:
             raise DevInfraError("Java was not found: run 'bash scripts/setup.sh'")
         started = time.monotonic()
         if self.work_dir is None:

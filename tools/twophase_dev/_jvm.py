@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -34,6 +35,8 @@ from twophase_dev._common import DevInfraError, cache_root
 __all__ = [
     "SHORT_LIVED_JVM_OPTIONS",
     "build_spark_class_archive",
+    "find_java",
+    "pyspark_home",
     "spark_class_archive",
     "spark_jvm_options",
 ]
@@ -52,19 +55,41 @@ _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _KEEP_SECONDS = 7 * 24 * 3600
 
 
-def _spark_home() -> Path:
-    explicit = os.environ.get("SPARK_HOME")
-    if explicit:
-        return Path(explicit)
-    import pyspark
+def pyspark_home() -> Path:
+    """Return the installed PySpark package directory, which is a complete ``SPARK_HOME``.
 
-    return Path(pyspark.__file__).resolve().parent
+    Returns
+    -------
+    pathlib.Path
+        The directory holding ``bin/spark-class`` and ``jars/``.
+
+    Raises
+    ------
+    DevInfraError
+        If PySpark is not installed or has no ``bin/spark-class``.
+    """
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise DevInfraError("PySpark is not installed: run 'bash scripts/setup.sh'")
+    home = Path(next(iter(spec.submodule_search_locations)))
+    if not (home / "bin" / "spark-class").is_file():
+        raise DevInfraError(f"{home} has no bin/spark-class: is this a complete PySpark install?")
+    return home
 
 
-def _java() -> Path | None:
+def find_java() -> Path | None:
+    """Return the ``java`` the JVMs start with: ``$JAVA_HOME/bin/java``, else the one on ``PATH``.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The executable, or ``None`` when there is none.
+    """
     java_home = os.environ.get("JAVA_HOME")
-    found = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    return Path(found).resolve() if found and Path(found).exists() else None
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return Path(java_home) / "bin" / "java"
+    found = shutil.which("java")
+    return Path(found) if found else None
 
 
 @functools.cache
@@ -85,8 +110,8 @@ def spark_class_archive() -> Path | None:
         The archive's path under ``~/.cache/twophase/jvm`` (it may not exist yet), or ``None`` when
         no ``java`` is found.
     """
-    java = _java()
-    return _archive_for(java, _spark_home()) if java else None
+    java = find_java()
+    return _archive_for(java.resolve(), pyspark_home()) if java else None
 
 
 def spark_jvm_options() -> str:

@@ -33,7 +33,7 @@ from twophase_dev._common import (
     wait_for_port,
     wait_until,
 )
-from twophase_dev._jvm import SHORT_LIVED_JVM_OPTIONS
+from twophase_dev._jvm import SHORT_LIVED_JVM_OPTIONS, find_java
 from twophase_dev._maven import MavenArtifact, resolve_classpath
 from twophase_dev._server import ManagedService
 
@@ -102,16 +102,13 @@ def kafka_classpath(version: str = KAFKA_VERSION, *, refresh: bool = False) -> l
 
 
 def _java_executable() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
+    found = find_java()
+    if found is None:
         raise DevInfraError(
             "Java was not found. Kafka needs Java 17 or newer: run 'bash scripts/setup.sh' "
             "(or 'apt-get install -y openjdk-17-jdk-headless')."
         )
-    return found
+    return str(found)
 
 
 def _random_cluster_id() -> str:
