@@ -1,9 +1,15 @@
-"""The coordinated protocol's zombie fence, judged alike in every dialect: the row, the verdict.
+"""The zombie fences' ranks and verdicts, judged alike in every dialect.
 
-Each dialect reads its identity's fence row under a share lock right before it
-prepares (PostgreSQL ``FOR SHARE``, MariaDB ``LOCK IN SHARE MODE``); the rank
-``(epoch, batch)`` the row holds says which attempts are stale, and
-:func:`refuse_stale_attempt` refuses one of them.
+An attempt's rank is ``(epoch, batch, attempt)`` (:func:`attempt_rank`): a
+later run beats every attempt of an earlier one; within a run, a later batch
+beats every attempt of an earlier batch, whose driver has finished it; within
+a batch, Spark's later attempt beats the earlier. The slot fences of both
+dialects compare these ranks.
+
+The coordinated protocol's fence row: each dialect reads its identity's row
+under a share lock right before it prepares (PostgreSQL ``FOR SHARE``, MariaDB
+``LOCK IN SHARE MODE``); the rank ``(epoch, batch)`` the row holds says which
+attempts are stale, and :func:`refuse_stale_attempt` refuses one of them.
 """
 
 from __future__ import annotations
@@ -15,7 +21,15 @@ from twophase.errors import FatalError
 
 from ._rows import FORMAT_COLUMN, check_row_format
 
-__all__ = ["refuse_stale_attempt"]
+__all__ = ["Rank", "attempt_rank", "refuse_stale_attempt"]
+
+#: ``(epoch, batch, attempt)``: a higher rank is a newer attempt.
+Rank = tuple[int, int, int]
+
+
+def attempt_rank(context: TaskContext) -> Rank:
+    """Return the rank of an attempt: ``(epoch, batch, attempt)``."""
+    return (context.epoch, context.batch_id, context.attempt)
 
 
 def refuse_stale_attempt(rows: list[dict[str, Any]], table: str, context: TaskContext) -> None:

@@ -144,10 +144,19 @@ class MarkerTable(JdbcClient):
         """Reset what the session holds besides the transaction (nothing by default)."""
 
     def create(self, cur: Any, table: str) -> None:
-        """Create the table if missing; add the ``epoch`` and format columns to an older one."""
+        """Create the table if missing; add the ``epoch`` and format columns to an older one.
+
+        Each ``ALTER`` runs only when its column is missing: even a no-op one
+        waits for every lock on the table.
+        """
         cur.execute(self.create_statement.format(table))
-        cur.execute(ADD_EPOCH.format(table))
+        if not self.has_column(cur, table, "epoch"):
+            cur.execute(ADD_EPOCH.format(table))
         self.add_format_column(cur, table)
+
+    def has_column(self, cur: Any, table: str, column: str) -> bool:
+        """Whether the table has ``column`` (the dialect's catalog)."""
+        raise NotImplementedError
 
     def add_format_column(self, cur: Any, table: str) -> None:
         """Add ``record_format`` to a table made before 0.3.0 if no one holds it (the dialect's)."""

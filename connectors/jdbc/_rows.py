@@ -46,9 +46,7 @@ def row_dicts(cur: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def add_format_column(
-    cur: Any, table: str, *, exists: tuple[str, tuple[Any, ...]], alter: list[str]
-) -> bool:
+def add_format_column(cur: Any, table: str, *, present: bool, alter: list[str]) -> bool:
     """Give a table made before 0.3.0 its ``record_format`` column, without waiting.
 
     ``ALTER TABLE`` waits for every lock on the table, and a transaction
@@ -64,8 +62,8 @@ def add_format_column(
         An autocommit cursor.
     table
         The quoted table name.
-    exists
-        The dialect's query for the column, with its parameters: a row when it is there.
+    present
+        Whether the table has the column already (then nothing is run).
     alter
         The dialect's statements that add it with a short lock wait (``{}``: the table).
 
@@ -74,8 +72,7 @@ def add_format_column(
     bool
         Whether the table has the column now.
     """
-    cur.execute(*exists)
-    if cur.fetchall():
+    if present:
         return True
     try:
         for statement in alter:

@@ -1,8 +1,8 @@
 """The zombie fences of both MariaDB protocols.
 
 A zombie is an attempt Spark gave up on whose process lives on and may still
-try to commit after Spark's retry did. ``(epoch, attempt)`` orders attempts,
-as in the PostgreSQL dialect (``docs/jdbc.md``).
+try to commit after Spark's retry did. ``(epoch, batch, attempt)`` orders
+attempts, as in the PostgreSQL dialect (:func:`.._fence.attempt_rank`).
 
 **The coordinated protocol.** PostgreSQL keeps a shared row lock through
 ``PREPARE TRANSACTION``; MariaDB releases shared locks at ``XA PREPARE``
@@ -24,13 +24,18 @@ the next attempt of the slot instead of keeping the xid taken.
 **The markers protocol.** One live attempt per partition slot, the newest: the
 slot is a named lock (``GET_LOCK``) that every attempt takes before ``BEGIN``
 (``XA START`` in the coordinated protocol); each attempt also holds a lock
-named after its own rank, and registers the rank in ``twophase_slots``, so
-that an attempt that finds the slot taken can tell who holds it
-(``IS_USED_LOCK``). An older holder is a zombie: its connection is killed (a
-user may kill its own connections), which rolls its transaction back and frees
-the slot. A newer holder means this attempt is the zombie: it stops at once.
-Named locks belong to the session: :func:`release_slot` frees them before the
-connection goes back to its pool.
+named after its own rank, and registers the rank and that lock's name in
+``twophase_attempts``, so that an attempt that finds the slot taken can tell
+who holds it (``IS_USED_LOCK``). An older holder is a zombie: its connection
+is killed (a user may kill its own connections), which rolls its transaction
+back and frees the slot. A newer holder means this attempt is the zombie: it
+stops at once. The batch is part of the rank: a zombie of batch 0 left with a
+high attempt number is older than every attempt of batch 1. Named locks belong
+to the session: :func:`release_slot` frees them before the connection goes
+back to its pool; the attempt that takes the slot deletes the registry rows of
+older attempts whose locks are free, so the registry holds about one row per
+slot. 0.2.0 registered ``(epoch, attempt)`` in ``twophase_slots``, which is
+read (never written) to recognise an attempt of 0.2.0 still alive.
 """
 
 from __future__ import annotations
@@ -42,16 +47,18 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import FatalError
 
-from .._fence import refuse_stale_attempt
+from .._fence import Rank, attempt_rank, refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
 from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, check_row_format, row_dicts
+from ._driver import errno
 from ._rows import mariadb_add_format_column
 from ._sql import quote
 
 __all__ = [
+    "ATTEMPTS_TABLE",
     "FENCE_TABLE",
+    "LEGACY_SLOTS_TABLE",
     "PREPARED_TABLE",
-    "SLOTS_TABLE",
     "create_fence_tables",
     "create_slots_table",
     "fence_attempts",
@@ -65,7 +72,10 @@ _log = logging.getLogger("twophase.connectors.jdbc")
 
 FENCE_TABLE = "twophase_fences"
 PREPARED_TABLE = "twophase_prepared"
-SLOTS_TABLE = "twophase_slots"
+#: The markers protocol's registry of attempts: rank, and the lock each holds while it lives.
+ATTEMPTS_TABLE = "twophase_attempts"
+#: 0.2.0's registry, ranked without the batch: read to recognise a live attempt of 0.2.0.
+LEGACY_SLOTS_TABLE = "twophase_slots"
 #: Seconds the driver's fence waits for a row lock before it gives up for this try.
 _FENCE_LOCK_WAIT = 1
 
@@ -165,30 +175,35 @@ def fence_attempts(cur: Any, options: JdbcOptions, identity: str, rank: tuple[in
 
 
 # ---------------------------------------------------------- the markers protocol
-def _lock_name(identity: str, partition: int, rank: tuple[int, int] | None = None) -> str:
-    """Return the named lock of a slot, or of one attempt (at most 64 characters)."""
+def _lock_name(identity: str, partition: int) -> str:
+    """Return the named lock of a slot (the same name since 0.2.0: old and new attempts meet)."""
     digest = hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
-    base = f"tp:{digest}:{partition}"
-    return base if rank is None else f"{base}:{rank[0]}:{rank[1]}"
+    return f"tp:{digest}:{partition}"
+
+
+def _attempt_lock(identity: str, partition: int, rank: Rank) -> str:
+    """Return the named lock of one attempt (36 characters; MariaDB allows 64)."""
+    key = "\0".join(str(p) for p in (identity, partition, *rank))
+    return "tp:a:" + hashlib.blake2b(key.encode(), digest_size=16).hexdigest()[:31]
 
 
 def create_slots_table(cur: Any, options: JdbcOptions) -> None:
-    """Create the slot registry (``twophase_slots``) if missing."""
+    """Create the attempts registry (``twophase_attempts``) if missing."""
     cur.execute(
-        f"CREATE TABLE IF NOT EXISTS {in_schema(options, SLOTS_TABLE)} "
+        f"CREATE TABLE IF NOT EXISTS {in_schema(options, ATTEMPTS_TABLE)} "
         "(identity VARCHAR(255) NOT NULL, partition_id INT NOT NULL, epoch BIGINT NOT NULL, "
-        f"attempt INT NOT NULL, {FORMAT_DEFINITION}, "
-        "PRIMARY KEY (identity, partition_id, epoch, attempt)) "
+        "batch_id BIGINT NOT NULL, attempt INT NOT NULL, lock_name VARCHAR(64) NOT NULL, "
+        f"{FORMAT_DEFINITION}, PRIMARY KEY (identity, partition_id, epoch, batch_id, attempt)) "
         "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
     )
-    mariadb_add_format_column(cur, in_schema(options, SLOTS_TABLE))
 
 
 def take_slot(cur: Any, options: JdbcOptions, context: TaskContext) -> None:
     """Hold this attempt's lock and take its slot's, killing an older holder.
 
     Runs on an autocommit session before ``BEGIN``; the locks are the session's
-    until :func:`release_slot`.
+    until :func:`release_slot`. Once the slot is taken, the registry forgets
+    the older attempts of the slot whose sessions are gone.
 
     Raises
     ------
@@ -196,27 +211,101 @@ def take_slot(cur: Any, options: JdbcOptions, context: TaskContext) -> None:
         A newer attempt holds the slot: this attempt is a zombie.
     """
     c = context
-    mine = (c.epoch, c.attempt)
+    mine = attempt_rank(c)
     slot = _lock_name(c.identity, c.partition_id)
-    cur.execute("SELECT GET_LOCK(%s, 0)", (_lock_name(c.identity, c.partition_id, mine),))
+    own = _attempt_lock(c.identity, c.partition_id, mine)
+    cur.execute("SELECT GET_LOCK(%s, 0)", (own,))
     cur.fetchone()
-    table = in_schema(options, SLOTS_TABLE)
+    table = in_schema(options, ATTEMPTS_TABLE)
     cur.execute(
-        f"INSERT IGNORE INTO {table} (identity, partition_id, epoch, attempt) "
-        "VALUES (%s, %s, %s, %s)",
-        (c.identity, c.partition_id, c.epoch, c.attempt),
+        f"INSERT IGNORE INTO {table} (identity, partition_id, epoch, batch_id, attempt, "
+        "lock_name) VALUES (%s, %s, %s, %s, %s, %s)",
+        (c.identity, c.partition_id, *mine, own),
     )
     cur.execute("SELECT GET_LOCK(%s, 0)", (slot,))
-    if cur.fetchone()[0] == 1:
-        return
+    if cur.fetchone()[0] != 1:
+        _fence_the_holder(cur, options, context, slot)
+        timeout = max(1, int(options.lock_timeout))
+        cur.execute("SELECT GET_LOCK(%s, %s)", (slot, timeout))
+        if cur.fetchone()[0] != 1:
+            raise FatalError(
+                f"partition {c.partition_id}'s slot stayed taken for {timeout} s (lock_timeout) "
+                "by a session that is not an attempt of this sink",
+                sink=c.sink_name,
+                batch_id=c.batch_id,
+                partition_id=c.partition_id,
+            )
+    cur.execute(
+        f"DELETE FROM {table} WHERE identity = %s AND partition_id = %s "
+        "AND (epoch, batch_id, attempt) < (%s, %s, %s) AND IS_FREE_LOCK(lock_name) = 1",
+        (c.identity, c.partition_id, *mine),
+    )
+
+
+def _fence_the_holder(cur: Any, options: JdbcOptions, context: TaskContext, slot: str) -> None:
+    """Kill the slot's holder if it is an older attempt; stop if it is a newer one."""
+    c = context
     cur.execute("SELECT IS_USED_LOCK(%s)", (slot,))
     holder = cur.fetchone()[0]
+    if holder is None:  # freed meanwhile
+        return
+    mine = attempt_rank(c)
+    for theirs in _holder_ranks(cur, options, context, holder):
+        if theirs == mine:
+            continue
+        if theirs > mine:
+            raise FatalError(
+                f"attempt {c.attempt} of batch {c.batch_id} (run {c.epoch}) of partition "
+                f"{c.partition_id} is fenced: attempt {theirs[2]} of batch {theirs[1]} (run "
+                f"{theirs[0]}) holds the partition's slot. This attempt is a zombie (Spark gave "
+                "up on it) and must not write",
+                sink=c.sink_name,
+                batch_id=c.batch_id,
+                partition_id=c.partition_id,
+            )
+        cur.execute(f"KILL CONNECTION {int(holder)}")
+        _log.warning(
+            "attempt %d of batch %d (run %d) of %s partition %d: killed connection %s of "
+            "attempt %d of batch %d (run %d), an older attempt of the same slot (a zombie)",
+            c.attempt,
+            c.batch_id,
+            c.epoch,
+            c.identity,
+            c.partition_id,
+            holder,
+            theirs[2],
+            theirs[1],
+            theirs[0],
+        )
+        return
+
+
+def _holder_ranks(cur: Any, options: JdbcOptions, context: TaskContext, holder: int) -> list[Rank]:
+    """Return the ranks that the session ``holder`` registered for this slot.
+
+    An attempt of 0.2.0 registered ``(epoch, attempt)`` in ``twophase_slots``
+    and held a lock named after it: it ranks as batch -1 of its run, since a
+    newer release runs in a newer run.
+    """
+    c = context
+    where = "WHERE identity = %s AND partition_id = %s AND IS_USED_LOCK({}) = %s"
+    table = in_schema(options, ATTEMPTS_TABLE)
     cur.execute(
-        f"SELECT * FROM {table} WHERE identity = %s AND partition_id = %s",
-        (c.identity, c.partition_id),
+        f"SELECT * FROM {table} {where.format('lock_name')}", (c.identity, c.partition_id, holder)
     )
-    for row in row_dicts(cur):
-        epoch, attempt = row["epoch"], row["attempt"]
+    rows = row_dicts(cur)
+    if not rows:
+        table = in_schema(options, LEGACY_SLOTS_TABLE)
+        name = "CONCAT(%s, ':', epoch, ':', attempt)"
+        params = (c.identity, c.partition_id, _lock_name(c.identity, c.partition_id), holder)
+        try:
+            cur.execute(f"SELECT *, -1 AS batch_id FROM {table} {where.format(name)}", params)
+        except Exception as exc:
+            if errno(exc) == 1146:  # no such table: no attempt of 0.2.0 ever ran here
+                return []
+            raise
+        rows = row_dicts(cur)
+    for row in rows:
         check_row_format(
             row.get(FORMAT_COLUMN),
             table=table,
@@ -225,44 +314,7 @@ def take_slot(cur: Any, options: JdbcOptions, context: TaskContext) -> None:
             batch_id=c.batch_id,
             partition_id=c.partition_id,
         )
-        theirs = (int(epoch), int(attempt))
-        if theirs == mine or holder is None:
-            continue
-        cur.execute("SELECT IS_USED_LOCK(%s)", (_lock_name(c.identity, c.partition_id, theirs),))
-        if cur.fetchone()[0] != holder:
-            continue
-        if theirs > mine:
-            raise FatalError(
-                f"attempt {c.attempt} (run {c.epoch}) of partition {c.partition_id} is fenced: "
-                f"attempt {theirs[1]} of run {theirs[0]} holds the partition's slot. This "
-                "attempt is a zombie (Spark gave up on it) and must not write",
-                sink=c.sink_name,
-                batch_id=c.batch_id,
-                partition_id=c.partition_id,
-            )
-        cur.execute(f"KILL CONNECTION {int(holder)}")
-        _log.warning(
-            "attempt %d (run %d) of %s partition %d: killed connection %s of attempt %d "
-            "(run %d), an older attempt of the same slot (a zombie)",
-            c.attempt,
-            c.epoch,
-            c.identity,
-            c.partition_id,
-            holder,
-            theirs[1],
-            theirs[0],
-        )
-        break
-    timeout = max(1, int(options.lock_timeout))
-    cur.execute("SELECT GET_LOCK(%s, %s)", (slot, timeout))
-    if cur.fetchone()[0] != 1:
-        raise FatalError(
-            f"partition {c.partition_id}'s slot stayed taken for {timeout} s (lock_timeout) "
-            "by a session that is not an attempt of this sink",
-            sink=c.sink_name,
-            batch_id=c.batch_id,
-            partition_id=c.partition_id,
-        )
+    return [(int(r["epoch"]), int(r["batch_id"]), int(r["attempt"])) for r in rows]
 
 
 def release_slot(cur: Any) -> None:

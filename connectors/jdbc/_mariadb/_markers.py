@@ -8,7 +8,7 @@ from .._markers import MarkerTable
 from ._client import MariaDBClient
 from ._driver import errno
 from ._fencing import create_slots_table, release_slot
-from ._rows import mariadb_add_format_column
+from ._rows import mariadb_add_format_column, mariadb_has_column
 from ._sql import table
 
 __all__ = ["MariaDBMarkerTable"]
@@ -44,6 +44,10 @@ class MariaDBMarkerTable(MariaDBClient, MarkerTable):
         """Create the marker table and the slot registry (``twophase_slots``) if missing."""
         super().create(cur, name)
         create_slots_table(cur, self.options)
+
+    def has_column(self, cur: Any, table: str, column: str) -> bool:
+        """``SHOW COLUMNS``."""
+        return mariadb_has_column(cur, table, column)
 
     def add_format_column(self, cur: Any, table: str) -> None:
         """Add ``record_format`` to a table made before 0.3.0, unless a lock is held on it."""

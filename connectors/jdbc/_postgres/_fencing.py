@@ -23,8 +23,8 @@ partition slot) that every attempt takes right after ``BEGIN``:
 * **take the slot** (:func:`take_slot`): an attempt that finds the lock held
   looks at the holder, named in ``application_name`` as
   ``twophase:<identity>:<batch>:<partition>:<attempt>@<epoch>``. An older holder
-  (lower ``(epoch, attempt)``) is a zombie: its backend is terminated, which
-  rolls its transaction back and frees the lock. A newer holder means this
+  (lower ``(epoch, batch, attempt)``) is a zombie: its backend is terminated,
+  which rolls its transaction back and frees the lock. A newer holder means this
   attempt is the zombie: it stops at once.
 * **check before committing** (:func:`._markers.newer_or_sibling_marker`, shared by
   every dialect): under the lock,
@@ -34,8 +34,10 @@ partition slot) that every attempt takes right after ``BEGIN``:
   (a zombie that committed between a retry's marker read and its lock, or the
   retry a resumed zombie arrives after): this attempt must not commit.
 
-``(epoch, attempt)`` orders attempts: the epoch is the run's claim in the
-coordinator log and grows with every restart (:attr:`twophase.TaskContext.epoch`).
+``(epoch, batch, attempt)`` orders attempts: the epoch is the run's claim in the
+coordinator log and grows with every restart (:attr:`twophase.TaskContext.epoch`);
+within a run, an attempt of an earlier batch is older than every attempt of a
+later one, whatever their attempt numbers.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import FatalError
 
-from .._fence import refuse_stale_attempt
+from .._fence import Rank, attempt_rank, refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
 from .._rows import row_dicts
 from ._rows import pg_add_format_column
@@ -67,7 +69,9 @@ __all__ = [
 
 _log = logging.getLogger("twophase.connectors.jdbc")
 
-_NAME_RE = re.compile(r"^twophase:(?P<identity>.+):(\d+):(\d+):(?P<attempt>\d+)@(?P<epoch>\d+)$")
+_NAME_RE = re.compile(
+    r"^twophase:(?P<identity>.+):(?P<batch>\d+):(\d+):(?P<attempt>\d+)@(?P<epoch>\d+)$"
+)
 _HOLDER = (
     "SELECT l.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
     "WHERE l.locktype = 'advisory' AND l.classid = %s::oid AND l.objid = %s::oid "
@@ -87,11 +91,11 @@ def application_name(context: TaskContext) -> str:
     return f"twophase:{c.identity}:{c.batch_id}:{c.partition_id}:{c.attempt}@{c.epoch}"
 
 
-def _rank(name: str, identity: str) -> tuple[int, int] | None:
+def _rank(name: str, identity: str) -> Rank | None:
     match = _NAME_RE.match(name or "")
     if match is None or match.group("identity") != identity:
         return None
-    return int(match.group("epoch")), int(match.group("attempt"))
+    return int(match.group("epoch")), int(match.group("batch")), int(match.group("attempt"))
 
 
 def take_slot(cur: Any, context: TaskContext) -> None:
@@ -109,16 +113,16 @@ def take_slot(cur: Any, context: TaskContext) -> None:
     cur.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", key)
     if cur.fetchone()[0]:
         return
-    mine = (context.epoch, context.attempt)
+    mine = attempt_rank(context)
     cur.execute(_HOLDER, (key[0] & 0xFFFFFFFF, key[1]))
     for pid, name in cur.fetchall():
         theirs = _rank(name, context.identity)
         if theirs is not None and theirs >= mine:
             raise FatalError(
-                f"attempt {context.attempt} (run {context.epoch}) of partition "
-                f"{context.partition_id} is fenced: attempt {theirs[1]} of run {theirs[0]} "
-                "holds the partition's slot. This attempt is a zombie (Spark gave up on it) "
-                "and must not write",
+                f"attempt {context.attempt} of batch {context.batch_id} (run {context.epoch}) "
+                f"of partition {context.partition_id} is fenced: attempt {theirs[2]} of batch "
+                f"{theirs[1]} (run {theirs[0]}) holds the partition's slot. This attempt is a "
+                "zombie (Spark gave up on it) and must not write",
                 sink=context.sink_name,
                 batch_id=context.batch_id,
                 partition_id=context.partition_id,

@@ -7,7 +7,7 @@ from typing import Any
 from .._markers import ADD_EPOCH, MarkerTable
 from ._client import PostgresClient
 from ._errors import sqlstate
-from ._rows import pg_add_format_column
+from ._rows import pg_add_format_column, pg_has_column
 
 __all__ = ["PostgresMarkerTable"]
 
@@ -47,8 +47,13 @@ class PostgresMarkerTable(PostgresClient, MarkerTable):
         if cur.fetchone()[0] is None:
             cur.execute(self.create_statement.format(table))
         else:
-            cur.execute(ADD_EPOCH.format(table))
+            if not self.has_column(cur, table, "epoch"):
+                cur.execute(ADD_EPOCH.format(table))
             self.add_format_column(cur, table)
+
+    def has_column(self, cur: Any, table: str, column: str) -> bool:
+        """``pg_attribute``."""
+        return pg_has_column(cur, table, column)
 
     def add_format_column(self, cur: Any, table: str) -> None:
         """Add ``record_format`` to a table made before 0.3.0, unless a lock is held on it."""

@@ -6,7 +6,17 @@ from typing import Any
 
 from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, add_format_column
 
-__all__ = ["pg_add_format_column"]
+__all__ = ["pg_add_format_column", "pg_has_column"]
+
+
+def pg_has_column(cur: Any, table: str, column: str) -> bool:
+    """Whether ``table`` (quoted) has ``column``: a catalog read, which takes no lock on it."""
+    cur.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+        "AND attname = %s AND NOT attisdropped",
+        (table, column),
+    )
+    return bool(cur.fetchall())
 
 
 def pg_add_format_column(cur: Any, table: str) -> bool:
@@ -14,11 +24,7 @@ def pg_add_format_column(cur: Any, table: str) -> bool:
     return add_format_column(
         cur,
         table,
-        exists=(
-            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-            "AND attname = %s AND NOT attisdropped",
-            (table, FORMAT_COLUMN),
-        ),
+        present=pg_has_column(cur, table, FORMAT_COLUMN),
         alter=[
             "BEGIN",
             "SET LOCAL lock_timeout = '500ms'",

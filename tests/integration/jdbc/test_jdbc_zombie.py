@@ -37,22 +37,31 @@ class _Interleaved(PostgresMarkerSink):
 
 
 class Zombie:
-    """Attempt 0 of partition 0 of batch 1, run by hand on an executor-side copy."""
+    """An attempt (0 unless said) of partition 0 of a batch (1 unless said), run by hand."""
 
-    def __init__(self, sink: Any, runner: LocalRunner, epoch: int | None = None) -> None:
+    def __init__(
+        self,
+        sink: Any,
+        runner: LocalRunner,
+        epoch: int | None = None,
+        *,
+        batch: int = 1,
+        attempt: int = 0,
+    ) -> None:
         self.sink = pickle.loads(pickle.dumps(sink))
         epoch = runner.log.epoch if epoch is None else epoch
-        self.context = TaskContext(sink.name, runner.identity.token, 1, 0, 0, epoch or 0)
+        self.context = TaskContext(sink.name, runner.identity.token, batch, 0, attempt, epoch or 0)
         self.txn: Any = None
 
     def begin_and_write(self) -> None:
         self.txn = self.sink.begin_transaction(self.context)
-        for batch in part(1, 0):
+        for batch in part(self.context.batch_id, 0):
             self.sink.write(self.txn, batch)
 
     def commit(self) -> None:
         c = self.context
-        marker = Marker(c.identity, 1, 0, 0, fingerprint_batches(part(1, 0)))
+        rows = part(c.batch_id, 0)
+        marker = Marker(c.identity, c.batch_id, 0, c.attempt, fingerprint_batches(rows))
         try:
             self.sink.commit_with_marker(self.txn, marker)
         except BaseException:
@@ -162,4 +171,33 @@ def test_an_attempt_finding_a_newer_holder_stops_at_once(pg_b: PgTarget, plain_t
     with pytest.raises(FatalError, match="is fenced: attempt 3"):
         older.begin_and_write()
     newer.sink.abort(newer.txn)
+    assert _counts(pg_b, plain_table) == every_id(0)
+
+
+def test_a_zombie_of_an_earlier_batch_never_fences_a_later_batch(
+    pg_b: PgTarget, plain_table: str
+) -> None:
+    """Its attempt number is higher, but batch 1 is over: batch 2's attempt 0 is the newer."""
+    sink, _rules, runner = _runner(pg_b, plain_table)
+    runner.run_batch(1, batch_rows(1))
+    zombie = Zombie(sink, runner, attempt=5)  # Spark's attempt 5 of batch 1, left hanging
+    zombie.begin_and_write()
+    later = Zombie(sink, runner, batch=2)
+    later.begin_and_write()  # terminates the zombie's backend instead of stopping
+    later.commit()
+    with pytest.raises(TwoPhaseError):
+        zombie.commit()
+    assert _counts(pg_b, plain_table) == every_id(0, 1) + Counter([200, 201, 202])
+
+
+def test_an_attempt_of_an_earlier_batch_finding_a_later_batch_holding_the_slot_stops(
+    pg_b: PgTarget, plain_table: str
+) -> None:
+    sink, _rules, runner = _runner(pg_b, plain_table)
+    later = Zombie(sink, runner, batch=2)
+    later.begin_and_write()
+    zombie = Zombie(sink, runner, attempt=5)
+    with pytest.raises(FatalError, match=r"attempt 5 of batch 1 .* attempt 0 of batch 2"):
+        zombie.begin_and_write()
+    later.sink.abort(later.txn)
     assert _counts(pg_b, plain_table) == every_id(0)

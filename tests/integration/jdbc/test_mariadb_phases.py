@@ -246,3 +246,58 @@ def test_markers_an_older_attempt_stops_when_a_newer_one_holds_the_slot(target: 
     assert isinstance(errors[0], FatalError)
     assert "zombie" in str(errors[0])
     newer.abort(retry)
+
+
+def _holds_the_slot(sink: Any, batch: int, attempt: int) -> tuple[Any, Any]:
+    """An attempt of partition 0 that began, wrote, and holds its slot."""
+    attempt_sink = executor_copy(sink)
+    txn = attempt_sink.begin_transaction(TaskContext("phases", IDENTITY, batch, 0, attempt))
+    attempt_sink.write(txn, id_batch([batch * 100 + attempt]))
+    return attempt_sink, txn
+
+
+def test_markers_a_zombie_of_an_earlier_batch_never_fences_a_later_batch(target: Target) -> None:
+    """Seed 2911's trial 113: batch 1's attempt 5 is a zombie, not a newer attempt."""
+    sink = opened(target.sink(protocol="markers"))
+    zombie, zombie_txn = _holds_the_slot(sink, batch=1, attempt=5)
+    later, txn = _holds_the_slot(sink, batch=2, attempt=0)  # kills the zombie's session
+    later.commit_with_marker(txn, Marker(IDENTITY, 2, 0, 0, Fingerprint.parse("0:" + "0" * 64)))
+    assert target.ids() == [200]
+    with pytest.raises(RetriableError, match=r"Lost connection|gone away|killed"):
+        zombie.commit_with_marker(
+            zombie_txn, Marker(IDENTITY, 1, 0, 5, Fingerprint.parse("0:" + "0" * 64))
+        )
+    assert target.ids() == [200]
+
+
+def test_markers_a_zombie_of_an_earlier_batch_stops_when_a_later_batch_holds_the_slot(
+    target: Target,
+) -> None:
+    sink = opened(target.sink(protocol="markers"))
+    later, txn = _holds_the_slot(sink, batch=2, attempt=0)
+    with pytest.raises(FatalError, match=r"attempt 5 of batch 1 .* attempt 0 of batch 2"):
+        _holds_the_slot(sink, batch=1, attempt=5)
+    later.commit_with_marker(txn, Marker(IDENTITY, 2, 0, 0, Fingerprint.parse("0:" + "0" * 64)))
+    assert target.ids() == [200]
+
+
+def test_markers_the_attempts_registry_keeps_one_row_per_slot(target: Target) -> None:
+    identity = f"it-{uuid.uuid4().hex[:16]}"
+    sink = opened(target.sink(protocol="markers"), identity)
+    for batch in range(4):
+        for partition in (0, 1):
+            executor = executor_copy(sink)
+            context = TaskContext("phases", identity, batch, partition, batch % 2)
+            txn = executor.begin_transaction(context)
+            executor.write(txn, id_batch([batch * 10 + partition]))
+            marker = Marker(
+                identity, batch, partition, batch % 2, Fingerprint.parse("0:" + "0" * 64)
+            )
+            executor.commit_with_marker(txn, marker)
+    rows = target.sql(
+        "SELECT partition_id, batch_id, attempt FROM twophase_attempts WHERE identity = %s "
+        "ORDER BY partition_id",
+        (identity,),
+    )
+    assert rows == [(0, 3, 1), (1, 3, 1)], "the older attempts' rows were deleted"
+    assert target.ids() == [0, 1, 10, 11, 20, 21, 30, 31]
