@@ -248,24 +248,25 @@ def test_markers_an_older_attempt_stops_when_a_newer_one_holds_the_slot(target: 
     newer.abort(retry)
 
 
-def _holds_the_slot(sink: Any, batch: int, attempt: int) -> tuple[Any, Any]:
+def _holds_the_slot(sink: Any, identity: str, batch: int, attempt: int) -> tuple[Any, Any]:
     """An attempt of partition 0 that began, wrote, and holds its slot."""
     attempt_sink = executor_copy(sink)
-    txn = attempt_sink.begin_transaction(TaskContext("phases", IDENTITY, batch, 0, attempt))
+    txn = attempt_sink.begin_transaction(TaskContext("phases", identity, batch, 0, attempt))
     attempt_sink.write(txn, id_batch([batch * 100 + attempt]))
     return attempt_sink, txn
 
 
 def test_markers_a_zombie_of_an_earlier_batch_never_fences_a_later_batch(target: Target) -> None:
     """Seed 2911's trial 113: batch 1's attempt 5 is a zombie, not a newer attempt."""
-    sink = opened(target.sink(protocol="markers"))
-    zombie, zombie_txn = _holds_the_slot(sink, batch=1, attempt=5)
-    later, txn = _holds_the_slot(sink, batch=2, attempt=0)  # kills the zombie's session
-    later.commit_with_marker(txn, Marker(IDENTITY, 2, 0, 0, Fingerprint.parse("0:" + "0" * 64)))
+    identity = f"it-{uuid.uuid4().hex[:16]}"
+    sink = opened(target.sink(protocol="markers"), identity)
+    zombie, zombie_txn = _holds_the_slot(sink, identity, batch=1, attempt=5)
+    later, txn = _holds_the_slot(sink, identity, batch=2, attempt=0)  # kills the zombie's session
+    later.commit_with_marker(txn, Marker(identity, 2, 0, 0, Fingerprint.parse("0:" + "0" * 64)))
     assert target.ids() == [200]
     with pytest.raises(RetriableError, match=r"Lost connection|gone away|killed"):
         zombie.commit_with_marker(
-            zombie_txn, Marker(IDENTITY, 1, 0, 5, Fingerprint.parse("0:" + "0" * 64))
+            zombie_txn, Marker(identity, 1, 0, 5, Fingerprint.parse("0:" + "0" * 64))
         )
     assert target.ids() == [200]
 
@@ -273,11 +274,12 @@ def test_markers_a_zombie_of_an_earlier_batch_never_fences_a_later_batch(target:
 def test_markers_a_zombie_of_an_earlier_batch_stops_when_a_later_batch_holds_the_slot(
     target: Target,
 ) -> None:
-    sink = opened(target.sink(protocol="markers"))
-    later, txn = _holds_the_slot(sink, batch=2, attempt=0)
+    identity = f"it-{uuid.uuid4().hex[:16]}"
+    sink = opened(target.sink(protocol="markers"), identity)
+    later, txn = _holds_the_slot(sink, identity, batch=2, attempt=0)
     with pytest.raises(FatalError, match=r"attempt 5 of batch 1 .* attempt 0 of batch 2"):
-        _holds_the_slot(sink, batch=1, attempt=5)
-    later.commit_with_marker(txn, Marker(IDENTITY, 2, 0, 0, Fingerprint.parse("0:" + "0" * 64)))
+        _holds_the_slot(sink, identity, batch=1, attempt=5)
+    later.commit_with_marker(txn, Marker(identity, 2, 0, 0, Fingerprint.parse("0:" + "0" * 64)))
     assert target.ids() == [200]
 
 
