@@ -217,6 +217,22 @@ def _pymysql_connection() -> Any:
     return _connection_class
 
 
+def _connect_within(conn: Any, seconds: float) -> None:
+    """Run PyMySQL's connect with its handshake's reads bounded by ``seconds``.
+
+    PyMySQL reads every packet with the timeout its ``read_timeout`` keyword
+    set (the attribute ``_read_timeout``, ``None`` by default), and resets the
+    socket's timeout whenever that attribute changes: the handshake reads with
+    the bound, and later reads with the user's ``read_timeout`` again.
+    """
+    user = getattr(conn, "_read_timeout", None)
+    conn._read_timeout = seconds if user is None else min(user, seconds)
+    try:
+        conn.connect()
+    finally:
+        conn._read_timeout = user
+
+
 #: The oldest MariaDB that keeps a prepared XA branch when its session ends.
 OLDEST_MARIADB = (10, 5)
 
@@ -269,9 +285,16 @@ class PyMySQLDriver:
     ) -> Any:
         """Connect (utf8mb4, autocommit, ``READ COMMITTED``), bound the socket, set the settings.
 
-        PyMySQL has no keepalive keywords: the bound goes on its socket, once
-        connected (keepalive and ``TCP_USER_TIMEOUT``). Its ``read_timeout`` and
-        ``write_timeout``, when given, apply as well.
+        The whole handshake -- the server's greeting, TLS, authentication and
+        PyMySQL's first statements -- must answer within ``connect_timeout``,
+        as libpq's ``connect_timeout`` bounds PostgreSQL's: PyMySQL bounds
+        only the TCP connect with it, and reads the handshake with its
+        ``read_timeout``, which is no bound at all unless the user set one. A
+        server (or a proxy in a failover) that accepts and then stays silent
+        would hold the task for ever. PyMySQL has no keepalive keywords: that
+        bound goes on its socket, once connected (keepalive and
+        ``TCP_USER_TIMEOUT``). Its ``read_timeout`` and ``write_timeout``, when
+        given, apply as well.
         """
         kwargs: dict[str, Any] = {}
         for key, value in config.connect_kwargs().items():
@@ -287,7 +310,9 @@ class PyMySQLDriver:
             autocommit=True,
             connect_timeout=bounds.connect_timeout,
             local_infile=True,  # the bulk path (docs/mariadb.md: which servers to trust)
+            defer_connect=True,
         )
+        _connect_within(conn, bounds.connect_timeout)
         try:
             check_server_version(conn.get_server_info(), config.describe())
             sock = getattr(conn, "_sock", None)  # PyMySQL's socket (a private attribute)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import socket
+import threading
+import time
 
 import pytest
 
@@ -87,3 +90,48 @@ def test_a_bad_network_timeout_is_refused_by_name(value: object, factory: object
 def test_the_factories_default_to_a_minute(factory: object) -> None:
     sink = factory("s", table="t", protocol="markers", host="h")  # type: ignore[operator]
     assert sink.options.bounds == NetworkBounds(connect_timeout=10, network_timeout=60.0)
+
+
+@pytest.mark.parametrize(
+    ("driver", "url"),
+    [
+        ("connectors.jdbc._postgres._driver:Psycopg2Driver", "postgresql://u:p@127.0.0.1:{}/db"),
+        ("connectors.jdbc._mariadb._driver:PyMySQLDriver", "mysql://u:p@127.0.0.1:{}/db"),
+    ],
+    ids=["postgres", "mariadb"],
+)
+def test_a_server_silent_after_accepting_fails_the_connect_within_connect_timeout(
+    driver: str, url: str
+) -> None:
+    """The handshake is part of the connect: a server or proxy that accepts (the kernel does)
+    and never greets is a bounded failure, not a task held for ever (PyMySQL bounds only the
+    TCP connect with its connect_timeout; the driver bounds the rest)."""
+    module, name = driver.split(":")
+    connector = getattr(importlib.import_module(f"twophase.{module}"), name)()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        port = silent.getsockname()[1]
+        if "postgres" in module:
+            sink = postgres_sink("s", table="t", protocol="markers", dsn=url.format(port))
+        else:
+            sink = mariadb_sink("s", table="t", protocol="markers", url=url.format(port))
+        config = sink.connection
+        began = time.monotonic()
+        outcome: list[BaseException | None] = []
+
+        def connect() -> None:
+            try:
+                connector.connect(config, (), NetworkBounds(connect_timeout=1, network_timeout=5))
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=connect, daemon=True)
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive(), "the connect waited for the silent server's greeting"
+        took = time.monotonic() - began
+        (error,) = outcome
+        assert error is not None, "connected to a server that never answered"
+        assert took < 4, f"the connect failed only after {took:.1f} s"
