@@ -74,8 +74,22 @@ def assert_exact(result: TrialResult) -> None:
 # ----------------------------------------------------------------------------- PostgreSQL
 
 
-@pytest.mark.parametrize("mode", ["fast", "immediate"])
-@pytest.mark.parametrize("sink", ["pg-coordinated", "pg-markers"])
+@pytest.mark.parametrize(
+    ("sink", "mode"),
+    [
+        # A fast shutdown and a crash (immediate: WAL replay) both end the open transaction's
+        # session and roll it back, and a prepared one survives both; one of each per sink runs by
+        # default (20-minute budget), the crash where prepared branches meet WAL replay.
+        pytest.param("pg-coordinated", "immediate", id="pg-coordinated-immediate"),
+        pytest.param("pg-markers", "fast", id="pg-markers-fast"),
+        pytest.param(
+            "pg-coordinated", "fast", id="pg-coordinated-fast", marks=pytest.mark.extended
+        ),
+        pytest.param(
+            "pg-markers", "immediate", id="pg-markers-immediate", marks=pytest.mark.extended
+        ),
+    ],
+)
 def test_postgres_restarted_during_phase_1(
     infra_for: InfraFor, tmp_path: Path, sink: str, mode: str
 ) -> None:
@@ -90,8 +104,10 @@ def test_postgres_restarted_during_phase_1(
 @pytest.mark.parametrize(
     ("mode", "at"),
     [
-        # every partition prepared, the decision recorded
-        pytest.param("fast", step("decided"), id="fast-decided"),
+        # every partition prepared, the decision recorded. The fast shutdown of the same point is
+        # not in the default run (20-minute budget): the crash below keeps the same prepared
+        # branches through WAL replay, the harder case.
+        pytest.param("fast", step("decided"), id="fast-decided", marks=pytest.mark.extended),
         pytest.param("immediate", step("decided"), id="immediate-decided"),
         # one partition visible, the other prepared
         pytest.param("immediate", step("committed_handle", index=0), id="immediate-committed_0"),
@@ -258,7 +274,10 @@ def test_driver_killed_after_a_stateful_batch_is_recorded_committed(
     ("sink", "hold"),
     [
         pytest.param("pg-markers", "write", id="pg-markers-written"),
-        pytest.param("kafka", "write", id="kafka-written"),
+        # Not in the default run (20-minute budget): the re-read of the markers that stops it is
+        # the framework's, the same for every sink (pg-markers-written), and Kafka's own harder
+        # case, where its producer epoch cannot stop it, is kafka-not-begun.
+        pytest.param("kafka", "write", id="kafka-written", marks=pytest.mark.extended),
         # Held before its producer exists: its init_transactions comes after the new run's
         # recovery fenced the slot, so the producer epoch alone does not stop it.
         pytest.param("kafka", "begin_transaction", id="kafka-not-begun"),
