@@ -7,12 +7,15 @@ Every page of ``docs/`` and ``README.md`` is read as text (no Spark, no server):
   ``twophase.metrics``); so must ``MODULE:CALLABLE`` targets of the ``twophase`` command;
 - every ``from twophase... import a, b`` in a code block must import;
 - every extra in ``twophase[a,b]`` (or ``twophase-*.whl[a,b]``) must be an extra of
-  ``pyproject.toml``.
+  ``pyproject.toml``;
+- the tables of facts that live in the code (the extras, the error classes) are asked for by
+  their pages and rendered from the code (``scripts/docs_tables.py``), never copied.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from functools import cache
 from pathlib import Path
@@ -188,3 +191,50 @@ def test_the_checks_find_what_they_look_for() -> None:
     assert extras == ["kafka", "jdbc", "nope"]
     assert "nope" not in _extras()
     assert {"kafka", "jdbc", "mariadb", "all"} <= _extras()
+
+
+def _docs_tables() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "docs_tables", ROOT / "scripts" / "docs_tables.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("page", "table"), [("index.md", "extras"), ("operations.md", "errors")])
+def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, table: str) -> None:
+    """The extras and the error classes: a page asks for the table, the site renders it.
+
+    The renderer refuses a description table that does not name exactly what the code has (an
+    extra of pyproject.toml, an error class of twophase.errors), so a new extra or error class
+    without a line in the docs fails here.
+    """
+    tables = _docs_tables()
+    text = (ROOT / "docs" / page).read_text()
+    assert f"<!-- table: {table} -->" in text, f"docs/{page} copies the {table} table by hand"
+    rendered = tables.render(text, page)
+    assert "<!-- table:" not in rendered
+    if table == "extras":
+        for extra in tables.extras():
+            assert f"| `{extra}` |" in rendered, extra
+    else:
+        import twophase.errors
+
+        for name in twophase.errors.__all__:
+            if name != "find_error":
+                assert f"| `{name}` |" in rendered, name
+
+
+def test_every_table_a_page_asks_for_exists() -> None:
+    tables = _docs_tables()
+    for page in PAGES:
+        tables.render(page.read_text(), str(page.relative_to(ROOT)))  # raises on an unknown name
+
+
+def test_a_description_table_that_falls_behind_the_code_is_refused() -> None:
+    tables = _docs_tables()
+    with pytest.raises(ValueError, match=r"extras of pyproject.toml without a description \['x'\]"):
+        tables._same_names("extras of pyproject.toml", {"x": 1}, "EXTRA_PURPOSE", {})

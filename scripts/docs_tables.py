@@ -1,0 +1,159 @@
+"""Tables of the documentation rendered from the code, so that no page copies a fact by hand.
+
+A page asks for a table with an HTML comment on a line of its own, ``<!-- table: NAME -->``;
+the site's hook (``scripts/mkdocs_hooks.py``) replaces it when the site builds, and
+``tests/test_docs_names.py`` checks that every table renders and that the pages ask for them.
+
+- ``extras``: every extra of ``pyproject.toml``, the packages it installs, and what it is for.
+- ``errors``: every error class of :mod:`twophase.errors`, its bases, whether a restart alone
+  can cure it (the class's ``restartable``), the first line of its docstring, and what to do.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: What each extra is for. An extra of pyproject.toml missing here, or a name here that is not an
+#: extra, fails the site's build and the docs test: the table cannot fall behind the package.
+EXTRA_PURPOSE = {
+    "kafka": "`twophase.connectors.kafka`",
+    "jdbc": "`twophase.connectors.jdbc`: PostgreSQL",
+    "mariadb": "`twophase.connectors.jdbc`: MariaDB",
+    "s3": "the coordinator log on `s3://` and `s3a://` through S3's conditional writes, on every "
+    "path ([Storage](storage.md))",
+    "gcs": "the coordinator log on `gs://` through GCS's conditional writes, on every path",
+    "azure": "the coordinator log on `abfss://`, `abfs://`, `wasbs://` and `wasb://` through "
+    "Azure Blob Storage's conditional writes, on every path",
+    "spark": "PySpark, where nothing else brings Spark",
+    "connect": "PySpark with its Spark Connect client ([Classic or Spark Connect](modes.md))",
+    "all": "PySpark and every connector's and store's client: a machine of your own, never a "
+    "platform that brings its own Spark",
+    "dev": "the project's own tests, checks and documentation ([Development](development.md))",
+}
+
+_MARKER = re.compile(r"^<!-- table: ([a-z-]+) -->$", re.M)
+
+
+def _package(requirement: str) -> str:
+    """``pyspark[connect]>=3.5,<5`` -> ``pyspark[connect]``: the name and its extras."""
+    return re.split(r"[<>=!~;\s]", requirement, maxsplit=1)[0]
+
+
+def extras() -> dict[str, list[str]]:
+    """Return each extra of ``pyproject.toml`` and the packages it installs (no versions)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found = project["optional-dependencies"]
+    return {name: [_package(r) for r in requirements] for name, requirements in found.items()}
+
+
+def extras_table() -> str:
+    """Render the extras table (``<!-- table: extras -->``).
+
+    Raises
+    ------
+    ValueError
+        An extra without a purpose in :data:`EXTRA_PURPOSE`, or a purpose of no extra.
+    """
+    found = extras()
+    _same_names("extras of pyproject.toml", found, "EXTRA_PURPOSE", EXTRA_PURPOSE)
+    rows = ["| extra | installs | for |", "|" + "---|" * 3]
+    for name, packages in found.items():
+        installs = "the tools in `pyproject.toml`" if name == "dev" else ", ".join(packages)
+        rows.append(f"| `{name}` | {installs} | {EXTRA_PURPOSE[name]} |")
+    return "\n".join(rows)
+
+
+#: What a person does about each error class. A class of twophase.errors missing here, or a name
+#: here that is no such class, fails the site's build and the docs test.
+ERROR_ACTION = {
+    "TwoPhaseError": "the base class: catch it to catch every twophase error, and look at "
+    "`restartable`",
+    "TransactionError": "a transient failure of the target; the batch's transactions were aborted "
+    "or are recovered by the restart",
+    "RetriableError": "as `TransactionError`",
+    "AbortRequiredError": "as `TransactionError`",
+    "CommitFailedError": "phase 2 gave up after its retries (the target down): the decision is "
+    "durable; once the target is back, the restart finishes the batch first",
+    "FatalError": "credentials, ACLs, a fenced producer or zombie: fix the cause first",
+    "ConfigurationError": "fix the named setting or column; nothing was written",
+    "UnsafeConfigurationError": "as `ConfigurationError` (for instance `spark.speculation=false`)",
+    "DataError": "fix the data (filter, cast) or the table; the batch's transactions were aborted",
+    "NondeterministicBatchError": "make the pipeline deterministic up to the sink, or "
+    "`staging=True`; a batch that can never replay as it ran: `twophase resolve`",
+    "ConcurrentQueryError": "stop the other run of the query: two queries must not share a "
+    "checkpoint",
+    "CoordinatorLogError": "a damaged log (`twophase status`), or a record of a newer release (run "
+    "the release the message names, [Upgrading](upgrading.md))",
+}
+
+
+def errors_table() -> str:
+    """Render the error classes table (``<!-- table: errors -->``).
+
+    Raises
+    ------
+    ValueError
+        A class without an action in :data:`ERROR_ACTION`, or an action of no class.
+    """
+    import twophase.errors as errors
+
+    classes = {
+        name: cls
+        for name in errors.__all__
+        if isinstance(cls := getattr(errors, name), type) and issubclass(cls, errors.TwoPhaseError)
+    }
+    _same_names("error classes of twophase.errors", classes, "ERROR_ACTION", ERROR_ACTION)
+    rows = [
+        "| class | is a | restart cures it | raised when | what to do |",
+        "|---|---|---|---|---|",
+    ]
+    for name, cls in classes.items():
+        bases = ", ".join(f"`{b.__name__}`" for b in cls.__bases__ if b is not Exception)
+        summary = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        cures = "yes" if cls.restartable else "no"
+        rows.append(
+            f"| `{name}` | {bases or 'Exception'} | {cures} | {summary} | {ERROR_ACTION[name]} |"
+        )
+    return "\n".join(rows)
+
+
+def _same_names(what: str, found: object, table: str, described: dict[str, str]) -> None:
+    """Refuse a table of descriptions that does not name exactly what the code has."""
+    names = set(found)  # type: ignore[call-overload]
+    missing, unknown = names - described.keys(), described.keys() - names
+    if missing or unknown:
+        raise ValueError(
+            f"scripts/docs_tables.py: {what} without a description {sorted(missing)}, "
+            f"descriptions of nothing {sorted(unknown)}: make {table} match the code"
+        )
+
+
+TABLES: dict[str, Callable[[], str]] = {"extras": extras_table, "errors": errors_table}
+
+
+def render(markdown: str, page: str = "") -> str:
+    """Replace every ``<!-- table: NAME -->`` line of a page with its table.
+
+    Raises
+    ------
+    ValueError
+        A marker names no table.
+    """
+
+    def table(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in TABLES:
+            raise ValueError(f"{page}: no table named {name!r} (scripts/docs_tables.py)")
+        return TABLES[name]()
+
+    return _MARKER.sub(table, markdown)
