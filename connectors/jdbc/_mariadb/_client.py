@@ -16,7 +16,8 @@ from typing import Any
 from .._client import JdbcClient
 from .._options import QualifiedName
 from .._table import TableColumn, TableInfo
-from ._driver import MARIADB_ERRORS, PYMYSQL
+from ._driver import PYMYSQL
+from ._errors import MARIADB_ERRORS
 from ._sql import SQL_MODE, literal
 
 __all__ = ["MariaDBClient", "MariaDBServer", "describe_table", "server_info"]

@@ -50,7 +50,7 @@ from twophase.errors import FatalError
 from .._fence import Rank, attempt_rank, refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
 from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, check_row_format, row_dicts
-from ._driver import errno
+from ._errors import errno
 from ._rows import mariadb_add_format_column
 from ._sql import quote
 

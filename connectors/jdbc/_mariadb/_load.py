@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from twophase.errors import DataError
 
 from .._encode import ColumnPlan
-from ._driver import guess_column
+from ._errors import guess_column
 from ._sql import columns, literal
 from ._types import render_fields
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from .._markers import MarkerTable
 from ._client import MariaDBClient
-from ._driver import errno
+from ._errors import errno
 from ._fencing import create_slots_table, release_slot
 from ._rows import mariadb_add_format_column, mariadb_has_column
 from ._sql import table

@@ -22,7 +22,7 @@ from twophase.errors import DataError
 from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, key_lock_hint
 from .._writer import TransactionWriter
 from ._client import MariaDBClient, describe_table
-from ._driver import errno
+from ._errors import errno
 from ._fencing import release_slot, take_slot
 from ._insert import insert_statements, rows_text
 from ._load import LOCAL_INFILE_REFUSED, fields_text, load

@@ -29,7 +29,7 @@ from twophase.errors import FatalError, RetriableError
 
 from .._coordinated import PreparedStatements
 from ._client import MariaDBClient
-from ._driver import errno
+from ._errors import errno
 from ._fencing import (
     FENCE_TABLE,
     PREPARED_TABLE,

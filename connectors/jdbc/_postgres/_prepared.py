@@ -18,12 +18,19 @@ import psycopg2
 from psycopg2 import sql
 
 from twophase import TransactionHandle
-from twophase.errors import ConfigurationError, FatalError, RetriableError
+from twophase.errors import ConfigurationError
 
 from .._coordinated import PreparedStatements
 from .._gid import GID_PREFIX, gid_prefix
 from . import _sql
 from ._client import PostgresClient
+from ._commits import (
+    commits_table,
+    create_commits_table,
+    outcome_of_vanished,
+    prune_commits,
+    record_commit,
+)
 from ._errors import is_connection_error, map_error, sqlstate
 from ._fencing import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
 from ._slots import active_sinks, share_slots
@@ -32,7 +39,6 @@ from ._transaction import PostgresTransaction
 __all__ = [
     "PostgresHandle",
     "PreparedTransactions",
-    "committed_or_raise",
 ]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
@@ -55,15 +61,21 @@ class PostgresHandle(TransactionHandle):
     batch_id, partition_id, attempt
         Where it came from.
     xid
-        The server's 64-bit transaction id, recorded in the commit decision so
-        that a gid that vanished can be told committed or rolled back
-        (``txid_status``). None for handles rebuilt from ``pg_prepared_xacts``.
+        The server's 64-bit transaction id. None for handles rebuilt from
+        ``pg_prepared_xacts``.
     rows
         Rows written by the transaction (informational).
+    proof
+        Whether the transaction wrote its row into ``twophase_commits`` (every
+        transaction since 0.3.0): a gid that vanished is then told committed
+        or lost by that row, on any server of the cluster. Without it (a
+        decision of 0.2.0) the gid is resolved by its xid (``txid_status``),
+        which a failover can make lie.
     """
 
     xid: int | None = None
     rows: int = 0
+    proof: bool = False
 
 
 class PreparedTransactions(PostgresClient, PreparedStatements):
@@ -156,6 +168,7 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
         try:
             with conn.cursor() as cur:
                 refuse_if_fenced(cur, self.fences, txn.context)
+                record_commit(cur, self.commits, txn.gid, txn.context)
                 cur.execute("PREPARE TRANSACTION %s", (txn.gid,))
         except psycopg2.Error as exc:
             if is_connection_error(exc):
@@ -166,10 +179,12 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
         txn.conn = None
         txn.pool.release(conn)
         c = txn.context
-        return PostgresHandle(txn.gid, c.batch_id, c.partition_id, c.attempt, txn.xid, txn.rows)
+        return PostgresHandle(
+            txn.gid, c.batch_id, c.partition_id, c.attempt, txn.xid, txn.rows, proof=True
+        )
 
     def commit_prepared(self, handle: PostgresHandle, **context: Any) -> str:
-        """``COMMIT PREPARED``; a gid no longer prepared is resolved by its xid.
+        """``COMMIT PREPARED``; a gid no longer prepared is resolved by its proof row (or xid).
 
         Parameters
         ----------
@@ -183,7 +198,7 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
         str
             As :meth:`commit`.
         """
-        return self.commit(handle.transaction_id, handle.xid, **context)
+        return self.commit(handle.transaction_id, handle.xid, proof=handle.proof, **context)
 
     def rollback_prepared(self, handle: PostgresHandle, **context: Any) -> None:
         """``ROLLBACK PREPARED``; a gid that is not this connector's is refused.
@@ -246,28 +261,45 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
         """Return the fence table's quoted name."""
         return _sql.ident(fence_table(self.options))
 
+    @property
+    def commits(self) -> sql.Composable:
+        """Return the quoted name of the table of commit proofs."""
+        return _sql.ident(commits_table(self.options))
+
     handle_type = PostgresHandle
 
     @property
     def fence_tables(self) -> str:
-        """Name the fence table: ``twophase_fences`` beside the marker table."""
-        return f"{fence_table(self.options)} (one row per query)"
+        """Name the fence tables: ``twophase_fences`` and ``twophase_commits``."""
+        return (
+            f"{fence_table(self.options)} (one row per query) and "
+            f"{commits_table(self.options)} (one row per transaction of the last batches)"
+        )
 
     fence_rights = (
-        "the sink's user needs SELECT, INSERT, UPDATE on it (GRANT them on an existing table) "
-        "and CREATE on its schema to create it (or create it as docs/jdbc.md shows)"
+        "the sink's user needs SELECT, INSERT, UPDATE on the first and SELECT, INSERT, DELETE on "
+        "the second (GRANT them on existing tables) and CREATE on their schema to create them "
+        "(or create them as docs/jdbc.md shows)"
     )
 
     def create_fences(self, cur: Any, identity: str) -> None:
-        """Create ``twophase_fences`` if missing, with this identity's row."""
+        """Create ``twophase_fences``, with this identity's row, and ``twophase_commits``."""
         create_fence_table(cur, self.fences, identity)
+        create_commits_table(cur, self.commits)
 
     def move_fence(self, cur: Any, identity: str, rank: tuple[int, int]) -> bool:
-        """Raise the identity's fence row to ``rank`` (:func:`~._fencing.fence_attempts`)."""
-        return fence_attempts(cur, self.fences, identity, rank)
+        """Raise the identity's fence row to ``rank`` (:func:`~._fencing.fence_attempts`).
 
-    def commit(self, gid: str, xid: int | None, **context: Any) -> str:
-        """``COMMIT PREPARED gid``; an unknown gid is resolved through the xid.
+        Once it is raised, the commit proofs of the batches before the rank's go: the
+        coordinator finished them, and no recovery commits them again.
+        """
+        if not fence_attempts(cur, self.fences, identity, rank):
+            return False
+        prune_commits(cur, self.commits, identity, rank[1])
+        return True
+
+    def commit(self, gid: str, xid: int | None, *, proof: bool = False, **context: Any) -> str:
+        """``COMMIT PREPARED gid``; an unknown gid is resolved by its proof row, or its xid.
 
         Parameters
         ----------
@@ -275,47 +307,40 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
             The gid.
         xid
             The 64-bit transaction id recorded at ``begin`` (None when unknown).
+        proof
+            Whether the transaction wrote its row into ``twophase_commits``
+            (:attr:`PostgresHandle.proof`).
         **context
             Error context.
 
         Returns
         -------
         str
-            ``"committed"`` (now), ``"already committed"`` (the xid says so), or
-            ``"assumed committed"`` (the server no longer knows the xid).
+            ``"committed"`` (now), ``"already committed"`` (its proof row, or
+            the xid, says so), or ``"assumed committed"`` (no proof, and the
+            server no longer knows the xid).
 
         Raises
         ------
         FatalError
-            The transaction was rolled back: its rows are lost.
+            The transaction did not commit on this server and is prepared no
+            more: its rows are lost (a failover to a standby that had not
+            received it, or a ``ROLLBACK PREPARED`` by hand).
         RetriableError
             The server is unreachable, or the transaction is still running.
         """
 
-        def commit(cur: Any) -> tuple[bool, str | None]:
+        def commit(cur: Any) -> str | None:
             try:
                 cur.execute("COMMIT PREPARED %s", (gid,))
-                return True, None
+                return None
             except psycopg2.Error as exc:
                 if sqlstate(exc) != _UNKNOWN_GID:
                     raise
-            if xid is None:
-                return False, None
-            cur.execute("SELECT txid_status(%s)", (xid,))
-            return False, cur.fetchone()[0]
+            return outcome_of_vanished(cur, self.commits if proof else None, gid, xid, **context)
 
-        done, status = self.run(f"COMMIT PREPARED {gid!r}", commit, **context)
-        if done:
-            return "committed"
-        outcome = committed_or_raise(status, gid, **context)
-        if outcome == "assumed committed":
-            _log.warning(
-                "%s is not prepared any more and the server cannot tell whether its "
-                "transaction committed (no xid, or too old); a transaction named by a commit "
-                "decision is only ever committed, so it is taken as committed",
-                gid,
-            )
-        return outcome
+        outcome = self.run(f"COMMIT PREPARED {gid!r}", commit, **context)
+        return "committed" if outcome is None else outcome
 
     def rollback(self, gid: str, **context: Any) -> bool:
         """``ROLLBACK PREPARED gid`` on a pooled connection; an unknown gid is success.
@@ -403,34 +428,3 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
             return [r[0] for r in cur.fetchall()]
 
         return self.run("listing stale prepared transactions", query, **context)
-
-
-def committed_or_raise(status: str | None, gid: str, **context: Any) -> str:
-    """Turn the status of a vanished prepared transaction into an outcome or an error.
-
-    Parameters
-    ----------
-    status
-        ``txid_status()``: ``committed``, ``aborted``, ``in progress`` or None.
-    gid
-        The gid.
-    **context
-        Error context.
-
-    Returns
-    -------
-    str
-        The outcome when it is a success.
-    """
-    if status == "committed":
-        return "already committed"
-    if status == "aborted":
-        raise FatalError(
-            f"prepared transaction {gid!r} of a decided batch was rolled back (by hand or by "
-            "another process): its rows are lost. Restore them from the source (see "
-            "docs/jdbc.md, 'resolving in-doubt transactions by hand')",
-            **context,
-        )
-    if status == "in progress":
-        raise RetriableError(f"transaction of {gid!r} is still in progress", **context)
-    return "assumed committed"

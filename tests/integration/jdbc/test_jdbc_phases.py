@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 from typing import Any
@@ -59,9 +60,11 @@ def test_prepared_rows_are_invisible_until_commit_prepared(pg_a: PgTarget, table
     assert handle.xid
     assert handle.rows == 3
     assert handle.transaction_id == f"tp:{IDENTITY}:5:1:0"
-    # phase 1 done: prepared, listed, invisible
+    assert handle.proof
+    # phase 1 done: prepared, listed, invisible -- and so is the transaction's proof row
     assert pg_a.prepared() == [handle.transaction_id]
     assert pg_a.ids(table) == []
+    assert _proof(pg_a, handle.transaction_id) == []
     listed = sink.list_in_doubt(RecoveryContext(IDENTITY, 0))
     assert [(h.transaction_id, h.batch_id, h.partition_id, h.attempt) for h in listed] == [
         (handle.transaction_id, 5, 1, 0)
@@ -70,7 +73,8 @@ def test_prepared_rows_are_invisible_until_commit_prepared(pg_a: PgTarget, table
     sink.commit(pickle.loads(pickle.dumps(handle)))
     assert sorted(pg_a.ids(table)) == [1, 2, 3]
     assert pg_a.prepared() == []
-    sink.commit(handle)  # idempotent: the xid says committed
+    assert _proof(pg_a, handle.transaction_id) == [(5, 1)]
+    sink.commit(handle)  # idempotent: the proof row says committed
     sink.recover_and_commit(handle)
     assert sorted(pg_a.ids(table)) == [1, 2, 3]
 
@@ -88,6 +92,49 @@ def test_commit_of_a_decided_transaction_rolled_back_by_hand_is_fatal(
         sink.commit(handle)
     assert "sink='phases'" in str(info.value)
     assert "batch=1" in str(info.value)
+
+
+def _proof(pg: PgTarget, gid: str) -> list[tuple[Any, ...]]:
+    """The transaction's row in twophase_commits, as any other session sees it."""
+    return pg.sql("SELECT batch_id, partition_id FROM twophase_commits WHERE gid = %s", (gid,))
+
+
+def test_a_vanished_gid_whose_xid_the_server_calls_committed_is_lost_not_committed(
+    pg_a: PgTarget, table: str
+) -> None:
+    """What a failover to an asynchronous standby did: the prepared transaction never reached
+    the promoted server, whose own transactions reused its xid, and ``txid_status`` of that xid
+    said "committed" -- the batch's rows were lost and the sink reported a commit. The xid is
+    not an identity across a failover; the transaction's own proof row is."""
+    create_ids_table(pg_a, table)
+    sink = opened(pg_a.sink("phases", table))
+    txn = sink.begin_transaction(TaskContext("phases", IDENTITY, 3, 0, 0))
+    sink.write(txn, id_batch([1, 2]))
+    handle = sink.pre_commit(txn)
+    pg_a.sql("ROLLBACK PREPARED %s", (handle.transaction_id,))  # gone: never on this server
+    ((reused,),) = pg_a.sql("SELECT txid_current()")  # an xid this server did commit
+    assert pg_a.sql("SELECT txid_status(%s)", (reused,)) == [("committed",)]
+    as_after_failover = dataclasses.replace(handle, xid=reused)
+    with pytest.raises(FatalError, match="did not commit on this server") as info:
+        sink.commit(as_after_failover)
+    assert "asynchronous replication" in str(info.value)
+    assert "batch=3" in str(info.value)
+    assert not info.value.restartable
+    assert pg_a.ids(table) == []
+
+
+def test_the_commit_proofs_of_finished_batches_are_pruned(pg_a: PgTarget, table: str) -> None:
+    create_ids_table(pg_a, table)
+    sink = pg_a.sink("proofs", table)
+    runner = LocalRunner(sink)
+    for batch in range(4):
+        runner.run_batch(batch, [[id_batch([batch * 10 + p])] for p in range(2)])
+    kept = pg_a.sql(
+        "SELECT DISTINCT batch_id FROM twophase_commits WHERE identity = %s ORDER BY batch_id",
+        (runner.identity.token,),
+    )
+    assert kept == [(3,)], "only the last finished batch's proofs are kept"
+    assert sorted(pg_a.ids(table)) == [0, 1, 10, 11, 20, 21, 30, 31]
 
 
 def test_commit_of_an_unknown_gid_without_xid_is_taken_as_committed(

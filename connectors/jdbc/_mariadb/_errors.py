@@ -1,0 +1,176 @@
+"""MariaDB's errors mapped onto :mod:`twophase.errors`.
+
+PyMySQL's errors carry the server's error number (``exc.args[0]``):
+
+=========================================  =============================================
+error number / condition                   raised as
+=========================================  =============================================
+2000-2999 client: cannot connect, lost     :class:`~twophase.errors.RetriableError`
+1053 shutdown, 1927 connection killed      :class:`~twophase.errors.RetriableError`
+1040 too many connections, 1213 deadlock   :class:`~twophase.errors.RetriableError`
+1205 lock wait timeout                     :class:`~twophase.errors.AbortRequiredError`
+1969/3024 statement timeout, 1317 killed   :class:`~twophase.errors.AbortRequiredError`
+1048 NULL, 1062 duplicate, 1264 range,     :class:`~twophase.errors.DataError`
+1265/1292/1366/1406/1367 bad value,
+1451/1452 foreign key, 4025 CHECK
+1146 no table, 1054 no column, 1049 no     :class:`~twophase.errors.ConfigurationError`
+database, 1142/1143/1044/1227 privilege
+1045 access denied (authentication)        :class:`~twophase.errors.FatalError`
+anything else                              :class:`~twophase.errors.AbortRequiredError`
+=========================================  =============================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from twophase.errors import (
+    AbortRequiredError,
+    ConfigurationError,
+    DataError,
+    FatalError,
+    RetriableError,
+    TwoPhaseError,
+)
+
+from .._errors import ErrorMap, Refusal
+
+__all__ = ["MARIADB_ERRORS", "errno", "guess_column"]
+
+_RETRIABLE = frozenset({1053, 1927, 1040, 1213, 1614, 1203, 1021, 1037, 1041})
+_ABORT = frozenset({1205, 1969, 3024, 1317, 1613})
+_DATA = frozenset(
+    {1048, 1062, 1264, 1265, 1292, 1366, 1406, 1367, 1451, 1452, 4025, 1690, 1411, 1586, 1263}
+)
+_CONFIG = frozenset({1146, 1054, 1049, 1142, 1143, 1044, 1227, 1109, 1064, 1136, 1471, 1370})
+_AUTH = frozenset({1045, 1698, 1251})
+# "Column 'x' cannot be null", "Out of range value for column 'x'", and
+# "Incorrect datetime value: '...' for column `db`.`table`.`x` at row 1".
+_COLUMN = re.compile(
+    r"column '((?:[^']|'')+)'|column (?:`(?:[^`]|``)+`\.)*`((?:[^`]|``)+)`", re.IGNORECASE
+)
+
+
+def errno(exc: BaseException) -> int | None:
+    """Return the server's (or the client's) error number of a PyMySQL error.
+
+    Parameters
+    ----------
+    exc
+        Any exception.
+
+    Returns
+    -------
+    int or None
+        ``1062`` for a duplicate key, ``2013`` for a lost connection...
+    """
+    args = getattr(exc, "args", ())
+    if args and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return args[0]
+    return None
+
+
+class MariaDBErrors(ErrorMap):
+    """PyMySQL's errors, by error number (the dialect's error map)."""
+
+    database = "MariaDB"
+    database_keyword = "database"
+
+    @property
+    def error(self) -> tuple[type[BaseException], ...]:
+        """``pymysql.Error``."""
+        import pymysql
+
+        return (pymysql.Error,)
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """Client errors 2000-2999 (lost, gone away, cannot connect), shutdown, killed."""
+        import pymysql
+
+        code = errno(exc)
+        if code is None:
+            return isinstance(exc, pymysql.InterfaceError)
+        return (
+            2000 <= code < 3000
+            or code in (1053, 1927)
+            or (code == 0 and isinstance(exc, pymysql.InterfaceError))
+        )
+
+    def server_text(self, exc: BaseException) -> str:
+        """Return the server's message and its error number."""
+        return f"{_server_text(exc)} (error {errno(exc)})"
+
+    def column_of(self, exc: BaseException, columns: Sequence[tuple[str, str]]) -> str | None:
+        """Return the column the server's message names (:func:`guess_column`)."""
+        return guess_column(_server_text(exc), columns)
+
+    def classify(
+        self, exc: BaseException, text: str
+    ) -> tuple[type[TwoPhaseError], str | None, str]:
+        """Map the error number."""
+        code = errno(exc)
+        cls: type[TwoPhaseError]
+        if code is None or self.is_connection_error(exc):
+            cls = RetriableError if self.is_connection_error(exc) else AbortRequiredError
+        elif code in _RETRIABLE:
+            cls = RetriableError
+        elif code in _ABORT:
+            cls = AbortRequiredError
+        elif code in _DATA:
+            cls = DataError
+        elif code in _CONFIG:
+            cls = ConfigurationError
+        elif code in _AUTH:
+            cls = FatalError
+        else:
+            cls = AbortRequiredError
+        return cls, None, ""
+
+    def refusal(self, exc: BaseException, message: str) -> Refusal | None:
+        """Rejected credentials (1045, 1698, 1251), an unknown database (1049)."""
+        code = errno(exc)
+        if code in _AUTH:
+            return "credentials"
+        if code == 1049:
+            return "database"
+        return None
+
+    def connect_text(self, exc: BaseException) -> str:
+        """Return the server's message and its error number."""
+        return self.server_text(exc)
+
+
+def _server_text(exc: BaseException) -> str:
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    return str(args[1]) if len(args) > 1 else str(exc)
+
+
+def guess_column(text: str, columns: Iterable[tuple[str, str]]) -> str | None:
+    """Return the column a server message names, if it is one of ``columns`` (or any, if empty).
+
+    Parameters
+    ----------
+    text
+        The server's message.
+    columns
+        ``(name, type)`` of the written columns.
+
+    Returns
+    -------
+    str or None
+        The column's name.
+    """
+    match = _COLUMN.search(text)
+    if match is None:
+        return None
+    if match.group(1):
+        name = match.group(1).replace("''", "'")
+    else:
+        name = match.group(2).replace("``", "`")
+    known = {c for c, _t in columns}
+    return name if not known or name in known else None
+
+
+MARIADB_ERRORS = MariaDBErrors()
