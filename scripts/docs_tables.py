@@ -5,13 +5,16 @@ the site's hook (``scripts/mkdocs_hooks.py``) replaces it when the site builds, 
 ``tests/test_docs_names.py`` checks that every table renders and that the pages ask for them.
 
 - ``extras``: every extra of ``pyproject.toml``, the packages it installs, and what it is for.
+- ``cli-usage``: the ``--help`` of each command of ``twophase``, run when the site builds.
 - ``errors``: every error class of :mod:`twophase.errors`, its bases, whether a restart alone
   can cure it (the class's ``restartable``), the first line of its docstring, and what to do.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -138,7 +141,30 @@ def _same_names(what: str, found: object, table: str, described: dict[str, str])
         )
 
 
-TABLES: dict[str, Callable[[], str]] = {"extras": extras_table, "errors": errors_table}
+#: The commands of ``twophase``, in the order the page explains them.
+COMMANDS = ("status", "resolve", "abort-in-doubt")
+
+
+def cli_usage() -> str:
+    """Render each command's ``--help``, as the installed ``twophase`` prints it."""
+    blocks = []
+    for command in COMMANDS:
+        done = subprocess.run(
+            [sys.executable, "-m", "twophase", command, "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "COLUMNS": "100"},
+        )
+        blocks.append(f"```text\n$ twophase {command} --help\n{done.stdout.rstrip()}\n```")
+    return "\n\n".join(blocks)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "extras": extras_table,
+    "errors": errors_table,
+    "cli-usage": cli_usage,
+}
 
 
 def render(markdown: str, page: str = "") -> str:

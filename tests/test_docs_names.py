@@ -204,9 +204,12 @@ def _docs_tables() -> Any:
     return module
 
 
-@pytest.mark.parametrize(("page", "table"), [("index.md", "extras"), ("operations.md", "errors")])
+@pytest.mark.parametrize(
+    ("page", "table"),
+    [("index.md", "extras"), ("operations.md", "errors"), ("operations.md", "cli-usage")],
+)
 def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, table: str) -> None:
-    """The extras and the error classes: a page asks for the table, the site renders it.
+    """The extras, the error classes, the command's usage: a page asks, the site renders it.
 
     The renderer refuses a description table that does not name exactly what the code has (an
     extra of pyproject.toml, an error class of twophase.errors), so a new extra or error class
@@ -220,6 +223,10 @@ def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, ta
     if table == "extras":
         for extra in tables.extras():
             assert f"| `{extra}` |" in rendered, extra
+    elif table == "cli-usage":
+        for command in tables.COMMANDS:
+            assert f"usage: twophase {command} [-h]" in rendered, command
+        assert rendered.count("--query-id") >= 3
     else:
         import twophase.errors
 

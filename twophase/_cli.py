@@ -367,10 +367,10 @@ def _parser() -> argparse.ArgumentParser:
     resolve = commands.add_parser(
         "resolve", help="finish a markers-protocol batch that cannot replay"
     )
-    resolve.add_argument("checkpoint")
-    resolve.add_argument("--sink", required=True)
-    resolve.add_argument("--batch", type=int, required=True)
-    resolve.add_argument("--query-id")
+    resolve.add_argument("checkpoint", help="the query's checkpoint location")
+    resolve.add_argument("--sink", required=True, help="the sink whose batch to finish")
+    resolve.add_argument("--batch", type=int, required=True, help="the batch to finish")
+    resolve.add_argument("--query-id", help="when the checkpoint holds logs of several queries")
     choice = resolve.add_mutually_exclusive_group(required=True)
     choice.add_argument("--mark-committed", action="store_true", help="risk: loss")
     choice.add_argument("--rewrite", action="store_true", help="risk: duplicates")
@@ -385,8 +385,8 @@ def _parser() -> argparse.ArgumentParser:
     abort.add_argument("--identity", required=True, help="e.g. orders.1a2b3c4d5e6f7a8b")
     abort.add_argument("--slots", type=int, default=0, help="partition slots to fence (Kafka)")
     abort.add_argument("--checkpoint", help="refuse if this checkpoint still needs them")
-    abort.add_argument("--query-id")
-    abort.add_argument("--yes", action="store_true")
+    abort.add_argument("--query-id", help="the query of --checkpoint, when it holds several")
+    abort.add_argument("--yes", action="store_true", help="carry out the plan")
     target_args(abort)
     abort.set_defaults(run=_abort_in_doubt)
     return parser
