@@ -16,7 +16,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -130,9 +130,9 @@ def errors_table() -> str:
     return "\n".join(rows)
 
 
-def _same_names(what: str, found: object, table: str, described: dict[str, str]) -> None:
+def _same_names(what: str, found: Iterable[str], table: str, described: dict[str, str]) -> None:
     """Refuse a table of descriptions that does not name exactly what the code has."""
-    names = set(found)  # type: ignore[call-overload]
+    names = set(found)
     missing, unknown = names - described.keys(), described.keys() - names
     if missing or unknown:
         raise ValueError(
