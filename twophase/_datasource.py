@@ -205,14 +205,17 @@ class TwoPhaseDataSource(DataSource):
                 setting="protocol",
             )
         if self.sink.key_by:
+            # The user set an option (a connector's mode=upsert or cdc), not key_by: name it.
+            mode = next((k for k in self.sink_options if k.lower() == "mode"), None)
+            cause = f"{mode}={self.sink_options[mode]!r} routes" if mode else "this sink routes"
             raise ConfigurationError(
-                f"format({self._format_name!r}) cannot route the rows of a key to one "
-                f"partition (key_by={list(self.sink.key_by)}): a data source writer gets the "
-                "partitions Spark planned, and two transactions merging one key would lose "
-                "changes. Use foreachBatch(sink) (twophase.write_stream), which routes by key; "
-                "see docs/modes.md",
+                f"format({self._format_name!r}) cannot run a sink that routes the rows of a key "
+                f"to one partition ({cause} by key_by={list(self.sink.key_by)}): a data source "
+                "writer gets the partitions Spark planned, and two transactions merging one key "
+                "would lose changes. Use foreachBatch(sink) (twophase.write_stream), which routes "
+                "by key; see docs/modes.md",
                 sink=self.sink.name,
-                setting="key_by",
+                setting=mode or "key_by",
             )
         if not self.checkpoint:
             raise ConfigurationError(

@@ -57,12 +57,24 @@ def test_a_sink_that_routes_rows_by_key_is_refused_with_the_reason(tmp_path: Pat
     # A data source writer gets the partitions Spark planned: it cannot route a key's rows to one
     # transaction, which an upsert or CDC sink needs (issue 17).
     source = data_source("fmt-keyed", build_keyed)
-    with pytest.raises(ConfigurationError, match="cannot route the rows of a key") as caught:
+    with pytest.raises(ConfigurationError, match="cannot run a sink that routes the rows of a key") as caught:
         source({"target": str(tmp_path), "checkpointLocation": str(tmp_path / "chk")})
     assert caught.value.sink == "fmt"
     assert caught.value.setting == "key_by"
     assert "order_id" in str(caught.value)
     assert "foreachBatch(sink)" in str(caught.value)
+
+
+def test_a_mode_option_that_routes_by_key_is_the_setting_the_refusal_names(
+    tmp_path: Path,
+) -> None:
+    # A connector's format takes mode=upsert, not key_by: the refusal names what the user set.
+    source = data_source("fmt-keyed-mode", build_keyed)
+    options = {"target": str(tmp_path), "Mode": "upsert", "checkpointLocation": str(tmp_path)}
+    with pytest.raises(ConfigurationError, match="cannot run a sink that routes") as caught:
+        source(options)
+    assert caught.value.setting == "Mode"
+    assert "Mode='upsert' routes by key_by=['order_id']" in str(caught.value)
 
 
 def test_the_checkpoint_location_is_required(tmp_path: Path) -> None:
