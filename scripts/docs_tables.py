@@ -8,16 +8,23 @@ the site's hook (``scripts/mkdocs_hooks.py``) replaces it when the site builds, 
 - ``cli-usage``: the ``--help`` of each command of ``twophase``, run when the site builds.
 - ``errors``: every error class of :mod:`twophase.errors`, its bases, whether a restart alone
   can cure it (the class's ``restartable``), the first line of its docstring, and what to do.
+- ``schemes``: every scheme a checkpoint location can have, the extra that installs its store,
+  and the store each path writes the log with (from ``twophase._store.OBJECT_STORES``).
+- ``options-postgres``, ``options-mariadb``, ``options-kafka``: each factory's options, their
+  defaults (from its signature) and their meaning (from its docstring's Parameters section).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -160,10 +167,156 @@ def cli_usage() -> str:
     return "\n\n".join(blocks)
 
 
+def schemes_table() -> str:
+    """Render the table of checkpoint locations and the store each path uses (``schemes``)."""
+    from twophase._store import OBJECT_STORES
+
+    installs = extras()
+    rows = [
+        "| checkpoint location | extra | classic `foreachBatch` (the driver's JVM, py4j) "
+        "| without the JVM (Spark Connect, `format(...)`, the `twophase` command) |",
+        "|---|---|---|---|",
+        "| `file:/...`, `file:///...` | | plain files | plain files |",
+        "| a path without a scheme (`/chk/orders`) | | resolved against the cluster's "
+        "`fs.defaultFS` first, as Spark resolves it (HDFS on EMR, DBFS on Databricks), then as "
+        "in the other rows | the server's local disk, while Spark resolves it against "
+        "`fs.defaultFS`: the two look in different places and the first batch fails; **always "
+        "write the scheme** there |",
+    ]
+    for kind in OBJECT_STORES:
+        schemes = ", ".join(f"`{scheme}://`" for scheme in kind.schemes)
+        packages = ", ".join(installs[kind.extra])
+        writes = f"{kind.service} conditional writes"
+        rows.append(
+            f"| {schemes} | `{kind.extra}` ({packages}) | {writes}; without the extra, "
+            f"`CheckpointFileManager` | {writes}; without the extra, refused naming it |"
+        )
+    rows.append(
+        "| `hdfs://`, `dbfs:`, `adl://`, any other | | Spark's `CheckpointFileManager` "
+        "| **refused**, with a `ConfigurationError` |"
+    )
+    return "\n".join(rows)
+
+
+def object_store_schemes() -> list[str]:
+    """Every scheme an object store of twophase serves (``s3``, ``gs``, ``abfss``...)."""
+    from twophase._store import OBJECT_STORES
+
+    return [scheme for kind in OBJECT_STORES for scheme in kind.schemes]
+
+
+def object_store_of(scheme: str) -> str:
+    """Return the service of an object-store scheme (``abfs`` -> ``Azure Blob Storage``)."""
+    from twophase._store import OBJECT_STORES
+
+    return next(kind.service for kind in OBJECT_STORES if scheme in kind.schemes)
+
+
+#: numpydoc's Sphinx roles (``:class:`~a.B```) and literals (````x````), to Markdown code.
+_ROLE = re.compile(r":(?:class|meth|func|mod|attr|data|exc|obj):`(~?)([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
+#: ``docs/x.md`` in a docstring, a page of this site.
+_PAGE = re.compile(r"`docs/([a-z-]+\.md)`")
+
+
+def _markdown(text: str) -> str:
+    """Render numpydoc text (one paragraph or several) as one line of Markdown."""
+
+    def role(match: re.Match[str]) -> str:
+        tilde, target = match.groups()
+        return f"``{target.rsplit('.', 1)[-1] if tilde else target}``"
+
+    text = _LITERAL.sub(r"`\1`", _ROLE.sub(role, text))
+    text = _PAGE.sub(r"[\1](\1)", text)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def parameters(obj: Any) -> dict[tuple[str, ...], str]:
+    """Return the descriptions of a numpydoc ``Parameters`` section, by the names they describe.
+
+    A line ``a, b`` describes both (one entry, two names); ``**kwargs`` keeps its stars.
+    """
+    doc = inspect.cleandoc(obj.__doc__ or "")
+    section = re.search(r"^Parameters\n-+\n(.*?)(?=^\S[^\n]*\n-+\n|\Z)", doc, re.S | re.M)
+    if section is None:
+        return {}
+    entries = re.findall(r"^(\S[^\n]*)\n((?:^(?:[ \t]+[^\n]*)?\n?)*)", section[1], re.M)
+    return {tuple(n.strip() for n in names.split(",")): _markdown(body) for names, body in entries}
+
+
+def _default(parameter: inspect.Parameter) -> str:
+    if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+        return ""
+    if parameter.default is inspect.Parameter.empty:
+        return "required"
+    if isinstance(parameter.default, str):
+        return f'`"{parameter.default}"`'
+    return f"`{parameter.default!r}`"
+
+
+#: The factories whose options a page renders: table name -> (module, attribute).
+FACTORIES = {
+    "options-postgres": ("twophase.connectors.jdbc", "postgres_sink"),
+    "options-mariadb": ("twophase.connectors.jdbc", "mariadb_sink"),
+    "options-kafka": ("twophase.connectors.kafka", "KafkaSink"),
+}
+
+
+def factory(table: str) -> Any:
+    """Import the factory (a function, or a class whose ``__init__`` takes the options)."""
+    import importlib
+
+    module, attribute = FACTORIES[table]
+    return getattr(importlib.import_module(module), attribute)
+
+
+def signature_options(built: Any) -> dict[str, inspect.Parameter]:
+    """Return the options a factory takes, by name (``**connect_params`` with its stars)."""
+    signature = inspect.signature(built.__init__ if inspect.isclass(built) else built)
+    return {
+        ("**" if p.kind is inspect.Parameter.VAR_KEYWORD else "") + name: p
+        for name, p in signature.parameters.items()
+        if name != "self"
+    }
+
+
+def options(table: str) -> list[tuple[tuple[str, ...], str, str]]:
+    """Each option of a factory, in its docstring's order: names, defaults, meaning.
+
+    Raises
+    ------
+    ValueError
+        An option of the signature that the docstring does not describe, or a description of
+        no option: the table cannot fall behind the code.
+    """
+    built = factory(table)
+    given = signature_options(built)
+    described = parameters(built)
+    names = [name for group in described for name in group]
+    _same_names(
+        f"options of {built.__qualname__}", given, "its docstring", dict.fromkeys(names, "")
+    )
+    return [
+        (group, " / ".join(_default(given[name]) for name in group), meaning)
+        for group, meaning in described.items()
+    ]
+
+
+def options_table(table: str) -> str:
+    """Render one factory's options (``options-postgres`` and the others)."""
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for group, defaults, meaning in options(table):
+        names = ", ".join(f"`{name}`" for name in group)
+        rows.append(f"| {names} | {defaults} | {meaning} |")
+    return "\n".join(rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "extras": extras_table,
     "errors": errors_table,
     "cli-usage": cli_usage,
+    "schemes": schemes_table,
+    **{name: partial(options_table, name) for name in FACTORIES},
 }
 
 

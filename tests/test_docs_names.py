@@ -206,7 +206,15 @@ def _docs_tables() -> Any:
 
 @pytest.mark.parametrize(
     ("page", "table"),
-    [("index.md", "extras"), ("operations.md", "errors"), ("operations.md", "cli-usage")],
+    [
+        ("index.md", "extras"),
+        ("operations.md", "errors"),
+        ("operations.md", "cli-usage"),
+        ("storage.md", "schemes"),
+        ("jdbc.md", "options-postgres"),
+        ("mariadb.md", "options-mariadb"),
+        ("kafka.md", "options-kafka"),
+    ],
 )
 def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, table: str) -> None:
     """The extras, the error classes, the command's usage: a page asks, the site renders it.
@@ -223,6 +231,14 @@ def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, ta
     if table == "extras":
         for extra in tables.extras():
             assert f"| `{extra}` |" in rendered, extra
+    elif table == "schemes":
+        for scheme in tables.object_store_schemes():
+            assert f"`{scheme}://`" in rendered, scheme
+    elif table.startswith("options-"):
+        options = tables.options_table(table)
+        assert options in rendered
+        for name in tables.signature_options(tables.factory(table)):
+            assert f"`{name}`" in options, name
     elif table == "cli-usage":
         for command in tables.COMMANDS:
             assert f"usage: twophase {command} [-h]" in rendered, command
@@ -245,3 +261,174 @@ def test_a_description_table_that_falls_behind_the_code_is_refused() -> None:
     tables = _docs_tables()
     with pytest.raises(ValueError, match=r"extras of pyproject.toml without a description \['x'\]"):
         tables._same_names("extras of pyproject.toml", {"x": 1}, "EXTRA_PURPOSE", {})
+
+
+def test_a_factory_option_without_a_description_is_refused() -> None:
+    """The options tables name exactly the signature's options (a new option needs its text)."""
+    tables = _docs_tables()
+
+    def sink(name: str, *, table: str, undocumented: int = 1) -> None:
+        """Build.
+
+        Parameters
+        ----------
+        name, table
+            Described together.
+        gone
+            An option the signature lost.
+        """
+
+    tables.FACTORIES["options-test"] = (__name__, "sink")
+    globals()["sink"] = sink
+    try:
+        with pytest.raises(ValueError, match=r"without a description \['undocumented'\]"):
+            tables.options("options-test")
+        with pytest.raises(ValueError, match=r"descriptions of nothing \['gone'\]"):
+            tables.options("options-test")
+    finally:
+        del tables.FACTORIES["options-test"]
+        del globals()["sink"]
+
+
+#: Schemes a page may name that are no store of the log: web addresses, DSNs, Spark masters, and
+#: the file systems that only Spark's ``CheckpointFileManager`` serves (the "any other" row).
+_NOT_LOG_STORES = frozenset(
+    {"http", "https", "postgresql", "mysql", "mariadb", "sc", "spark", "hdfs", "adl", "dbfs"}
+)
+_URI_SCHEME = re.compile(r"(?<![\w+.-])([a-z][a-z0-9+.-]*)://")
+
+
+def _scheme_problems(text: str) -> list[str]:
+    """Schemes the code lacks, and lists of object stores that leave one out."""
+    tables = _docs_tables()
+    stores = tables.object_store_schemes()
+    known = {*stores, "file", *_NOT_LOG_STORES}
+    wrong = [
+        f"line {_line(text, m.group(0))}: {m.group(0)}"
+        for m in _URI_SCHEME.finditer(text)
+        if m.group(1) not in known
+    ]
+    for block in re.split(r"\n\s*\n|\n(?=\|)", _strip_fences(text)):
+        named = {m.group(1) for m in _URI_SCHEME.finditer(block)} & set(stores)
+        services = {tables.object_store_of(scheme) for scheme in named}
+        missing = {tables.object_store_of(scheme) for scheme in stores} - services
+        if len(services) >= 2 and missing and "storage.md" not in block:
+            where = _line(text, block.strip()[:60])
+            wrong.append(f"line {where}: a list of object stores without {sorted(missing)}")
+    return wrong
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_scheme_a_page_names_is_served_and_lists_name_them_all(page: Path) -> None:
+    """No page names a scheme twophase lacks; a list of the object stores' schemes lists all.
+
+    A paragraph or table row naming schemes of two or more object stores is a list of them: it
+    names a scheme of every object store, or links to storage.md, whose table is rendered from the
+    stores' own map. A store added to the code then fails every list that predates it.
+    """
+    wrong = _scheme_problems(page.read_text())
+    assert not wrong, f"{_page_id(page)}:\n" + "\n".join(wrong)
+
+
+def test_the_scheme_check_finds_what_it_looks_for() -> None:
+    assert _scheme_problems("S3 only: `s3://b/p` or `s3a://b/p`.\n\nAt `hdfs://nn/p`.") == []
+    assert _scheme_problems("On `s3://b`, `gs://b` or `abfss://c@a/p`.") == []
+    assert _scheme_problems("On `s3://b` or `gs://b` ([Storage](storage.md)).") == []
+    assert _scheme_problems("On `s3://b` or `gs://b`.") == [
+        "line 1: a list of object stores without ['Azure Blob Storage']"
+    ]
+    assert _scheme_problems("Or `gcs://b`.") == ["line 1: gcs://"]
+
+
+def _installs_choices(text: str) -> bool:
+    """Whether the page explains installing: a code block with two or more install lines."""
+    return any(
+        len(re.findall(r"pip install[^\n]*twophase\[", m.group(2))) >= 2
+        for m in _FENCE.finditer(text)
+    )
+
+
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if _installs_choices(p.read_text())], ids=_page_id
+)
+def test_a_page_that_explains_installing_names_every_extra(page: Path) -> None:
+    """The pages with a choice of install lines name every extra a user picks from, or render them.
+
+    A store's extra left out is how a user gets the weaker store silently, so the pages that
+    explain which extras to install cannot fall behind pyproject.toml.
+    """
+    text = page.read_text()
+    if "<!-- table: extras -->" in text:
+        return
+    missing = [e for e in sorted(_extras() - {"dev"}) if f"`{e}`" not in _strip_fences(text)]
+    assert not missing, f"{_page_id(page)} explains installing but never names {missing}"
+
+
+def test_pages_that_explain_installing_are_found() -> None:
+    found = {_page_id(p) for p in PAGES if _installs_choices(p.read_text())}
+    assert {"README.md", "docs/index.md", "docs/quickstart.md", "docs/deployment.md"} <= found
+
+
+#: A call of a connector's factory in a code block, up to its closing parenthesis.
+_FACTORY_CALL = re.compile(r"\b(postgres_sink|mariadb_sink|KafkaSink)\(")
+
+
+def _call_keywords(code: str, start: int) -> list[str]:
+    depth, end = 0, start
+    for end in range(start, len(code)):
+        depth += {"(": 1, ")": -1}.get(code[end], 0)
+        if depth == 0:
+            break
+    inner = code[start + 1 : end]
+    flat = re.sub(r"\([^()]*\)|\[[^\[\]]*\]|\{[^{}]*\}|\"[^\"]*\"|'[^']*'", "", inner)
+    return re.findall(r"(?:^|,)\s*([A-Za-z_]\w*)\s*=(?!=)", flat)
+
+
+def _accepts(factory: str, keyword: str) -> bool:
+    tables = _docs_tables()
+    table = {"postgres_sink": "options-postgres", "mariadb_sink": "options-mariadb"}.get(
+        factory, "options-kafka"
+    )
+    if keyword in tables.signature_options(tables.factory(table)):
+        return True
+    if factory == "postgres_sink":  # any libpq keyword: libpq itself says which
+        from psycopg2.extensions import parse_dsn
+
+        try:
+            parse_dsn(f"{keyword}=x")
+        except Exception:
+            return False
+        return True
+    if factory == "mariadb_sink":  # its connection keywords: the factory refuses others by name
+        from twophase.connectors.jdbc import mariadb_sink
+        from twophase.errors import ConfigurationError
+
+        try:
+            mariadb_sink("n", table="t", url="mysql://u@h/d", **{keyword: "1"})
+        except ConfigurationError as exc:
+            return exc.setting != keyword and keyword not in str(exc)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_option_a_page_passes_to_a_factory_exists(page: Path) -> None:
+    text = page.read_text()
+    wrong = []
+    for code in _code(text):
+        for call in _FACTORY_CALL.finditer(code):
+            for keyword in _call_keywords(code, call.end() - 1):
+                if not _accepts(call.group(1), keyword):
+                    wrong.append(f"line {_line(text, keyword + '=')}: {call.group(1)}({keyword}=)")
+    assert not wrong, f"{_page_id(page)} passes options the factories lack:\n" + "\n".join(wrong)
+
+
+def test_the_option_check_finds_what_it_looks_for() -> None:
+    code = 'postgres_sink("a", table=t(1, 2), dsn="x=1", sslmode="require", nope=1, f=g(h=1))'
+    keywords = _call_keywords(code, code.index("("))
+    assert keywords == ["table", "dsn", "sslmode", "nope", "f"]
+    assert [_accepts("postgres_sink", k) for k in keywords] == [True, True, True, False, False]
+    assert _accepts("mariadb_sink", "ssl_ca")
+    assert not _accepts("mariadb_sink", "sslmode")
+    assert _accepts("KafkaSink", "producer_lanes")
+    assert not _accepts("KafkaSink", "lanes")

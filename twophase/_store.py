@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ._store_azure import AZURE_SCHEMES, AzureBlobFileStore
@@ -32,26 +33,56 @@ from ._store_s3 import S3_SCHEMES, S3FileStore
 from .errors import ConfigurationError, CoordinatorLogError
 
 __all__ = [
+    "OBJECT_STORES",
     "AzureBlobFileStore",
     "GCSFileStore",
     "HadoopFileStore",
     "LocalFileStore",
     "LogStore",
+    "ObjectStoreKind",
     "PyArrowFileStore",
     "S3FileStore",
     "conditional_store_installed",
     "open_store",
 ]
 
-#: The object store of each scheme, and the modules its client needs.
-_OBJECT_STORES: dict[str, tuple[Callable[[str], ObjectStore], tuple[str, ...]]] = {
-    **{scheme: (S3FileStore, ("boto3",)) for scheme in S3_SCHEMES},
-    **{scheme: (GCSFileStore, ("google.auth", "requests")) for scheme in GCS_SCHEMES},
-    **{
-        scheme: (AzureBlobFileStore, ("azure.storage.blob", "azure.identity"))
-        for scheme in AZURE_SCHEMES
-    },
-}
+
+
+@dataclass(frozen=True)
+class ObjectStoreKind:
+    """An object store twophase writes the log to through its conditional writes.
+
+    The one map of schemes to stores: :func:`open_store` and
+    :func:`conditional_store_installed` read it, and the documentation's table of
+    schemes is rendered from it.
+    """
+
+    #: The service, as people call it.
+    service: str
+    #: The URI schemes it serves, lower case.
+    schemes: tuple[str, ...]
+    #: The store's class.
+    store: Callable[[str], ObjectStore]
+    #: The modules its client needs (all of them, or the store is not installed).
+    modules: tuple[str, ...]
+    #: The extra of the package that installs them.
+    extra: str
+
+
+#: Every object store, in the order the documentation lists them.
+OBJECT_STORES = (
+    ObjectStoreKind("S3", S3_SCHEMES, S3FileStore, ("boto3",), "s3"),
+    ObjectStoreKind("GCS", GCS_SCHEMES, GCSFileStore, ("google.auth", "requests"), "gcs"),
+    ObjectStoreKind(
+        "Azure Blob Storage",
+        AZURE_SCHEMES,
+        AzureBlobFileStore,
+        ("azure.storage.blob", "azure.identity"),
+        "azure",
+    ),
+)
+
+_OBJECT_STORES = {scheme: kind for kind in OBJECT_STORES for scheme in kind.schemes}
 
 # A URI has a scheme of two or more characters followed by ":/" (hdfs:/a, file:///a, s3a://b/a);
 # anything else is a local path (C:/a too).
@@ -195,14 +226,20 @@ class HadoopFileStore:
         path.getFileSystem(self._conf).delete(path, True)
 
 
+def _object_stores_named() -> str:
+    """``S3 (s3://, s3a://), GCS (gs://) or Azure Blob Storage (abfss://, ...)``."""
+    named = [f"{k.service} ({', '.join(s + '://' for s in k.schemes)})" for k in OBJECT_STORES]
+    return ", ".join(named[:-1]) + " or " + named[-1]
+
+
 def _refusal(uri: str, scheme: str) -> ConfigurationError:
     return ConfigurationError(
         f"the coordinator log cannot live at {uri} without the JVM: twophase has no proven "
         f"atomic create-if-absent on {scheme}:// of its own, and the log's commit decision and "
         "epoch fencing rely on one (two runs racing must not both create the same record). "
         "Without the JVM the log lives on local disk (a path or file:), or on an object store "
-        "through its conditional writes: S3 (s3://, s3a://), GCS (gs://) or Azure (abfss://, "
-        f"wasbs://). The classic foreachBatch path supports {scheme}:// "
+        f"through its conditional writes: {_object_stores_named()}. "
+        f"The classic foreachBatch path supports {scheme}:// "
         "wherever Spark itself can checkpoint there: its log goes through Spark's "
         "CheckpointFileManager in the driver's JVM, like Spark's own offset log. See "
         "docs/storage.md",
@@ -254,7 +291,7 @@ def conditional_store_installed(uri: str) -> bool:
     if entry is None:
         return False
     try:
-        return all(importlib.util.find_spec(module) is not None for module in entry[1])
+        return all(importlib.util.find_spec(module) is not None for module in entry.modules)
     except ImportError:  # a parent package is missing (find_spec imports it)
         return False
 
@@ -294,7 +331,7 @@ def open_store(uri: str) -> LocalFileStore | ObjectStore:
         return LocalFileStore(_local_path(uri))
     entry = _OBJECT_STORES.get(scheme)
     if entry is not None:
-        return entry[0](uri)
+        return entry.store(uri)
     raise _refusal(uri, scheme)
 
 

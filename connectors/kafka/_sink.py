@@ -53,8 +53,10 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     Parameters
     ----------
     name
-        Name of the sink: 1-64 characters from ``[A-Za-z0-9_.-]``. Part of the
-        sink identity, hence of transactional ids and markers.
+        Name of the sink: 1-64 characters from ``[A-Za-z0-9_.-]``, the first a
+        letter or a digit. Part of the sink identity, hence of transactional
+        ids and markers: changing it is like resetting the checkpoint for this
+        sink.
     bootstrap_servers
         ``host:port[,host:port...]``; a shortcut for
         ``producer_config["bootstrap.servers"]``.
@@ -109,8 +111,12 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     staging
         Publish every batch from a copy staged in the checkpoint, so that
         replays are deterministic even when the pipeline is not.
-    checkpoint_location, retry
-        As for :class:`twophase.MarkerCommitSink`.
+    checkpoint_location
+        The query's checkpoint location; optional: found from the running
+        query when omitted, checked against it when given.
+    retry
+        Backoff of the driver's commit steps that fail transiently (a
+        :class:`twophase.RetryPolicy`; its defaults when omitted).
 
     Raises
     ------

@@ -58,17 +58,22 @@ def mariadb_sink(
     Parameters
     ----------
     name
-        Sink name, part of every XA transaction id (at most 44 bytes).
+        Sink name: 1-64 characters of ``[A-Za-z0-9_.-]``, the first a letter
+        or a digit. Part of the sink identity (hence of every XA transaction
+        id and marker): changing it is like resetting the checkpoint for this
+        sink.
     table
         Target table: ``"events"`` (in the connection's database),
-        ``"db.events"`` or ``("db", "events")``. An InnoDB table.
+        ``"db.events"`` or ``("db", "events")``. It must be InnoDB: a MyISAM
+        or Aria table has no transactions, and is refused.
     url
         ``mysql://user:password@host:port/database`` (or ``mariadb://``), with
         optional query parameters (``?ssl_ca=/path/ca.pem``). Keywords win:
         ``host``, ``port``, ``user``, ``password``, ``database``,
         ``unix_socket``, ``ssl_ca``, ``ssl_cert``, ``ssl_key``,
         ``ssl_verify_cert``, ``ssl_verify_identity``, ``ssl_disabled``,
-        ``read_timeout``, ``write_timeout``.
+        ``read_timeout``, ``write_timeout``. The URL is never printed (it may
+        hold the password).
     mode
         ``"append"`` (``LOAD DATA LOCAL INFILE``, or multi-row ``INSERT`` on a
         server with ``local_infile=OFF``), ``"upsert"`` (``INSERT ... ON
@@ -97,13 +102,19 @@ def mariadb_sink(
     create_table
         Create the table from the first batch's schema if it does not exist.
     marker_table
-        The marker table (markers protocol); the fence tables of the
-        coordinated protocol go into its database.
+        The marker table (markers protocol), created when missing. The
+        coordinated protocol's fence tables (``twophase_fences``,
+        ``twophase_prepared``) and the markers protocol's registry of attempts
+        (``twophase_attempts``) go into its database.
     marker_retention
         Markers protocol: keep markers of this many recent batches per sink identity.
-    lock_timeout, statement_timeout, idle_in_transaction_timeout
-        Server-side timeouts in seconds (``innodb_lock_wait_timeout`` rounds up
-        to whole seconds; 0 disables the others).
+    lock_timeout
+        Seconds; ``innodb_lock_wait_timeout`` of every session, rounded up to
+        whole seconds.
+    statement_timeout
+        Seconds; ``max_statement_time`` of every session (0 disables it).
+    idle_in_transaction_timeout
+        Seconds; ``idle_transaction_timeout`` of every session (0 disables it).
     connect_timeout
         Seconds to wait for a connection.
     network_timeout
@@ -116,14 +127,20 @@ def mariadb_sink(
         operating system's defaults (hours). See "Network failures" in
         ``docs/guarantees.md``.
     max_partitions
-        Upper bound on transactions per batch (the batch is coalesced to it).
+        Upper bound on transactions per batch (the batch is coalesced to it);
+        MariaDB has no limit on prepared transactions of its own.
     staging
         Markers protocol only: stage each batch in the checkpoint so that replays
         are deterministic (see :class:`twophase.MarkerCommitSink`).
-    checkpoint_location, retry
-        See :class:`twophase.TwoPhaseCommitSink`.
+    checkpoint_location
+        The query's checkpoint location; optional: found from the running
+        query when omitted, checked against it when given.
+    retry
+        Backoff of the driver's commit steps that fail transiently (a
+        :class:`twophase.RetryPolicy`; its defaults when omitted).
     **connect_params
-        Connection keywords (see ``url``).
+        Connection keywords (those listed under ``url``); any other keyword is
+        refused by name.
 
     Returns
     -------

@@ -61,11 +61,13 @@ def postgres_sink(
     Parameters
     ----------
     name
-        Sink name, part of every transaction id (1-64 characters of
-        ``[A-Za-z0-9_.-]``).
+        Sink name: 1-64 characters of ``[A-Za-z0-9_.-]``, the first a letter
+        or a digit. Part of every transaction id and marker: changing it is
+        like resetting the checkpoint for this sink.
     table
         Target table: ``"events"``, ``"schema.events"`` or
-        ``("schema", "events")``. Exact, case-sensitive names.
+        ``("schema", "events")``. Exact, case-sensitive names (never folded);
+        use the tuple form when a name contains a dot.
     dsn
         libpq connection string or URI. Any libpq keyword can also be passed
         as a keyword argument (``host``, ``port``, ``dbname``, ``user``,
@@ -90,18 +92,32 @@ def postgres_sink(
         in the batch's order wins.
     protocol
         ``"auto"``, ``"coordinated"`` (fails at once, with the server's
-        hint, if the server cannot prepare) or ``"markers"``.
+        hint, if the server cannot prepare) or ``"markers"`` (the commit
+        protocols: ``docs/protocol.md``).
     create_table
-        Create the table from the first batch's schema if it does not exist
-        (see the type mapping in ``docs/jdbc.md``).
+        Create the table from the first batch's schema if it does not exist:
+        the key columns become its primary key, and they and the non-nullable
+        Spark fields are NOT NULL (the type mapping is in ``docs/jdbc.md``).
     marker_table
-        Markers protocol: the marker table (created when missing).
+        Markers protocol: the marker table, created when missing (CREATE on
+        its schema, once). The coordinated protocol's ``twophase_fences`` and
+        ``twophase_commits`` tables go into its schema.
     marker_retention
-        Markers protocol: keep markers of this many recent batches per sink identity.
-    lock_timeout, statement_timeout, idle_in_transaction_timeout
-        Server-side timeouts (seconds; 0 disables) so that nothing waits forever.
+        Markers protocol: keep markers of this many recent batches per sink
+        identity ("Marker table" in ``docs/jdbc.md``).
+    lock_timeout
+        Seconds; set on every session: no statement waits longer than this
+        for a lock (0 disables).
+    statement_timeout
+        Seconds; set on every session: bounds one ``COPY`` or merge (raise it
+        for huge batches; 0 disables).
+    idle_in_transaction_timeout
+        Seconds; the server ends a session that sits inside a transaction
+        longer than this (a hung executor). Prepared transactions are not
+        affected (0 disables).
     connect_timeout
-        Seconds to wait for a connection.
+        Seconds to wait for a connection (libpq's ``connect_timeout``, unless
+        given as a libpq keyword).
     network_timeout
         Seconds a connection may stay silent (no answer, not even to TCP
         keepalive probes) before the step fails with a
@@ -116,7 +132,8 @@ def postgres_sink(
         quarters of ``max_prepared_transactions`` not kept free, divided
         among the coordinated sinks active on the server when the sink opens;
         more than ``max_prepared_transactions`` is refused at open. See
-        "Sizing max_prepared_transactions" in ``docs/jdbc.md``.
+        "Sizing max_prepared_transactions" in ``docs/jdbc.md``. Markers
+        protocol: no bound by default.
     merge_schema
         Coordinated protocol, upsert/CDC: schema for the per-transaction unlogged
         staging tables (default: the table's schema). The user needs CREATE
@@ -124,10 +141,17 @@ def postgres_sink(
     staging
         Markers protocol only: stage each batch in the checkpoint so that replays
         are deterministic (see :class:`twophase.MarkerCommitSink`).
-    checkpoint_location, retry
-        See :class:`twophase.TwoPhaseCommitSink`.
+    checkpoint_location
+        The query's checkpoint location; optional: found from the running
+        query when omitted, checked against it when given.
+    retry
+        Backoff of the driver's commit steps that fail transiently (a
+        :class:`twophase.RetryPolicy`; its defaults when omitted).
     **connect_params
-        libpq keywords.
+        libpq keywords (``host``, ``port``, ``dbname``, ``user``,
+        ``password``, ``sslmode``, ``target_session_attrs``,
+        ``keepalives_idle``...), passed through unchanged; they win over the
+        DSN.
 
     Returns
     -------
