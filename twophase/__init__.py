@@ -39,6 +39,7 @@ from ._types import (
     SinkContext,
     TaskContext,
     TransactionHandle,
+    TransactionStatus,
     parse_transaction_id,
 )
 from ._version import __version__
@@ -78,6 +79,7 @@ __all__ = [
     "TaskContext",
     "TransactionError",
     "TransactionHandle",
+    "TransactionStatus",
     "TwoPhaseCommitSink",
     "TwoPhaseError",
     "UnsafeConfigurationError",

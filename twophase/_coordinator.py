@@ -94,7 +94,7 @@ class Coordinator(CoordinatedDriver, MarkersDriver):
         self._recovered_aborted = 0
 
     # ----------------------------------------------------------- recovery
-    def start(self, sink: AnySink) -> None:
+    def start(self, sink: AnySink, batch_id: int) -> None:
         """Open the sink, claim the identity and recover (once per run).
 
         Runs on the driver before the first batch of a run.
@@ -103,23 +103,26 @@ class Coordinator(CoordinatedDriver, MarkersDriver):
         ----------
         sink
             The sink.
+        batch_id
+            The run's first batch (Spark replays an unfinished batch first).
         """
         if self._opened:
             return
         sink.open(self.context)
         self.log.load()
         self.log.claim(self.context.run_id, self.context.query_id)
-        self._recover(sink)
+        self._recover(sink, batch_id)
         if sink.protocol is CommitProtocol.COORDINATED:
             self._fence(sink, -1)  # every attempt of an earlier run is stale
         self._opened = True
 
-    def _recover(self, sink: AnySink) -> None:
+    def _recover(self, sink: AnySink, batch_id: int) -> None:
         committed, aborted = recover(
             self.log,
             sink,
             self._recovery_context,
             lambda fn, retries: self._retrying(sink, fn, retries),
+            batch_id,
         )
         self._recovered_committed += committed
         self._recovered_aborted += aborted
@@ -190,7 +193,7 @@ class Coordinator(CoordinatedDriver, MarkersDriver):
         """
         self._step("start", batch_id)
         try:
-            self.start(sink)
+            self.start(sink, batch_id)
         except TwoPhaseError as exc:
             raise exc.with_context(sink=sink.name, batch_id=batch_id) from exc.__cause__
         self._step("recovered", batch_id)

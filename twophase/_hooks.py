@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias
 
-from ._types import CommitProtocol, Marker, RecoveryContext, SinkContext, TaskContext
+from ._types import (
+    CommitProtocol,
+    Marker,
+    RecoveryContext,
+    SinkContext,
+    TaskContext,
+    TransactionStatus,
+)
 from ._types import TransactionHandle as Handle
 
 if TYPE_CHECKING:
@@ -61,6 +68,7 @@ class CoordinatedHooks(SinkHooks, Protocol):
     def commit(self, handle: Any) -> None: ...
     def fence_attempts(self, identity: str, epoch: int, batch_id: int) -> bool: ...
     def recover_and_commit(self, handle: Any) -> None: ...
+    def transaction_status(self, handle: Any) -> TransactionStatus | None: ...
     def encode_handle(self, handle: Any) -> Mapping[str, Any]: ...
     def decode_handle(self, data: Mapping[str, Any]) -> Handle: ...
 

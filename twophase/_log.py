@@ -49,6 +49,8 @@ class LogState:
         High-water mark of partitions used by any batch.
     rewrite
         Batches of the markers protocol an operator chose to rewrite whole (``twophase resolve``).
+    lost
+        Batches whose decision was withdrawn because the target lost its transactions.
     """
 
     committed_through: int = -1
@@ -57,6 +59,7 @@ class LogState:
     intents: dict[int, int] = field(default_factory=dict)
     partition_slots: int = 0
     rewrite: set[int] = field(default_factory=set)
+    lost: set[int] = field(default_factory=set)
 
     def is_committed(self, batch_id: int) -> bool:
         """Return whether ``batch_id`` is recorded as committed."""
@@ -126,8 +129,8 @@ class CoordinatorLog:
                 state.committed.add(batch_id)
             elif kind == "decision":
                 state.decided.add(batch_id)
-            elif kind == "rewrite":
-                state.rewrite.add(batch_id)
+            elif kind in ("rewrite", "lost"):  # the state's set of that name
+                getattr(state, kind).add(batch_id)
             else:
                 record = self._load_json(f"batches/{name}")
                 partitions = int(record.get("partitions", 0)) if record else 0
@@ -361,6 +364,27 @@ class CoordinatorLog:
         self.store.write(self._batch_name(batch_id, "rewrite"), dump_record(record), overwrite=True)
         self.state.rewrite.add(batch_id)
 
+    def withdraw_decision(self, batch_id: int, extra: dict[str, Any]) -> None:
+        """Withdraw the decision of a batch whose transactions the target lost (``_lost.py``).
+
+        Writes ``batches/<id>.lost.json``, then deletes the decision: the batch
+        is undecided again, and its replay records a new one. A crash between
+        the two repeats the withdrawal (none of its transactions is left).
+
+        Parameters
+        ----------
+        batch_id
+            A decided batch, not committed.
+        extra
+            What was lost (kept in the record).
+        """
+        self.check_epoch(batch_id)
+        record = {"batch": batch_id, "epoch": self.epoch, **extra}
+        self.store.write(self._batch_name(batch_id, "lost"), dump_record(record), overwrite=True)
+        self.store.delete(self._batch_name(batch_id, "decision"))
+        self.state.decided.discard(batch_id)
+        self.state.lost.add(batch_id)
+
     def read_record(self, batch_id: int, kind: str) -> dict[str, Any] | None:
         """Return one record of a batch (``intent``, ``decision``, ``committed``, ``rewrite``).
 
@@ -420,5 +444,6 @@ class CoordinatorLog:
         state.decided = {b for b in state.decided if b > horizon}
         state.intents = {b: p for b, p in state.intents.items() if b > horizon}
         state.rewrite = {b for b in state.rewrite if b > horizon}
+        state.lost = {b for b in state.lost if b > horizon}
         _log.debug("compacted %s: %d files up to batch %d", self.store.location, removed, horizon)
         return removed

@@ -46,7 +46,7 @@ LOG_FORMAT = 2
 #: Who wrote a record, kept in it so that a reader too old for it can name the release to run.
 WRITER = f"twophase {__version__}"
 #: The name of a batch's record under ``batches/``: the batch id and the record's kind.
-BATCH_RE = re.compile(r"^(\d{20})\.(intent|decision|committed|rewrite)\.json$")
+BATCH_RE = re.compile(r"^(\d{20})\.(intent|decision|committed|rewrite|lost)\.json$")
 #: The name of a run's claim under ``epochs/``: the epoch.
 EPOCH_RE = re.compile(r"^(\d{20})\.json$")
 

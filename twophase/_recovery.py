@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ._hooks import AnySink, as_coordinated
 from ._log import CoordinatorLog
+from ._lost import lost_batch
 from ._types import CommitProtocol, RecoveryContext
 from .errors import ConfigurationError
 
@@ -60,8 +61,12 @@ def recover(
     sink: AnySink,
     context: Callable[[], RecoveryContext],
     retrying: Retrying,
+    replaying: int,
 ) -> tuple[int, int]:
     """Commit every recorded decision's transactions, then roll back what is in doubt.
+
+    A decided batch whose transactions the target lost is written again when
+    Spark is replaying it (:func:`lost_batch`).
 
     Parameters
     ----------
@@ -73,6 +78,8 @@ def recover(
         Returns the recovery context (identity, slots, unfinished batches).
     retrying
         Calls a function under the sink's retry policy, counting retries.
+    replaying
+        The batch the run starts with (Spark replays an unfinished batch first).
 
     Returns
     -------
@@ -82,16 +89,20 @@ def recover(
     check_protocol_unchanged(log, sink)
     state = log.state
     retries = [0]
-    committed = 0
+    committed = aborted = 0
     for batch_id in state.pending_decisions():
-        handles = log.read_decision(batch_id, as_coordinated(sink).decode_handle)
+        coordinated = as_coordinated(sink)
+        handles = log.read_decision(batch_id, coordinated.decode_handle)
+        rolled_back = lost_batch(log, coordinated, batch_id, handles, replaying, retrying)
+        if rolled_back is not None:  # lost, and written again by this run
+            aborted += rolled_back
+            continue
         _log.info(
             "sink %s: finishing batch %d from its recorded decision (%d handles)",
             sink.name,
             batch_id,
             len(handles),
         )
-        coordinated = as_coordinated(sink)
         for handle in handles:
             retrying(functools.partial(coordinated.recover_and_commit, handle), retries)
             committed += 1
@@ -113,4 +124,4 @@ def recover(
         with ThreadPoolExecutor(workers, thread_name_prefix="twophase-recovery") as pool:
             # list(): wait for every call; the first failure is raised after all ended.
             list(pool.map(sink.recover_and_abort, in_doubt))
-    return committed, len(in_doubt)
+    return committed, aborted + len(in_doubt)

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Generic
 
 from ._codec import decode_dataclass, encode_dataclass
 from ._sink import HandleT, TxnT, _SinkBase, required
-from ._types import CommitProtocol, TransactionHandle
+from ._types import CommitProtocol, TransactionHandle, TransactionStatus
 
 __all__ = ["TwoPhaseCommitSink"]
 
@@ -209,6 +209,47 @@ class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
             A handle recorded in the commit decision.
         """
         self.commit(handle)
+
+    def transaction_status(self, handle: HandleT) -> TransactionStatus | None:
+        """Tell what the target holds of a decided transaction, changing nothing. Optional.
+
+        Recovery asks before it commits a decided batch, so that a batch whose
+        transactions the target lost (a failover to a replica that had not
+        received them) is written again instead of being reported committed.
+        When every transaction of the batch is ``PREPARED``, ``COMMITTED`` or
+        ``LOST`` and none is ``COMMITTED`` while one is ``LOST``, and Spark is
+        replaying that very batch, recovery rolls back the ones still prepared,
+        records the loss, and lets the batch run again: exact. A batch partly
+        committed and partly lost, or lost after Spark moved past it, fails
+        with :class:`~twophase.errors.FatalError` naming the lost partitions.
+        The default returns None (not known): recovery commits every handle as
+        before, and a lost one fails in :meth:`recover_and_commit`.
+
+        Runs on
+            the driver.
+        Called
+            at recovery, once per handle of a batch whose commit decision is
+            recorded but which is not recorded as committed, before any of
+            them is committed; again for every handle after the prepared ones
+            are rolled back.
+        Idempotent
+            required: it only reads.
+        On failure
+            as :meth:`recover_and_commit`: retriable errors are retried, other
+            errors fail the run.
+
+        Parameters
+        ----------
+        handle
+            A handle recorded in the commit decision.
+
+        Returns
+        -------
+        TransactionStatus or None
+            ``LOST`` only on proof that the transaction did not commit: an
+            answer the target cannot give must be None, never ``LOST``.
+        """
+        return None
 
     def encode_handle(self, handle: HandleT) -> Mapping[str, Any]:
         """Encode a handle for the commit decision, as JSON-able data. Optional.

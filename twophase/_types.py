@@ -19,6 +19,7 @@ __all__ = [
     "SinkContext",
     "TaskContext",
     "TransactionHandle",
+    "TransactionStatus",
     "parse_transaction_id",
 ]
 
@@ -44,6 +45,30 @@ class CommitProtocol(str, enum.Enum):
 
     COORDINATED = "coordinated"
     MARKERS = "markers"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class TransactionStatus(str, enum.Enum):
+    """What the target holds of a prepared transaction named by a commit decision.
+
+    Returned by :meth:`TwoPhaseCommitSink.transaction_status` at recovery.
+
+    Attributes
+    ----------
+    PREPARED
+        Still prepared: it can be committed or rolled back.
+    COMMITTED
+        Committed: its rows are visible.
+    LOST
+        Neither prepared nor committed: the target does not have it any more
+        (a failover to a replica that had not received it, a rollback by hand).
+    """
+
+    PREPARED = "prepared"
+    COMMITTED = "committed"
+    LOST = "lost"
 
     def __str__(self) -> str:
         return str(self.value)

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import pyarrow as pa
 
-from twophase import Marker, TaskContext, TransactionHandle
+from twophase import Marker, TaskContext, TransactionHandle, TransactionStatus
 
 __all__ = ["Checker", "Dialect", "MarkerStore", "PartsDialect", "PreparedStore", "Writer"]
 
@@ -96,6 +96,10 @@ class PreparedStore(Protocol[TxnT_contra, HandleT]):
 
     def rollback_prepared(self, handle: HandleT, **context: Any) -> None:
         """Roll back by transaction id; an unknown id is success, a foreign one refused."""
+        ...
+
+    def status(self, handle: HandleT, **context: Any) -> TransactionStatus | None:
+        """Tell prepared, committed (its own proof row says so) or lost; None: cannot tell."""
         ...
 
     def in_doubt(self, identity: str, **context: Any) -> Sequence[HandleT]:

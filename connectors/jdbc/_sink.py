@@ -23,6 +23,7 @@ from twophase import (
     RecoveryContext,
     SinkContext,
     TransactionHandle,
+    TransactionStatus,
     TwoPhaseCommitSink,
 )
 
@@ -83,6 +84,13 @@ class JdbcTwoPhaseSink(
         outcome = self._prepared.commit_prepared(handle, **self._where(handle))
         if outcome != "committed":
             _log.info("sink %s: %s was %s", self.name, handle.transaction_id, outcome)
+
+    def transaction_status(self, handle: HandleT) -> TransactionStatus | None:
+        """Tell prepared, committed (by the transaction's own proof row), or lost.
+
+        None for a handle of 0.2.0 on PostgreSQL, whose transaction wrote no proof row.
+        """
+        return self._prepared.status(handle, **self._where(handle))
 
     def fence_attempts(self, identity: str, epoch: int, batch_id: int) -> bool:
         """Update this identity's fence; ``pre_commit`` reads it before preparing.

@@ -165,6 +165,7 @@ def test_public_api_is_the_documented_surface() -> None:
         "TaskContext",
         "TransactionError",
         "TransactionHandle",
+        "TransactionStatus",
         "TwoPhaseCommitSink",
         "TwoPhaseError",
         "UnsafeConfigurationError",

@@ -16,7 +16,14 @@ import pyarrow as pa
 
 from .._sink_coordinated import TwoPhaseCommitSink
 from .._sink_markers import MarkerCommitSink
-from .._types import Marker, RecoveryContext, TaskContext, TransactionHandle, parse_transaction_id
+from .._types import (
+    Marker,
+    RecoveryContext,
+    TaskContext,
+    TransactionHandle,
+    TransactionStatus,
+    parse_transaction_id,
+)
 from ._target import FakeTarget
 
 __all__ = ["FakeMarkerSink", "FakeSink", "FakeTransaction"]
@@ -111,6 +118,16 @@ class FakeSink(_FakeParticipant, TwoPhaseCommitSink[FakeTransaction, Transaction
         h = handle
         self.target.check_fault("recover_and_commit", h.batch_id, h.partition_id, h.attempt)
         self.target.commit_prepared(h.transaction_id)
+
+    def transaction_status(self, handle: TransactionHandle) -> TransactionStatus:
+        """Return what the target holds of it (fault point ``transaction_status``).
+
+        Lose a prepared transaction, as a failover to a lagging replica does,
+        with :meth:`FakeTarget.rollback`.
+        """
+        h = handle
+        self.target.check_fault("transaction_status", h.batch_id, h.partition_id, h.attempt)
+        return self.target.status(h.transaction_id)
 
     def list_in_doubt(self, context: RecoveryContext) -> list[TransactionHandle]:
         """List prepared transactions of this identity (fault point ``list_in_doubt``)."""

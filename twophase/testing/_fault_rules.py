@@ -32,7 +32,8 @@ class FaultRule:
     ----------
     hook
         Hook name: ``begin_transaction``, ``write``, ``abort``; coordinated
-        ``pre_commit``, ``commit``, ``recover_and_commit``; markers
+        ``pre_commit``, ``commit``, ``recover_and_commit``,
+        ``transaction_status``; markers
         ``commit_with_marker``, ``read_markers``; both ``list_in_doubt``,
         ``recover_and_abort``.
     batch_id, partition_id, attempt

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from .._types import Fingerprint, Marker
+from .._types import Fingerprint, Marker, TransactionStatus
 from ..errors import AbortRequiredError, TransactionError
 from ._fault_rules import FaultRules
 from ._storage import DirectoryStorage, MemoryStorage, Storage
@@ -236,6 +236,25 @@ class FakeTarget(FaultRules):
         return found
 
     # ----------------------------------------------------------- inspect
+    def status(self, txn_id: str) -> TransactionStatus:
+        """Return whether a transaction is prepared, committed, or neither (lost).
+
+        Parameters
+        ----------
+        txn_id
+            The transaction.
+
+        Returns
+        -------
+        TransactionStatus
+            ``LOST`` for one open, rolled back, or never seen.
+        """
+        if self._storage.get(self._txn_key("prepared", txn_id)) is not None:
+            return TransactionStatus.PREPARED
+        if self._is_committed(txn_id):
+            return TransactionStatus.COMMITTED
+        return TransactionStatus.LOST
+
     def open_transactions(self) -> list[str]:
         """Return ids of open transactions."""
         return self._storage.list("open")

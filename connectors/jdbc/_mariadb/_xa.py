@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from twophase import TransactionHandle
+from twophase import TransactionHandle, TransactionStatus
 from twophase.errors import FatalError, RetriableError
 
 from .._coordinated import PreparedStatements
@@ -177,6 +177,42 @@ class XATransactions(MariaDBClient, PreparedStatements):
     def _listed(self, cur: Any, xid: Xid) -> bool:
         return xid in _recovered(cur)
 
+    def _committed(self, cur: Any, xid: Xid, handle: MariaDBHandle) -> bool:
+        """Whether the transaction's own row in ``twophase_prepared`` is visible: it committed."""
+        cur.execute(
+            f"SELECT 1 FROM {in_schema(self.options, PREPARED_TABLE)} WHERE identity = %s "
+            "AND batch_id = %s AND partition_id = %s AND attempt = %s LIMIT 1",
+            (xid.gtrid[3:], handle.batch_id, handle.partition_id, handle.attempt),
+        )
+        return cur.fetchone() is not None
+
+    def status(self, handle: MariaDBHandle, **context: Any) -> TransactionStatus:
+        """Tell prepared (``XA RECOVER`` lists it), committed (its row is visible), or lost.
+
+        Parameters
+        ----------
+        handle
+            The handle.
+        **context
+            Error context.
+
+        Returns
+        -------
+        TransactionStatus
+            Prepared is asked first, so a commit between the two queries shows
+            as committed, never as lost.
+        """
+        xid = self._xid(handle, **context)
+
+        def query(cur: Any) -> TransactionStatus:
+            if self._listed(cur, xid):
+                return TransactionStatus.PREPARED
+            if self._committed(cur, xid, handle):
+                return TransactionStatus.COMMITTED
+            return TransactionStatus.LOST
+
+        return self.run(f"status of {handle.transaction_id!r}", query, **context)
+
     def commit_prepared(self, handle: MariaDBHandle, **context: Any) -> str:
         """``XA COMMIT``; an xid the server does not know is resolved by its row.
 
@@ -211,12 +247,7 @@ class XATransactions(MariaDBClient, PreparedStatements):
                     raise
             if self._listed(cur, xid):
                 return "attached"
-            cur.execute(
-                f"SELECT 1 FROM {in_schema(self.options, PREPARED_TABLE)} WHERE identity = %s "
-                "AND batch_id = %s AND partition_id = %s AND attempt = %s LIMIT 1",
-                (xid.gtrid[3:], handle.batch_id, handle.partition_id, handle.attempt),
-            )
-            return "already committed" if cur.fetchone() is not None else "gone"
+            return "already committed" if self._committed(cur, xid, handle) else "gone"
 
         outcome = self.run(f"XA COMMIT {handle.transaction_id!r}", commit, **context)
         for pause in _DETACH_WAITS:

@@ -19,7 +19,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from twophase import TaskContext
+from twophase import TaskContext, TransactionStatus
 from twophase.errors import FatalError, RetriableError
 
 from .._options import JdbcOptions, QualifiedName
@@ -33,6 +33,7 @@ __all__ = [
     "outcome_of_vanished",
     "prune_commits",
     "record_commit",
+    "transaction_status",
 ]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
@@ -76,6 +77,20 @@ def _recorded_commit(cur: Any, table: sql.Composable, gid: str) -> bool:
     if rows:
         check_row_format(rows[0][0], table=table.as_string(cur), row=f"gid {gid!r}")
     return bool(rows)
+
+
+def transaction_status(cur: Any, commits: sql.Composable, gid: str) -> TransactionStatus:
+    """Return whether ``gid`` is prepared, committed (its proof row is visible), or lost.
+
+    Prepared is asked first: a transaction committed between the two queries
+    then shows its proof row, so a committed one is never taken for lost.
+    """
+    cur.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,))
+    if cur.fetchone() is not None:
+        return TransactionStatus.PREPARED
+    if _recorded_commit(cur, commits, gid):
+        return TransactionStatus.COMMITTED
+    return TransactionStatus.LOST
 
 
 def prune_commits(cur: Any, table: sql.Composable, identity: str, batch_id: int) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg2
 from psycopg2 import sql
 
-from twophase import TransactionHandle
+from twophase import TransactionHandle, TransactionStatus
 from twophase.errors import ConfigurationError
 
 from .._coordinated import PreparedStatements
@@ -30,6 +30,7 @@ from ._commits import (
     outcome_of_vanished,
     prune_commits,
     record_commit,
+    transaction_status,
 )
 from ._errors import is_connection_error, map_error, sqlstate
 from ._fencing import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
@@ -341,6 +342,21 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
 
         outcome = self.run(f"COMMIT PREPARED {gid!r}", commit, **context)
         return "committed" if outcome is None else outcome
+
+    def status(self, handle: PostgresHandle, **context: Any) -> TransactionStatus | None:
+        """Tell prepared, committed or lost, by ``pg_prepared_xacts`` and the proof row.
+
+        None for a handle without a proof row (0.2.0): an xid tells nothing
+        across a failover, and such a handle is committed as before.
+        """
+        if not handle.proof:
+            return None
+        gid = handle.transaction_id
+
+        def query(cur: Any) -> TransactionStatus:
+            return transaction_status(cur, self.commits, gid)
+
+        return self.run(f"status of {gid!r}", query, **context)
 
     def rollback(self, gid: str, **context: Any) -> bool:
         """``ROLLBACK PREPARED gid`` on a pooled connection; an unknown gid is success.
