@@ -216,8 +216,8 @@ def check_server_version(version: str, where: str) -> None:
             )
 
 
-class PyMySQLDriver:
-    """MariaDB through PyMySQL (the :class:`~.._pool.Driver` of the dialect)."""
+class PyMySQLDbApi:
+    """MariaDB through PyMySQL (the :class:`~.._pool.DbApi` of the dialect)."""
 
     name = "pymysql"
 
@@ -295,4 +295,4 @@ class PyMySQLDriver:
             conn.rollback()
 
 
-PYMYSQL = PyMySQLDriver()
+PYMYSQL = PyMySQLDbApi()
