@@ -1,7 +1,7 @@
 """MariaDB through PyMySQL: the connection URL and keywords, the server check, sessions.
 
 PyMySQL is pure Python: it installs from a wheel anywhere Spark runs, with no
-compiler and no client library (``docs/mariadb.md`` says why it was chosen).
+compiler and no C library (``docs/mariadb.md`` says why it was chosen).
 Its errors are mapped onto :mod:`twophase.errors` by :mod:`._errors`.
 """
 
