@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ._pool import close_connections
-from ._registry import public_names as _public_names
+from ._registry import DATABASES as _DATABASES
 
 if _TYPE_CHECKING:
     from ._mariadb._dialect import MariaDBMarkerSink, MariaDBTwoPhaseSink
@@ -51,10 +51,19 @@ if _TYPE_CHECKING:
     from ._postgres._factory import postgres_sink
     from ._postgres._format import register_postgres_format
 
+
+def _public_names() -> dict[str, str]:
+    """Return where each registered database's public names live (``PUBLIC`` of its package)."""
+    where: dict[str, str] = {}
+    for db in _DATABASES:
+        package = _importlib.import_module(f".{db.package}", __name__)
+        where.update({name: f".{db.package}.{module}" for name, module in package.PUBLIC.items()})
+    return where
+
+
 #: Where each public name lives (imported on first use: a dialect's client
-#: library is only needed when the dialect is used). The names of the type
-#: checkers' imports above and of ``__all__`` are the registry's
-#: (``tests/unit/jdbc/test_jdbc_registry.py``).
+#: library is only needed when the dialect is used). The type checkers' imports
+#: above and ``__all__`` name the same (``tests/unit/jdbc/test_jdbc_registry.py``).
 _LAZY = _public_names()
 
 __all__ = [

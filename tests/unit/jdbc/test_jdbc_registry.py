@@ -1,9 +1,11 @@
 """The JDBC family's registry: every database's package, public names and contracts come from it.
 
-``connectors/jdbc/_registry.py`` is the one place a database is registered. These tests fail
-when a database's package exists but is not registered (or the reverse), when the public face
-of ``twophase.connectors.jdbc`` (its type checkers' imports and ``__all__``) differs from the
-registry, and when the client-library import contract of ``pyproject.toml`` does.
+``connectors/jdbc/_registry.py`` is the one place a database is registered (its package and its
+client library); the package's ``PUBLIC`` names its public names. These tests fail when a
+database's package exists but is not registered (or the reverse), when the public face of
+``twophase.connectors.jdbc`` (its type checkers' imports and ``__all__``) differs from the
+packages' ``PUBLIC``, and when the client-library import contract of ``pyproject.toml`` differs
+from the registry.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from twophase.connectors import jdbc
-from twophase.connectors.jdbc._registry import DATABASES, public_names
+from twophase.connectors.jdbc._registry import DATABASES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,8 +63,24 @@ def test_a_package_left_out_of_the_registry_is_found(tmp_path: Path) -> None:
     assert _unregistered(family) == ({"_oracle"}, {"_mariadb"})
 
 
-def test_each_public_name_is_defined_where_the_registry_says() -> None:
-    for name, module in public_names().items():
+def _public_names() -> dict[str, str]:
+    """Return each public name of every registered database and its module (``PUBLIC``)."""
+    return {
+        name: f".{db.package}.{module}"
+        for db in DATABASES
+        for name, module in importlib.import_module(
+            f"twophase.connectors.jdbc.{db.package}"
+        ).PUBLIC.items()
+    }
+
+
+def test_the_family_exports_every_registered_databases_public_names() -> None:
+    assert _public_names() == jdbc._LAZY
+    assert {"postgres_sink", "mariadb_sink"} <= set(jdbc._LAZY)
+
+
+def test_each_public_name_is_defined_where_its_package_says() -> None:
+    for name, module in _public_names().items():
         defined = importlib.import_module(module, "twophase.connectors.jdbc")
         assert getattr(defined, name).__module__.startswith(defined.__name__), name
         assert getattr(jdbc, name) is getattr(defined, name)
@@ -70,8 +88,8 @@ def test_each_public_name_is_defined_where_the_registry_says() -> None:
 
 def test_the_public_face_is_the_registrys() -> None:
     # __all__ and the imports under TYPE_CHECKING are what type checkers read; they are
-    # written out (a type checker cannot run the registry) and must say what it says.
-    assert set(jdbc.__all__) == {"close_connections", *public_names()}
+    # written out (a type checker cannot run the registry) and must say what PUBLIC says.
+    assert set(jdbc.__all__) == {"close_connections", *_public_names()}
     tree = ast.parse((FAMILY / "__init__.py").read_text())
     (block,) = [
         node
@@ -84,7 +102,7 @@ def test_the_public_face_is_the_registrys() -> None:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    assert imported == public_names()
+    assert imported == _public_names()
 
 
 def test_the_client_library_contract_is_the_registrys() -> None:
