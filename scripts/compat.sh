@@ -90,7 +90,7 @@ run_cell() {
     local -a steps=(
         "unit|tests/unit"
         "spark fake sinks|tests/spark/test_spark_fake_sink.py"
-        "postgres end to end, a driver kill per protocol|tests/integration/jdbc/test_jdbc_spark.py tests/integration/jdbc/test_jdbc_keyed.py"
+        "postgres end to end, a driver kill per protocol|tests/integration/jdbc/test_postgres_spark.py tests/integration/jdbc/test_postgres_keyed.py"
         "driver killed and restarted, each connector|tests/chaos/test_target_faults.py -k driver_killed_with_its_process_group"
     )
     if [[ "$kafka_source" == yes ]]; then

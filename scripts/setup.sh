@@ -119,9 +119,9 @@ if ! python_ok "$PY"; then
 fi
 
 # pip is skipped when nothing changed since the last successful install (same pyproject.toml,
-# tools/pyproject.toml and constraints, same checkout location, imports work).
+# setup.py, tools/pyproject.toml and constraints, same checkout location, imports work).
 stamp_file=.venv/.twophase-setup-stamp
-stamp="$(cat pyproject.toml tools/pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1) $ROOT"
+stamp="$(cat pyproject.toml setup.py tools/pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1) $ROOT"
 imports="twophase_dev, twophase.connectors, pyspark, confluent_kafka, psycopg2, pymysql, pytest"
 if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]] \
     && "$PY" -c "import $imports" >/dev/null 2>&1; then

@@ -19,7 +19,7 @@ started=0
 trap 'if ((started)); then "$ROOT/.venv/bin/twophase-dev" down >/dev/null 2>&1; fi; [[ -n "${KEEP:-}" ]] || rm -rf "$work"' EXIT
 
 mkdir -p "$work/src"
-cp -r pyproject.toml README.md twophase connectors "$work/src/"
+cp -r pyproject.toml setup.py README.md twophase connectors "$work/src/"
 .venv/bin/python -m build --wheel --no-isolation -o "$work/dist" "$work/src" >/dev/null
 base="$(ls -d "$HOME"/.pyenv/versions/"$PYTHON_VERSION".* | sort -V | tail -n1)/bin/python"
 "$base" -m venv "$work/venv"

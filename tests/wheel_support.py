@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 _SOURCES = (
     "pyproject.toml",
+    "setup.py",
     "README.md",
     "LICENSE",
     "twophase",

@@ -20,8 +20,9 @@ In both dialects ``mode`` is ``"append"``, ``"upsert"`` or ``"cdc"``; for
 upsert and CDC the sink routes every row of a key to one transaction itself
 (``key_by``), whatever the DataFrame's partitioning.
 
-Each dialect's driver is imported when one of its names is first used, so
-the PostgreSQL sinks need only psycopg2 and the MariaDB sinks only PyMySQL.
+Each dialect's client library is imported when one of its names is first
+used, so the PostgreSQL sinks need only psycopg2 and the MariaDB sinks only
+PyMySQL. The databases are registered in :mod:`._registry`.
 
 Examples
 --------
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ._pool import close_connections
+from ._registry import DATABASES as _DATABASES
 
 if _TYPE_CHECKING:
     from ._mariadb._dialect import MariaDBMarkerSink, MariaDBTwoPhaseSink
@@ -49,20 +51,20 @@ if _TYPE_CHECKING:
     from ._postgres._factory import postgres_sink
     from ._postgres._format import register_postgres_format
 
-#: Where each public name lives (imported on first use: a dialect's driver is
-#: only needed when the dialect is used).
-_LAZY = {
-    "MariaDBMarkerSink": "._mariadb._dialect",
-    "MariaDBTwoPhaseSink": "._mariadb._dialect",
-    "PostgresMarkerSink": "._postgres._dialect",
-    "PostgresTwoPhaseSink": "._postgres._dialect",
-    "PreparedTransaction": "._postgres._admin",
-    "list_prepared_transactions": "._postgres._admin",
-    "mariadb_sink": "._mariadb._factory",
-    "postgres_sink": "._postgres._factory",
-    "register_mariadb_format": "._mariadb._format",
-    "register_postgres_format": "._postgres._format",
-}
+
+def _public_names() -> dict[str, str]:
+    """Return where each registered database's public names live (``PUBLIC`` of its package)."""
+    where: dict[str, str] = {}
+    for db in _DATABASES:
+        package = _importlib.import_module(f".{db.package}", __name__)
+        where.update({name: f".{db.package}.{module}" for name, module in package.PUBLIC.items()})
+    return where
+
+
+#: Where each public name lives (imported on first use: a dialect's client
+#: library is only needed when the dialect is used). The type checkers' imports
+#: above and ``__all__`` name the same (``tests/unit/jdbc/test_jdbc_registry.py``).
+_LAZY = _public_names()
 
 __all__ = [
     "MariaDBMarkerSink",

@@ -3,7 +3,7 @@
 :class:`JdbcClient` is what the executor side and the driver side of every
 dialect have in common: the sink's options and connection parameters (so it
 pickles with the sink), the process-wide pool they select, and one way to run
-statements on it. A dialect's client names its driver (:class:`~._pool.Driver`),
+statements on it. A dialect's client names its DB-API layer (:class:`~._pool.DbApi`),
 how its errors map onto :mod:`twophase.errors` (:class:`~._errors.ErrorMap`) and the
 settings of its sessions.
 """
@@ -18,7 +18,7 @@ from twophase.errors import RetriableError, TwoPhaseError
 from ._config import ConnectionConfig
 from ._errors import ErrorMap
 from ._options import JdbcOptions
-from ._pool import ConnectionPool, Driver, pool_for
+from ._pool import ConnectionPool, DbApi, pool_for
 
 __all__ = ["JdbcClient", "lost_connection", "unreachable"]
 
@@ -28,7 +28,7 @@ T = TypeVar("T")
 class JdbcClient:
     """Options and connection parameters, and statements run on their pool.
 
-    Picklable: values only. Subclasses set :attr:`driver` and :attr:`errors`
+    Picklable: values only. Subclasses set :attr:`dbapi` and :attr:`errors`
     and may override :meth:`session_settings`.
 
     Parameters
@@ -39,7 +39,7 @@ class JdbcClient:
         Connection parameters.
     """
 
-    driver: ClassVar[Driver]
+    dbapi: ClassVar[DbApi]
     errors: ClassVar[ErrorMap]
 
     def __init__(self, options: JdbcOptions, connection: ConnectionConfig) -> None:
@@ -52,7 +52,7 @@ class JdbcClient:
         Returns
         -------
         tuple of (name, value)
-            Applied by the driver when a connection opens.
+            Applied by the DB-API layer when a connection opens.
         """
         return ()
 
@@ -64,7 +64,7 @@ class JdbcClient:
         ConnectionPool
             The pool.
         """
-        return pool_for(self.connection, self.session_settings(), self.options.bounds, self.driver)
+        return pool_for(self.connection, self.session_settings(), self.options.bounds, self.dbapi)
 
     def session(self, doing: str, fn: Callable[[Any], T], **context: Any) -> tuple[T, Any]:
         """Run ``fn(cursor)`` on a pooled connection and hand the connection over.

@@ -3,7 +3,7 @@
 :class:`ConnectionConfig` is pickled with the sink to the executors, so it
 holds plain values only. It never shows a password or an ``sslpassword`` in
 its ``repr``, its ``str``, or in any message built from it; :func:`redact`
-scrubs them from text that comes back from a driver. Each dialect parses its
+scrubs them from text that comes back from a client library. Each dialect parses its
 own connection strings (a libpq DSN, a ``mariadb://`` URL) into keywords. The
 sink's own settings are in :mod:`._options`.
 """
@@ -30,7 +30,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     Parameters
     ----------
     text
-        Any text that may contain a secret (an error message from a driver).
+        Any text that may contain a secret (an error message from a client library).
     secrets
         The secret values.
 
@@ -50,7 +50,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 class ConnectionConfig:
     """A server's connection keywords, merged from a parsed connection string and keywords.
 
-    The keywords are the dialect driver's own (libpq's ``host``, ``dbname``,
+    The keywords are the dialect's client library's own (libpq's ``host``, ``dbname``,
     ``sslmode``...; PyMySQL's ``host``, ``database``...), passed through
     unchanged. Keywords win over the parsed string. Secrets stay hidden.
 
@@ -89,7 +89,7 @@ class ConnectionConfig:
 
     # ------------------------------------------------------------ access
     def connect_kwargs(self) -> dict[str, str]:
-        """Return the keywords for the driver's ``connect(**kwargs)``, secrets included.
+        """Return the keywords for the client library's ``connect(**kwargs)``, secrets included.
 
         Returns
         -------

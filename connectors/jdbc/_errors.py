@@ -1,10 +1,10 @@
-"""How a dialect's driver errors become :mod:`twophase.errors`: the skeleton every dialect shares.
+"""How a client library's errors become :mod:`twophase.errors`: the skeleton every dialect shares.
 
 :class:`ErrorMap` builds every message the same way -- what the sink was
 doing, the server's own text with its error code, a hint, secrets scrubbed
 (:func:`~._config.redact`), the column when it can be told -- and asks the
 dialect only what its codes mean (:meth:`ErrorMap.classify`) and how its
-driver tells a lost connection, a refused login and a missing database.
+client library tells a lost connection, a refused login and a missing database.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ Refusal = Literal["credentials", "database"]
 
 
 class ErrorMap:
-    """A driver's errors mapped onto :mod:`twophase.errors` (stateless, shared per dialect)."""
+    """A client library's errors as :mod:`twophase.errors` (stateless, shared per dialect)."""
 
     #: The database, for messages (``"PostgreSQL"``).
     database: ClassVar[str]
@@ -33,7 +33,7 @@ class ErrorMap:
     # ------------------------------------------------------------------ hooks
     @property
     def error(self) -> tuple[type[BaseException], ...]:
-        """The driver's base exception class(es), caught around statements."""
+        """The client library's base exception class(es), caught around statements."""
         raise NotImplementedError
 
     def is_connection_error(self, exc: BaseException) -> bool:
@@ -74,7 +74,7 @@ class ErrorMap:
         Parameters
         ----------
         exc
-            The driver's error.
+            The client library's error.
         doing
             What the sink was doing, e.g. ``"COPY into public.events"``.
         secrets
@@ -107,7 +107,7 @@ class ErrorMap:
         Parameters
         ----------
         exc
-            The driver's error.
+            The client library's error.
         where
             The secret-free server description.
         secrets
@@ -131,5 +131,5 @@ class ErrorMap:
         return RetriableError(text, **context)
 
     def connect_text(self, exc: BaseException) -> str:
-        """Return the driver's message of a failed connect, on one line."""
+        """Return the client library's message of a failed connect, on one line."""
         return str(exc).strip().replace("\n", " ")

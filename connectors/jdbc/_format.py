@@ -86,7 +86,7 @@ class FormatSpec:
         The default format name (``"twophase-<dialect>"``).
     factory
         ``module:function`` of the sink factory, imported when a sink is built
-        (so that registering a format needs no database driver).
+        (so that registering a format needs no client library).
     options
         Option name (lower case) -> (factory argument, parser).
     required

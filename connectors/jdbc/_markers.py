@@ -5,7 +5,7 @@ transaction and commits both (:meth:`MarkerTable.commit_with_marker`); the
 driver creates and prunes the table and reads the markers of a replayed
 batch. Marker table layout and pruning: "Marker table" in ``docs/jdbc.md``.
 
-The statements are the same on every database (both drivers take ``%s``
+The statements are the same on every database (both client libraries take ``%s``
 parameters); a dialect's subclass says how to quote the table, which column
 types to create it with, and how to tell a duplicate-key error and a
 ``COMMIT`` that rolled back instead (each dialect's ``_markers`` module).

@@ -1,8 +1,8 @@
 """How long a session waits on the network: to connect, and for a silent peer.
 
 :class:`NetworkBounds` is read from the sink's options (``connect_timeout``,
-``network_timeout``) and applied by each dialect's driver: as its client
-library's keywords (PostgreSQL's ``_driver.libpq_bounds``) or on the socket
+``network_timeout``) and applied by each dialect's DB-API layer: as its client
+library's keywords (PostgreSQL's ``_dbapi.libpq_bounds``) or on the socket
 (:meth:`NetworkBounds.apply_to_socket`).
 See "Network failures" in ``docs/guarantees.md``.
 """

@@ -1,13 +1,13 @@
 """Connections kept per process and reused across batches, for every dialect.
 
-One :class:`ConnectionPool` per (driver, connection parameters, session
+One :class:`ConnectionPool` per (client library, connection parameters, session
 settings) in each process, shared by every sink of that process (see
 "Connections" in ``docs/jdbc.md``). Connections run in autocommit mode; a
 connection is only put back when the session is idle and not in a
 transaction, anything else is closed. The pools notice a ``fork()`` and never
 reuse a parent's connection in a child. What differs between databases -- how
 to connect, and how to tell an idle session -- is the dialect's
-:class:`Driver`; how long a session may wait on the network, :mod:`._network`.
+:class:`DbApi`; how long a session may wait on the network, :mod:`._network`.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ from typing import Any, Protocol
 from ._config import ConnectionConfig
 from ._network import NetworkBounds
 
-__all__ = ["ConnectionPool", "Driver", "close_connections", "pool_for"]
+__all__ = ["ConnectionPool", "DbApi", "close_connections", "pool_for"]
 
 _MAX_IDLE = 8
 
 
-class Driver(Protocol):
-    """How one DB-API driver opens a session and tells its state.
+class DbApi(Protocol):
+    """How one DB-API client library opens a session and tells its state.
 
     Attributes
     ----------
     name
-        The driver's name (part of the pool's key).
+        The client library's name (part of the pool's key).
     """
 
     name: str
@@ -40,7 +40,7 @@ class Driver(Protocol):
     def connect(
         self, config: ConnectionConfig, settings: tuple[tuple[str, str], ...], bounds: NetworkBounds
     ) -> Any:
-        """Open a bounded autocommit session with the settings; raise the driver's error."""
+        """Open a bounded autocommit session with the settings; raise the client library's error."""
         ...
 
     def is_closed(self, conn: Any) -> bool:
@@ -73,8 +73,8 @@ class ConnectionPool:
         parameters say otherwise.
     max_idle
         Idle connections kept; more are closed when given back.
-    driver
-        The dialect's DB-API driver.
+    dbapi
+        The dialect's DB-API layer (its client library).
     """
 
     def __init__(
@@ -82,10 +82,10 @@ class ConnectionPool:
         config: ConnectionConfig,
         settings: tuple[tuple[str, str], ...],
         bounds: NetworkBounds,
-        driver: Driver,
+        dbapi: DbApi,
         max_idle: int = _MAX_IDLE,
     ) -> None:
-        self.driver = driver
+        self.dbapi = dbapi
         self.config = config
         self.settings = settings
         self.bounds = bounds
@@ -105,9 +105,9 @@ class ConnectionPool:
         Raises
         ------
         Exception
-            The driver's error: the server is unreachable or refuses the connection.
+            The client library's error: the server is unreachable or refuses the connection.
         """
-        conn = self.driver.connect(self.config, self.settings, self.bounds)
+        conn = self.dbapi.connect(self.config, self.settings, self.bounds)
         self.opened += 1
         return conn
 
@@ -124,7 +124,7 @@ class ConnectionPool:
         with self._lock:
             while self._idle:
                 conn = self._idle.pop()
-                if not self.driver.is_closed(conn):
+                if not self.dbapi.is_closed(conn):
                     return conn, True
         return self.connect(), False
 
@@ -141,11 +141,11 @@ class ConnectionPool:
         """
         if rollback:
             try:
-                self.driver.rollback(conn)
+                self.dbapi.rollback(conn)
             except Exception:
                 self.discard(conn)
                 return
-        healthy = self.driver.is_idle(conn)
+        healthy = self.dbapi.is_idle(conn)
         if healthy:
             with self._lock:
                 if len(self._idle) < self.max_idle:
@@ -208,9 +208,9 @@ def pool_for(
     config: ConnectionConfig,
     settings: tuple[tuple[str, str], ...],
     bounds: NetworkBounds,
-    driver: Driver,
+    dbapi: DbApi,
 ) -> ConnectionPool:
-    """Return the process-wide pool for this driver, these parameters and settings.
+    """Return the process-wide pool for this client library, these parameters and settings.
 
     Parameters
     ----------
@@ -220,8 +220,8 @@ def pool_for(
         Session settings.
     bounds
         How long to wait on the network.
-    driver
-        The DB-API driver.
+    dbapi
+        The dialect's DB-API layer.
 
     Returns
     -------
@@ -229,7 +229,7 @@ def pool_for(
         Shared by every sink of this process with the same arguments.
     """
     global _POOLS_PID
-    key = (driver.name, config.key, settings, bounds)
+    key = (dbapi.name, config.key, settings, bounds)
     with _POOLS_LOCK:
         if os.getpid() != _POOLS_PID:
             _INHERITED.extend(_POOLS.values())
@@ -237,7 +237,7 @@ def pool_for(
             _POOLS_PID = os.getpid()
         pool = _POOLS.get(key)
         if pool is None:
-            pool = _POOLS[key] = ConnectionPool(config, settings, bounds, driver=driver)
+            pool = _POOLS[key] = ConnectionPool(config, settings, bounds, dbapi=dbapi)
         return pool
 
 

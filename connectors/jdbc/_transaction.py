@@ -41,7 +41,7 @@ class JdbcTransaction:
         PostgreSQL: the server's 64-bit transaction id (coordinated), to tell
         later whether a gid that disappeared was committed or rolled back.
     errors
-        How the dialect's driver errors map onto :mod:`twophase.errors`.
+        How the dialect's client library's errors map onto :mod:`twophase.errors`.
     """
 
     errors: ErrorMap  # the dialect's subclass names its error map
@@ -106,7 +106,7 @@ class JdbcTransaction:
         return self.conn
 
     def failure(self, exc: BaseException, doing: str, hint: str | None = None) -> TwoPhaseError:
-        """Map a driver error of this transaction, dropping a broken connection.
+        """Map a client library's error of this transaction, dropping a broken connection.
 
         Parameters
         ----------

@@ -206,7 +206,7 @@ def test_cdc_on_connect_routes_a_keys_creates_and_deletes_to_one_transaction(
     )
 
     def start(spark: Any) -> Any:
-        # Two small files are two partitions (tests/integration/jdbc/test_jdbc_keyed.py checks
+        # Two small files are two partitions (tests/integration/jdbc/test_postgres_keyed.py checks
         # it in classic mode; the Connect server plans file scans the same way).
         df = spark.readStream.schema("id long, op string, seq long").json(str(source))
         return (

@@ -323,20 +323,6 @@ def test_the_public_api_contract_names_every_private_module() -> None:
     assert private == set(contract["forbidden_modules"])
 
 
-def test_the_jdbc_core_contract_names_every_module_of_the_core() -> None:
-    # The core's modules are listed (a forbidden contract has no "every module but the
-    # dialects"); this keeps the list complete when one is added.
-    root = Path(__file__).resolve().parents[2]
-    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (contract,) = [c for c in config["contracts"] if c["id"] == "jdbc-core-no-driver"]
-    core = {
-        f"connectors.jdbc.{path.stem}"
-        for path in (root / "connectors" / "jdbc").glob("_*.py")
-        if not path.name.startswith("__")
-    }
-    assert core == set(contract["source_modules"])
-
-
 def test_every_module_of_the_wheel_is_one_idea_of_at_most_450_lines() -> None:
     root = Path(__file__).resolve().parents[2]
     modules = [*(root / "twophase").rglob("*.py"), *(root / "connectors").rglob("*.py")]

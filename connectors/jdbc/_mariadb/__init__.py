@@ -4,3 +4,14 @@ MySQL is not supported: the sessions set MariaDB's own variables (``docs/mariadb
 
 The public names are re-exported by :mod:`twophase.connectors.jdbc`.
 """
+
+from typing import Final
+
+#: Each public name of the dialect and the module of this package that defines it
+#: (imported on first use: this package's ``__init__`` imports no client library).
+PUBLIC: Final = {
+    "MariaDBMarkerSink": "_dialect",
+    "MariaDBTwoPhaseSink": "_dialect",
+    "mariadb_sink": "_factory",
+    "register_mariadb_format": "_format",
+}

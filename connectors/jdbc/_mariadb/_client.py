@@ -16,7 +16,7 @@ from typing import Any
 from .._client import JdbcClient
 from .._options import QualifiedName
 from .._table import TableColumn, TableInfo
-from ._driver import PYMYSQL
+from ._dbapi import PYMYSQL
 from ._errors import MARIADB_ERRORS
 from ._sql import SQL_MODE, literal
 
@@ -131,7 +131,7 @@ def describe_table(cur: Any, table: QualifiedName) -> TableInfo | None:
 class MariaDBClient(JdbcClient):
     """Statements on pooled PyMySQL sessions with the sink's settings."""
 
-    driver = PYMYSQL
+    dbapi = PYMYSQL
     errors = MARIADB_ERRORS
 
     def session_settings(self) -> tuple[tuple[str, str], ...]:
@@ -140,7 +140,7 @@ class MariaDBClient(JdbcClient):
         Returns
         -------
         tuple of (name, SQL literal)
-            Zone, ``sql_mode`` and the sink's timeouts (the driver also sets
+            Zone, ``sql_mode`` and the sink's timeouts (the DB-API layer also sets
             ``READ COMMITTED``).
         """
         o = self.options

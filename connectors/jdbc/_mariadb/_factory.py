@@ -12,8 +12,8 @@ from twophase.errors import ConfigurationError
 from .._config import ConnectionConfig
 from .._factory import Protocol, sink_options, unused_staging
 from .._options import WriteMode
+from ._dbapi import check_keys, parse_url
 from ._dialect import MariaDBMarkerSink, MariaDBTwoPhaseSink
-from ._driver import check_keys, parse_url
 
 __all__ = ["mariadb_sink"]
 

@@ -3,7 +3,7 @@ r"""Record batches to ``LOAD DATA LOCAL INFILE``: tab-separated fields rendered 
 Each column becomes fields (:func:`~._types.render_fields`: ``\N`` for NULL,
 backslash, tab and newline escaped, every other byte as it is); Arrow joins a
 row's fields with tabs and ends it with a newline, so the whole file is one
-buffer, written to a temporary file and sent by the driver when the server
+buffer, written to a temporary file and sent by PyMySQL when the server
 asks for it. ``LOAD DATA`` turns what strict mode would refuse into warnings
 (a duplicate key skipped, a value clamped), so :func:`load` counts the rows
 and the warnings and fails the transaction on any.

@@ -1,7 +1,7 @@
 """Identifiers and literals of MariaDB SQL text.
 
 Identifiers always go through :func:`quote` (backticks, a backtick doubled);
-values through :func:`literal` or the driver's parameters. The sessions run
+values through :func:`literal` or PyMySQL's parameters. The sessions run
 with a fixed ``sql_mode`` (:data:`SQL_MODE`: strict, backslash escapes on,
 ``ANSI_QUOTES`` off), so that quoting here means the same on every server,
 whatever its global settings.

@@ -13,7 +13,7 @@ import psycopg2
 
 from .._gid import GID_PREFIX, parse_gid
 from .._network import NetworkBounds
-from ._driver import libpq_bounds, postgres_connection
+from ._dbapi import libpq_bounds, postgres_connection
 from ._errors import connection_error, map_error
 
 __all__ = ["PreparedTransaction", "list_prepared_transactions"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._client import JdbcClient
-from ._driver import PSYCOPG2
+from ._dbapi import PSYCOPG2
 from ._errors import POSTGRES_ERRORS
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ class PostgresClient(JdbcClient):
         Connection parameters.
     """
 
-    driver = PSYCOPG2
+    dbapi = PSYCOPG2
     errors = POSTGRES_ERRORS
 
     def session_settings(self) -> tuple[tuple[str, str], ...]:

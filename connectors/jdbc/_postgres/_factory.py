@@ -11,8 +11,8 @@ from twophase import RetryPolicy
 from .._factory import Protocol, sink_options, unused_staging
 from .._options import WriteMode
 from ._checks import PostgresChecker
+from ._dbapi import postgres_connection
 from ._dialect import PostgresMarkerSink, PostgresTwoPhaseSink
-from ._driver import postgres_connection
 from ._prepared import PreparedTransactions
 from ._slots import partition_limit
 

@@ -1,4 +1,4 @@
-"""Fixtures for the PostgreSQL connector's integration tests.
+"""Fixtures of the JDBC family's integration tests: the PostgreSQL targets, a fresh table name.
 
 Built on the session servers of ``tests/conftest.py``: ``postgres_server``
 (``max_prepared_transactions = 64``, the coordinated protocol) and

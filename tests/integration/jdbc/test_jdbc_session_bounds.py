@@ -9,10 +9,10 @@ import pytest
 
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._mariadb._client import MariaDBClient
-from twophase.connectors.jdbc._mariadb._driver import parse_url
+from twophase.connectors.jdbc._mariadb._dbapi import parse_url
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
 from twophase.connectors.jdbc._postgres._client import PostgresClient
-from twophase.connectors.jdbc._postgres._driver import postgres_connection
+from twophase.connectors.jdbc._postgres._dbapi import postgres_connection
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""MariaDB: upsert and CDC on the real server, both protocols (the scenarios of test_jdbc_modes)."""
+"""MariaDB: upsert and CDC on the real server, both protocols (test_postgres_modes's scenarios)."""
 
 from __future__ import annotations
 

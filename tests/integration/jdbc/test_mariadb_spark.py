@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from jdbc_support import mariadb_sql, run_to_end
-from test_jdbc_spark import write_files
+from test_postgres_spark import write_files
 
 import twophase
 from twophase.connectors.jdbc import mariadb_sink

@@ -12,7 +12,7 @@ import pytest
 from twophase.connectors.jdbc import mariadb_sink, postgres_sink
 from twophase.connectors.jdbc._network import NetworkBounds
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
-from twophase.connectors.jdbc._postgres._driver import libpq_bounds
+from twophase.connectors.jdbc._postgres._dbapi import libpq_bounds
 from twophase.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit
@@ -93,20 +93,20 @@ def test_the_factories_default_to_a_minute(factory: object) -> None:
 
 
 @pytest.mark.parametrize(
-    ("driver", "url"),
+    ("dbapi", "url"),
     [
-        ("connectors.jdbc._postgres._driver:Psycopg2Driver", "postgresql://u:p@127.0.0.1:{}/db"),
-        ("connectors.jdbc._mariadb._driver:PyMySQLDriver", "mysql://u:p@127.0.0.1:{}/db"),
+        ("connectors.jdbc._postgres._dbapi:Psycopg2DbApi", "postgresql://u:p@127.0.0.1:{}/db"),
+        ("connectors.jdbc._mariadb._dbapi:PyMySQLDbApi", "mysql://u:p@127.0.0.1:{}/db"),
     ],
     ids=["postgres", "mariadb"],
 )
 def test_a_server_silent_after_accepting_fails_the_connect_within_connect_timeout(
-    driver: str, url: str
+    dbapi: str, url: str
 ) -> None:
     """The handshake is part of the connect: a server or proxy that accepts (the kernel does)
     and never greets is a bounded failure, not a task held for ever (PyMySQL bounds only the
-    TCP connect with its connect_timeout; the driver bounds the rest)."""
-    module, name = driver.split(":")
+    TCP connect with its connect_timeout; the DB-API layer bounds the rest)."""
+    module, name = dbapi.split(":")
     connector = getattr(importlib.import_module(f"twophase.{module}"), name)()
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -1,4 +1,4 @@
-"""The MariaDB driver's PyMySQL connection class."""
+"""The MariaDB dialect's DB-API layer: PyMySQL's connection class, the server check."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("pymysql")
 
-from twophase.connectors.jdbc._mariadb._driver import _pymysql_connection, check_server_version
+from twophase.connectors.jdbc._mariadb._dbapi import _pymysql_connection, check_server_version
 from twophase.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit

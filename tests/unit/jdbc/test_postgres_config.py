@@ -13,7 +13,7 @@ from twophase import SinkContext
 from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink, postgres_sink
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
-from twophase.connectors.jdbc._postgres._driver import postgres_connection
+from twophase.connectors.jdbc._postgres._dbapi import postgres_connection
 from twophase.connectors.jdbc._postgres._prepared import PostgresHandle
 from twophase.connectors.jdbc._postgres._slots import partition_limit, share_slots
 from twophase.errors import ConfigurationError, RetriableError

@@ -1,6 +1,6 @@
 """PostgreSQL through psycopg2: connection strings, sessions bounded on the network, pooled.
 
-The dialect's :class:`~.._pool.Driver`: a libpq DSN or URI is parsed into
+The dialect's :class:`~.._pool.DbApi`: a libpq DSN or URI is parsed into
 keywords (:func:`postgres_connection`), a connection gets libpq's keepalive and
 user timeout from the sink's network bounds (:func:`libpq_bounds`) and the
 session settings, and the pool asks it whether a session is idle.
@@ -16,7 +16,7 @@ from twophase.errors import ConfigurationError
 from .._config import ConnectionConfig
 from .._network import NetworkBounds
 
-__all__ = ["PSYCOPG2", "Psycopg2Driver", "libpq_bounds", "parse_dsn", "postgres_connection"]
+__all__ = ["PSYCOPG2", "Psycopg2DbApi", "libpq_bounds", "parse_dsn", "postgres_connection"]
 
 
 def postgres_connection(dsn: str | None = None, **params: object) -> ConnectionConfig:
@@ -70,7 +70,7 @@ def parse_dsn(dsn: str) -> dict[str, str]:
     return parsed
 
 
-class Psycopg2Driver:
+class Psycopg2DbApi:
     """PostgreSQL through psycopg2 (libpq)."""
 
     name = "psycopg2"
@@ -124,7 +124,7 @@ class Psycopg2Driver:
                 cur.execute("ROLLBACK")
 
 
-PSYCOPG2 = Psycopg2Driver()
+PSYCOPG2 = Psycopg2DbApi()
 
 
 def libpq_bounds(bounds: NetworkBounds) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """MariaDB through PyMySQL: the connection URL and keywords, the server check, sessions.
 
 PyMySQL is pure Python: it installs from a wheel anywhere Spark runs, with no
-compiler and no client library (``docs/mariadb.md`` says why it was chosen).
+compiler and no C library (``docs/mariadb.md`` says why it was chosen).
 Its errors are mapped onto :mod:`twophase.errors` by :mod:`._errors`.
 """
 
@@ -216,8 +216,8 @@ def check_server_version(version: str, where: str) -> None:
             )
 
 
-class PyMySQLDriver:
-    """MariaDB through PyMySQL (the :class:`~.._pool.Driver` of the dialect)."""
+class PyMySQLDbApi:
+    """MariaDB through PyMySQL (the :class:`~.._pool.DbApi` of the dialect)."""
 
     name = "pymysql"
 
@@ -295,4 +295,4 @@ class PyMySQLDriver:
             conn.rollback()
 
 
-PYMYSQL = PyMySQLDriver()
+PYMYSQL = PyMySQLDbApi()
