@@ -47,7 +47,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True)
 class ObjectStoreKind:
     """An object store twophase writes the log to through its conditional writes.

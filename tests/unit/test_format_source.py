@@ -57,7 +57,9 @@ def test_a_sink_that_routes_rows_by_key_is_refused_with_the_reason(tmp_path: Pat
     # A data source writer gets the partitions Spark planned: it cannot route a key's rows to one
     # transaction, which an upsert or CDC sink needs (issue 17).
     source = data_source("fmt-keyed", build_keyed)
-    with pytest.raises(ConfigurationError, match="cannot run a sink that routes the rows of a key") as caught:
+    with pytest.raises(
+        ConfigurationError, match="cannot run a sink that routes the rows of a key"
+    ) as caught:
         source({"target": str(tmp_path), "checkpointLocation": str(tmp_path / "chk")})
     assert caught.value.sink == "fmt"
     assert caught.value.setting == "key_by"
