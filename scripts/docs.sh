@@ -8,7 +8,9 @@
 # else from a virtualenv of their own, build/docs-venv, made on the first run. That one holds
 # MkDocs, Material, mkdocstrings and twophase itself, editable: the API reference
 # (docs/reference/core.md) imports the package to inspect it, so its dependencies (pyarrow,
-# pandas, cloudpickle) come too; PySpark and the connectors' drivers are not needed.
+# pandas, cloudpickle) come too, and the tables of options (scripts/docs_tables.py) import the
+# factories, so the kafka and jdbc extras do as well (confluent-kafka, psycopg2-binary: wheels).
+# PySpark is not needed.
 # $PYTHON names the interpreter for build/docs-venv (default: python3).
 set -euo pipefail
 
@@ -32,7 +34,7 @@ VENV=.venv
 if ! { [[ -x .venv/bin/mkdocs ]] && has_tools .venv; }; then
     VENV=build/docs-venv
     STAMP="$VENV/.twophase-docs-stamp"
-    WANTED="${REQUIREMENTS[*]} -e $ROOT"
+    WANTED="${REQUIREMENTS[*]} -e $ROOT[kafka,jdbc]"
     if ! { has_tools "$VENV" && [[ "$(cat "$STAMP" 2>/dev/null)" == "$WANTED" ]]; }; then
         PYTHON="${PYTHON:-python3}"
         if ! "$PYTHON" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
@@ -44,7 +46,7 @@ if ! { [[ -x .venv/bin/mkdocs ]] && has_tools .venv; }; then
         "$PYTHON" -m venv "$VENV"
         LOG="$VENV/pip.log"
         if ! "$VENV/bin/python" -m pip install -c scripts/constraints.txt \
-            "${REQUIREMENTS[@]}" -e "$ROOT" >"$LOG" 2>&1; then
+            "${REQUIREMENTS[@]}" -e "$ROOT[kafka,jdbc]" >"$LOG" 2>&1; then
             tail -n 30 "$LOG" >&2
             echo "docs.sh: pip install failed; the whole log: $LOG" >&2
             exit 1
