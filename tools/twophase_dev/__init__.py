@@ -38,21 +38,6 @@ Examples
 ...     print(kafka.bootstrap_servers, pg.dsn)
 """
 
-from twophase_dev._cluster import (
-    CLUSTER_ENV_MARKER,
-    ClusterProcess,
-    SparkCluster,
-    SparkWorker,
-    cluster_conf,
-    cluster_session,
-    pyspark_home,
-)
-from twophase_dev._common import (
-    DevInfraError,
-    clean_stale_work_dirs,
-    free_ports,
-)
-from twophase_dev._connect import CONNECT_ENV_MARKER, SparkConnectServer
 from twophase_dev._emulators import (
     AZURITE_ACCOUNT_KEY,
     AZURITE_ACCOUNT_NAME,
@@ -63,10 +48,14 @@ from twophase_dev._emulators import (
     install_azurite,
     install_fake_gcs,
 )
+from twophase_dev._errors import DevInfraError
 from twophase_dev._gcs_connector import GCS_CONNECTOR_VERSION, gcs_connector_jar, gcs_hadoop_conf
+from twophase_dev._host._ports import free_ports
+from twophase_dev._host._workdirs import clean_stale_work_dirs
 from twophase_dev._jvm import (
     SHORT_LIVED_JVM_OPTIONS,
     build_spark_class_archive,
+    pyspark_home,
     spark_class_archive,
     spark_jvm_options,
 )
@@ -75,7 +64,13 @@ from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
 from twophase_dev._netns import CutMode, NetworkNamespace, TcpConnection, TrafficCounters
 from twophase_dev._postgres import PostgresServer, find_postgres_bin_dir
-from twophase_dev._spark import spark_kafka_jars, spark_session, spark_test_conf
+from twophase_dev._spark._cluster import SparkCluster
+from twophase_dev._spark._cluster_session import cluster_conf, cluster_session
+from twophase_dev._spark._connect import CONNECT_ENV_MARKER, SparkConnectServer
+from twophase_dev._spark._daemons import SparkWorker
+from twophase_dev._spark._jars import spark_kafka_jars
+from twophase_dev._spark._local import spark_session, spark_test_conf
+from twophase_dev._spark._processes import CLUSTER_ENV_MARKER, ClusterProcess
 from twophase_dev._state import (
     ENV_KAFKA_BOOTSTRAP,
     ENV_MARIADB_URL,

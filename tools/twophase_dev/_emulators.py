@@ -3,7 +3,7 @@
 The idea: a store for Google Cloud Storage or Azure Blob Storage is tested against a real server
 program that speaks the service's HTTP API, not against a mock inside the test process, just as the
 S3 store is tested against moto's S3 server (``tests/conftest.py``). Each emulator is pinned to one
-version, installed once into twophase's cache (:func:`~twophase_dev._common.cache_root`) by the
+version, installed once into twophase's cache (:func:`~twophase_dev._host._files.cache_root`) by the
 ordinary client of its registry, and started on a free port of 127.0.0.1 with a throwaway backend;
 it dies with the Python process that started it (parent-death signal).
 
@@ -39,17 +39,11 @@ import urllib.request
 from pathlib import Path
 from typing import ClassVar
 
-from twophase_dev._common import (
-    DevInfraError,
-    ManagedProcess,
-    PortRaceError,
-    cache_root,
-    file_lock,
-    free_ports,
-    rotate_log,
-    tail,
-)
+from twophase_dev._errors import DevInfraError, PortRaceError
 from twophase_dev._go import go_binary
+from twophase_dev._host._files import cache_root, file_lock, tail
+from twophase_dev._host._ports import free_ports
+from twophase_dev._host._process import ManagedProcess
 from twophase_dev._server import ManagedService
 
 __all__ = [
@@ -261,7 +255,7 @@ class _Emulator(ManagedService):
                     if self._fixed_port:
                         raise DevInfraError(f"port {self.port} of {self.product} is taken")
                     raise PortRaceError()
-                rotate_log(self.log_file)
+                self._rotate_logs()
                 self._launch()
                 return
             except PortRaceError:

@@ -21,18 +21,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from twophase_dev._common import (
-    LOOPBACK,
-    DevInfraError,
-    ManagedProcess,
-    PortRaceError,
-    free_ports,
-    rotate_log,
-    run_logged,
-    tail,
-    wait_for_port,
-    wait_until,
-)
+from twophase_dev._errors import DevInfraError, PortRaceError
+from twophase_dev._host._files import tail
+from twophase_dev._host._ports import LOOPBACK, free_ports, wait_for_port
+from twophase_dev._host._process import ManagedProcess, run_logged
+from twophase_dev._host._wait import wait_until
 from twophase_dev._jvm import SHORT_LIVED_JVM_OPTIONS, find_java
 from twophase_dev._maven import MavenArtifact, resolve_classpath
 from twophase_dev._server import ManagedService
@@ -414,8 +407,7 @@ class KafkaBroker(ManagedService):
                 (work_dir / "server.properties").write_text(
                     self._server_properties(work_dir / "data")
                 )
-                rotate_log(self.log_file)
-                rotate_log(self.stdout_file)
+                self._rotate_logs()
                 if not self._formatted:
                     self._format_storage(self._classpath)
                 self._launch()
@@ -454,6 +446,9 @@ class KafkaBroker(ManagedService):
             death_signal=self.death_signal,
             namespace_prefix=self._namespace_prefix(),
         )
+
+    def _logs(self) -> list[Path]:
+        return [self.log_file, self.stdout_file]
 
     def _startup_log(self) -> str:
         return tail(self.log_file, 40) + "\n" + tail(self.stdout_file, 20)

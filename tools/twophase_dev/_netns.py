@@ -61,7 +61,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from twophase_dev._common import DevInfraError, process_alive
+from twophase_dev._errors import DevInfraError
+from twophase_dev._host._proc import process_alive
 
 __all__ = ["CutMode", "NetworkNamespace", "TcpConnection", "TrafficCounters"]
 

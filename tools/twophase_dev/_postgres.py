@@ -22,8 +22,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from twophase_dev._common import LOOPBACK, DevInfraError, ManagedProcess, run_logged, wait_until
-from twophase_dev._server import DatabaseServer
+from twophase_dev._database import DatabaseServer
+from twophase_dev._errors import DevInfraError
+from twophase_dev._host._ports import LOOPBACK
+from twophase_dev._host._process import ManagedProcess, run_logged
+from twophase_dev._host._wait import wait_until
 
 if TYPE_CHECKING:
     from twophase_dev._netns import NetworkNamespace

@@ -20,18 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twophase_dev._cluster import SparkCluster
-from twophase_dev._common import (
-    DevInfraError,
-    cache_root,
-    clean_stale_work_dirs,
-    file_lock,
-    owner_service_pid,
-    work_dir_in_use,
-)
+from twophase_dev._errors import DevInfraError
+from twophase_dev._host._files import cache_root, file_lock
+from twophase_dev._host._workdirs import clean_stale_work_dirs, owner_service_pid, work_dir_in_use
 from twophase_dev._kafka import KafkaBroker
 from twophase_dev._mariadb import MariaDBServer
 from twophase_dev._postgres import PostgresServer
+from twophase_dev._spark._cluster import SparkCluster
 
 __all__ = [
     "ENV_KAFKA_BOOTSTRAP",
@@ -68,7 +63,7 @@ def state_home() -> Path:
     -------
     pathlib.Path
         ``$TWOPHASE_DEV_HOME`` if set, else ``<cache>/dev`` (see
-        :func:`twophase_dev._common.cache_root`).
+        :func:`twophase_dev._host._files.cache_root`).
     """
     explicit = os.environ.get("TWOPHASE_DEV_HOME")
     return Path(explicit).expanduser() if explicit else cache_root() / "dev"
