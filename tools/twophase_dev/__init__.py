@@ -38,16 +38,15 @@ Examples
 ...     print(kafka.bootstrap_servers, pg.dsn)
 """
 
-from twophase_dev._emulators import (
+from twophase_dev._emulators._install import (
     AZURITE_ACCOUNT_KEY,
     AZURITE_ACCOUNT_NAME,
     AZURITE_VERSION,
     FAKE_GCS_VERSION,
-    AzuriteServer,
-    FakeGcsServer,
     install_azurite,
     install_fake_gcs,
 )
+from twophase_dev._emulators._servers import AzuriteServer, FakeGcsServer
 from twophase_dev._errors import DevInfraError
 from twophase_dev._gcs_connector import GCS_CONNECTOR_VERSION, gcs_connector_jar, gcs_hadoop_conf
 from twophase_dev._host._ports import free_ports
@@ -59,7 +58,8 @@ from twophase_dev._jvm import (
     spark_class_archive,
     spark_jvm_options,
 )
-from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
+from twophase_dev._kafka._broker import KafkaBroker
+from twophase_dev._kafka._install import KAFKA_VERSION, kafka_classpath
 from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
 from twophase_dev._netns import CutMode, NetworkNamespace, TcpConnection, TrafficCounters
