@@ -63,7 +63,8 @@ from twophase_dev._kafka._install import KAFKA_VERSION, kafka_classpath
 from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
 from twophase_dev._netns import CutMode, NetworkNamespace, TcpConnection, TrafficCounters
-from twophase_dev._postgres import PostgresServer, find_postgres_bin_dir
+from twophase_dev._postgres._binaries import find_postgres_bin_dir
+from twophase_dev._postgres._server import PostgresServer
 from twophase_dev._spark._cluster import SparkCluster
 from twophase_dev._spark._cluster_session import cluster_conf, cluster_session
 from twophase_dev._spark._connect import CONNECT_ENV_MARKER, SparkConnectServer
