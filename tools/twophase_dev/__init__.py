@@ -60,7 +60,8 @@ from twophase_dev._jvm import (
 )
 from twophase_dev._kafka._broker import KafkaBroker
 from twophase_dev._kafka._install import KAFKA_VERSION, kafka_classpath
-from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
+from twophase_dev._mariadb._binaries import find_mariadb_binaries
+from twophase_dev._mariadb._server import MariaDBServer
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
 from twophase_dev._netns import CutMode, NetworkNamespace, TcpConnection, TrafficCounters
 from twophase_dev._postgres._binaries import find_postgres_bin_dir

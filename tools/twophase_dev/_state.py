@@ -24,7 +24,7 @@ from twophase_dev._errors import DevInfraError
 from twophase_dev._host._files import cache_root, file_lock
 from twophase_dev._host._workdirs import clean_stale_work_dirs, owner_service_pid, work_dir_in_use
 from twophase_dev._kafka._broker import KafkaBroker
-from twophase_dev._mariadb import MariaDBServer
+from twophase_dev._mariadb._server import MariaDBServer
 from twophase_dev._postgres._server import PostgresServer
 from twophase_dev._spark._cluster import SparkCluster
 
