@@ -38,6 +38,12 @@ Examples
 ...     print(kafka.bootstrap_servers, pg.dsn)
 """
 
+from twophase_dev._attach import (
+    attach_kafka,
+    attach_mariadb,
+    attach_postgres,
+    attach_spark_cluster,
+)
 from twophase_dev._emulators._install import (
     AZURITE_ACCOUNT_KEY,
     AZURITE_ACCOUNT_NAME,
@@ -63,7 +69,8 @@ from twophase_dev._kafka._install import KAFKA_VERSION, kafka_classpath
 from twophase_dev._mariadb._binaries import find_mariadb_binaries
 from twophase_dev._mariadb._server import MariaDBServer
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
-from twophase_dev._netns import CutMode, NetworkNamespace, TcpConnection, TrafficCounters
+from twophase_dev._netns._evidence import TcpConnection, TrafficCounters
+from twophase_dev._netns._namespace import CutMode, NetworkNamespace
 from twophase_dev._postgres._binaries import find_postgres_bin_dir
 from twophase_dev._postgres._server import PostgresServer
 from twophase_dev._spark._cluster import SparkCluster
@@ -80,10 +87,6 @@ from twophase_dev._state import (
     ENV_PG_NOPREP_DSN,
     ENV_SPARK_MASTER,
     DevState,
-    attach_kafka,
-    attach_mariadb,
-    attach_postgres,
-    attach_spark_cluster,
     state_home,
 )
 

@@ -21,7 +21,7 @@ from twophase_dev._host._ports import free_ports
 from twophase_dev._server import ManagedService
 
 if TYPE_CHECKING:
-    from twophase_dev._netns import NetworkNamespace
+    from twophase_dev._netns._namespace import NetworkNamespace
 
 __all__ = ["DatabaseServer"]
 

@@ -27,7 +27,7 @@ from twophase_dev._host._wait import wait_until
 from twophase_dev._host._workdirs import make_work_dir, write_owner
 
 if TYPE_CHECKING:
-    from twophase_dev._netns import NetworkNamespace
+    from twophase_dev._netns._namespace import NetworkNamespace
 
 __all__ = ["ManagedService", "ServiceContext"]
 

@@ -38,7 +38,7 @@ from twophase_dev._kafka._install import (
 from twophase_dev._server import ManagedService
 
 if TYPE_CHECKING:
-    from twophase_dev._netns import NetworkNamespace
+    from twophase_dev._netns._namespace import NetworkNamespace
 
 __all__ = ["KafkaBroker"]
 

@@ -51,7 +51,7 @@ from twophase_dev._mariadb._datadir import (
 )
 
 if TYPE_CHECKING:
-    from twophase_dev._netns import NetworkNamespace
+    from twophase_dev._netns._namespace import NetworkNamespace
 
 __all__ = ["MariaDBServer"]
 
