@@ -98,7 +98,7 @@ run_cell() {
         steps+=("deployment: the wheel shipped with spark-submit, a driver kill|tests/deploy")
     fi
     # Every cell: twophase_dev starts the Connect server from the wheel, or resolves it with Maven
-    # where the wheel has none (3.5; twophase_dev._spark.spark_connect_jars).
+    # where the wheel has none (3.5; twophase_dev._spark._jars.spark_connect_jars).
     steps+=("spark connect|tests/connect")
     local results=() step label selection status started
     for step in "${steps[@]}"; do

@@ -111,8 +111,9 @@ def test_tools_wheel_contains_twophase_dev_and_its_command(tmp_path: Path) -> No
     assert "twophase_dev/__init__.py" in names
     assert "twophase_dev/__main__.py" in names
     assert "twophase_dev/py.typed" in names
-    for module in (ROOT / "tools" / "twophase_dev").glob("*.py"):
-        assert f"twophase_dev/{module.name}" in names
+    tools = ROOT / "tools"
+    for module in (tools / "twophase_dev").rglob("*.py"):
+        assert module.relative_to(tools).as_posix() in names
     top_level = {n.split("/", 1)[0] for n in names}
     assert top_level == {"twophase_dev", "twophase_dev-0.1.0.dist-info"}, top_level
     assert scripts == {"twophase-dev": "twophase_dev.__main__:main"}

@@ -17,7 +17,7 @@ import pytest
 
 from tests.cluster.support import ROOT, eventually
 from twophase_dev import CLUSTER_ENV_MARKER, DevState, attach_spark_cluster
-from twophase_dev._common import process_alive
+from twophase_dev._host._proc import process_alive
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ import twophase
 from tests.spark.helpers import SCHEMA
 from twophase.testing import install_step_listener
 from twophase_dev import SparkConnectServer
-from twophase_dev._common import wait_until
+from twophase_dev._host._wait import wait_until
 
 
 class KillServerAt:

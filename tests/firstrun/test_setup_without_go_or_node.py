@@ -95,7 +95,9 @@ def test_without_go_the_gcs_emulator_is_built_with_the_toolchain_from_the_go_mod
 ) -> None:
     cache = tmp_path / "cache"
     env = {**os.environ, "TWOPHASE_CACHE_DIR": str(cache)}
-    program = "from twophase_dev._emulators import install_fake_gcs; print(install_fake_gcs())"
+    program = (
+        "from twophase_dev._emulators._install import install_fake_gcs; print(install_fake_gcs())"
+    )
     argv = [str(ROOT / ".venv" / "bin" / "python"), "-c", program]
     out = _hidden(argv, env=env, scratch=tmp_path / "scratch", timeout=540)
     go = cache / "go" / f"go{GO_VERSION}" / "bin" / "go"

@@ -27,7 +27,7 @@ from twophase_dev import (
     find_mariadb_binaries,
     free_ports,
 )
-from twophase_dev._common import process_alive
+from twophase_dev._host._proc import process_alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -216,8 +216,8 @@ def test_taken_port_is_reported_clearly() -> None:
 
 def test_picked_port_taken_meanwhile_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
     """A free port that another process grabs before the server binds it is not fatal."""
-    import twophase_dev._kafka as kafka_module
-    import twophase_dev._server as server_module  # picks the ports of PostgreSQL and MariaDB
+    import twophase_dev._database as server_module  # picks the ports of PostgreSQL and MariaDB
+    import twophase_dev._kafka._broker as kafka_module
 
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))

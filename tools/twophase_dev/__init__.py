@@ -38,44 +38,48 @@ Examples
 ...     print(kafka.bootstrap_servers, pg.dsn)
 """
 
-from twophase_dev._cluster import (
-    CLUSTER_ENV_MARKER,
-    ClusterProcess,
-    SparkCluster,
-    SparkWorker,
-    cluster_conf,
-    cluster_session,
-    pyspark_home,
+from twophase_dev._attach import (
+    attach_kafka,
+    attach_mariadb,
+    attach_postgres,
+    attach_spark_cluster,
 )
-from twophase_dev._common import (
-    DevInfraError,
-    clean_stale_work_dirs,
-    free_ports,
-)
-from twophase_dev._connect import CONNECT_ENV_MARKER, SparkConnectServer
-from twophase_dev._emulators import (
+from twophase_dev._emulators._install import (
     AZURITE_ACCOUNT_KEY,
     AZURITE_ACCOUNT_NAME,
     AZURITE_VERSION,
     FAKE_GCS_VERSION,
-    AzuriteServer,
-    FakeGcsServer,
     install_azurite,
     install_fake_gcs,
 )
+from twophase_dev._emulators._servers import AzuriteServer, FakeGcsServer
+from twophase_dev._errors import DevInfraError
 from twophase_dev._gcs_connector import GCS_CONNECTOR_VERSION, gcs_connector_jar, gcs_hadoop_conf
+from twophase_dev._host._ports import free_ports
+from twophase_dev._host._workdirs import clean_stale_work_dirs
 from twophase_dev._jvm import (
     SHORT_LIVED_JVM_OPTIONS,
     build_spark_class_archive,
+    pyspark_home,
     spark_class_archive,
     spark_jvm_options,
 )
-from twophase_dev._kafka import KAFKA_VERSION, KafkaBroker, kafka_classpath
-from twophase_dev._mariadb import MariaDBServer, find_mariadb_binaries
+from twophase_dev._kafka._broker import KafkaBroker
+from twophase_dev._kafka._install import KAFKA_VERSION, kafka_classpath
+from twophase_dev._mariadb._binaries import find_mariadb_binaries
+from twophase_dev._mariadb._server import MariaDBServer
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
-from twophase_dev._netns import CutMode, NetworkNamespace, TcpConnection, TrafficCounters
-from twophase_dev._postgres import PostgresServer, find_postgres_bin_dir
-from twophase_dev._spark import spark_kafka_jars, spark_session, spark_test_conf
+from twophase_dev._netns._evidence import TcpConnection, TrafficCounters
+from twophase_dev._netns._namespace import CutMode, NetworkNamespace
+from twophase_dev._postgres._binaries import find_postgres_bin_dir
+from twophase_dev._postgres._server import PostgresServer
+from twophase_dev._spark._cluster import SparkCluster
+from twophase_dev._spark._cluster_session import cluster_conf, cluster_session
+from twophase_dev._spark._connect import CONNECT_ENV_MARKER, SparkConnectServer
+from twophase_dev._spark._daemons import SparkWorker
+from twophase_dev._spark._jars import spark_kafka_jars
+from twophase_dev._spark._local import spark_session, spark_test_conf
+from twophase_dev._spark._processes import CLUSTER_ENV_MARKER, ClusterProcess
 from twophase_dev._state import (
     ENV_KAFKA_BOOTSTRAP,
     ENV_MARIADB_URL,
@@ -83,10 +87,6 @@ from twophase_dev._state import (
     ENV_PG_NOPREP_DSN,
     ENV_SPARK_MASTER,
     DevState,
-    attach_kafka,
-    attach_mariadb,
-    attach_postgres,
-    attach_spark_cluster,
     state_home,
 )
 

@@ -37,13 +37,13 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from twophase_dev._cluster import SparkCluster
-from twophase_dev._common import DevInfraError
-from twophase_dev._emulators import install_emulators
+from twophase_dev._emulators._install import install_emulators
+from twophase_dev._errors import DevInfraError
 from twophase_dev._gcs_connector import gcs_connector_jar
 from twophase_dev._jvm import build_spark_class_archive
-from twophase_dev._kafka import kafka_classpath
-from twophase_dev._spark import spark_connect_jars, spark_kafka_jars
+from twophase_dev._kafka._install import kafka_classpath
+from twophase_dev._spark._cluster import SparkCluster
+from twophase_dev._spark._jars import spark_connect_jars, spark_kafka_jars
 from twophase_dev._state import SERVICES, DevState, Report
 
 __all__ = ["main"]

@@ -23,7 +23,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from twophase_dev._common import DevInfraError, cache_root, file_lock
+from twophase_dev._errors import DevInfraError
+from twophase_dev._host._files import cache_root, file_lock
 
 __all__ = ["GO_VERSION", "find_go", "go_binary"]
 

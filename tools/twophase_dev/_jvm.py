@@ -30,7 +30,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from twophase_dev._common import DevInfraError, cache_root
+from twophase_dev._errors import DevInfraError
+from twophase_dev._host._files import cache_root
 
 __all__ = [
     "SHORT_LIVED_JVM_OPTIONS",

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from twophase_dev._common import DevInfraError, cache_root, file_lock
+from twophase_dev._errors import DevInfraError
+from twophase_dev._host._files import cache_root, file_lock
 
 __all__ = [
     "MavenArtifact",

@@ -1,14 +1,11 @@
-"""What every throwaway server of this package does, written once.
+"""A server process on this machine started and watched by the dev tools, written once.
 
-:class:`ManagedService` holds what every managed server process needs (its work directory and
-owner file, its log, starting it and waiting until it is ready or died, the ``external`` handles);
-:class:`~twophase_dev.KafkaBroker` builds on it. :class:`DatabaseServer` adds the life cycle shared
-by :class:`~twophase_dev.PostgresServer` and
-:class:`~twophase_dev.MariaDBServer`: the work directory and its owner file, the port (picked, or
-given and checked) and the retry when a picked port is taken meanwhile, launching the server and
-waiting until it accepts connections or dies, stopping it with a mode and waiting for it, restarting
-it on the same port, and the records ``twophase-dev`` keeps. A subclass says only what is its own:
-the binaries, how the data directory is made, the command line, the settings, the first users.
+:class:`ManagedService` holds what every managed server needs: its throwaway work directory and
+owner file, its logs and their rotation, starting it and waiting until it is ready or died (and
+cleaning up after a failed start), the handles of servers it did not start (``external``), and the
+records ``twophase-dev`` keeps to find a running server again. The database servers
+(:mod:`twophase_dev._database`), the Kafka broker, the storage emulators, the Spark cluster and the
+Spark Connect server build on it and say only what is their own.
 
 Runs on: the developer's or test session's machine, never on Spark executors.
 """
@@ -19,33 +16,47 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from twophase_dev._common import (
-    LOOPBACK,
-    DevInfraError,
-    ManagedProcess,
-    PortRaceError,
-    ServiceContext,
-    free_ports,
-    make_work_dir,
-    port_is_free,
-    rotate_log,
-    tail,
-    wait_until,
-    write_owner,
-)
+from twophase_dev._errors import DevInfraError, PortRaceError
+from twophase_dev._host._files import rotate_log, tail
+from twophase_dev._host._ports import LOOPBACK, port_is_free
+from twophase_dev._host._process import ManagedProcess
+from twophase_dev._host._wait import wait_until
+from twophase_dev._host._workdirs import make_work_dir, write_owner
 
 if TYPE_CHECKING:
-    from twophase_dev._netns import NetworkNamespace
+    from twophase_dev._netns._namespace import NetworkNamespace
 
-__all__ = ["DatabaseServer", "ManagedService"]
+__all__ = ["ManagedService", "ServiceContext"]
 
-_S = TypeVar("_S", bound="DatabaseServer")
+_C = TypeVar("_C", bound="ServiceContext")
 _M = TypeVar("_M", bound="ManagedService")
 
-#: How often a picked port is tried again when another process takes it first.
-_PORT_ATTEMPTS = 3
+
+class ServiceContext:
+    """``with handle:`` starts a service and stops it (removing its data) on the way out."""
+
+    def start(self) -> object:
+        """Start the service (see the subclass)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the service (see the subclass)."""
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 class ManagedService(ServiceContext):
@@ -156,6 +167,19 @@ class ManagedService(ServiceContext):
         """Return the end of the logs, shown when the server died while starting."""
         return tail(self.log_file, 30)
 
+    def _logs(self) -> list[Path]:
+        """Return the logs that :meth:`_rotate_logs` moves aside (the server log by default)."""
+        return [self.log_file]
+
+    def _abandon_start(self, created: bool) -> None:
+        """Clean up after a start that failed (``created``: its work directory is new).
+
+        By default the server process is stopped if this start made its work directory; the
+        directory itself is removed by :meth:`start`.
+        """
+        if created and self._process is not None and self._process.alive():
+            self._process.stop(self.crash_signals)
+
     # ---------------------------------------------------------------- network namespace
 
     def _namespace_prefix(self) -> list[str] | None:
@@ -216,6 +240,11 @@ class ManagedService(ServiceContext):
         }
 
     # ---------------------------------------------------------------- paths and state
+
+    def _rotate_logs(self) -> None:
+        """Move each of :meth:`_logs` to ``<name>.1``, so that a new run starts with empty logs."""
+        for log in self._logs():
+            rotate_log(log)
 
     def _require_work_dir(self) -> Path:
         if self.work_dir is None:
@@ -290,9 +319,8 @@ class ManagedService(ServiceContext):
         try:
             self._start_in(self.work_dir)
         except BaseException:
+            self._abandon_start(created)
             if created:
-                if self._process is not None and self._process.alive():
-                    self._process.stop(self.crash_signals)
                 shutil.rmtree(self.work_dir, ignore_errors=True)
                 self.work_dir = None
                 self._forget_data()
@@ -324,235 +352,3 @@ class ManagedService(ServiceContext):
                 f"{self.product} {self.not_ready} within {self.startup_timeout:.0f} s. "
                 f"Log {self.log_file}:\n{tail(self.log_file, self.log_lines)}"
             )
-
-
-class DatabaseServer(ManagedService):
-    """A throwaway database server on 127.0.0.1: the part that does not depend on the product.
-
-    Parameters
-    ----------
-    port : int, optional
-        TCP port; a free one is picked if omitted. An explicit port that is taken fails with a clear
-        :class:`DevInfraError`; a picked one that is taken meanwhile is retried with a new port.
-    work_dir : pathlib.Path, optional
-        Directory for the data (``<work_dir>/data``); a throwaway ``twophase-dev-<kind>-*``
-        directory in the system temporary directory by default (removed by :meth:`stop`).
-    log_dir : pathlib.Path, optional
-        Where the server log goes; kept after :meth:`stop`. Defaults to ``<work_dir>/logs``.
-    settings : mapping of str to str, optional
-        Extra server settings, written as given.
-    detach : bool, optional
-        ``True`` for a server that outlives this Python process; ``False`` makes the kernel shut it
-        down if this process dies first.
-    startup_timeout : float, optional
-        Seconds to wait for the server to accept connections.
-    netns : NetworkNamespace, optional
-        Run the server inside this network namespace (see :class:`ManagedService`).
-    """
-
-    #: Signal of each shutdown mode of :meth:`stop`.
-    stop_signals: ClassVar[Mapping[str, int]]
-
-    def __init__(
-        self,
-        *,
-        port: int | None,
-        work_dir: Path | None,
-        log_dir: Path | None,
-        settings: Mapping[str, str] | None,
-        detach: bool,
-        startup_timeout: float,
-        netns: NetworkNamespace | None = None,
-    ):
-        super().__init__(
-            port=port,
-            work_dir=work_dir,
-            log_dir=log_dir,
-            detach=detach,
-            startup_timeout=startup_timeout,
-            netns=netns,
-        )
-        self.extra_settings = dict(settings or {})
-        self._initialized = False
-
-    # ---------------------------------------------------------------- what a subclass says
-
-    def _record_options(self) -> dict[str, Any]:
-        """Return the record's entries of this product (its address and options)."""
-        raise NotImplementedError
-
-    @classmethod
-    def _options_of_record(cls, record: Mapping[str, Any]) -> dict[str, Any]:
-        """Return the constructor's product-specific keyword arguments stored in ``record``."""
-        raise NotImplementedError
-
-    def _repr_options(self) -> str:
-        """Return the product's options as shown by ``repr``."""
-        raise NotImplementedError
-
-    def _prepare_work_dir(self, work_dir: Path) -> None:
-        """Make ``work_dir`` usable by the server's OS user (nothing to do by default)."""
-
-    def _configure(self) -> None:
-        """Write what the server reads at every start and does not depend on the port."""
-
-    def _initialize(self) -> None:
-        """Make the data directory (first start only)."""
-        raise NotImplementedError
-
-    def _configure_port(self) -> None:
-        """Write what depends on the port, once it is chosen (nothing by default)."""
-
-    def _accepts_connections(self) -> bool:
-        """Tell whether a superuser connection succeeds."""
-        raise NotImplementedError
-
-    def _bootstrap(self) -> None:
-        """Create the test user and database (first start only)."""
-        raise NotImplementedError
-
-    def _after_stop(self) -> None:
-        """Wait for what outlives the server process, so that a restart can take its place."""
-
-    def _reachable(self) -> bool:
-        return self._accepts_connections()
-
-    def _marker(self) -> str:
-        return str(self.data_dir)
-
-    def _ready(self) -> bool:
-        return self._accepts_connections()
-
-    def _forget_data(self) -> None:
-        self._initialized = False
-
-    # ---------------------------------------------------------------- records
-
-    @classmethod
-    def from_record(cls: type[_S], record: Mapping[str, Any]) -> _S:
-        """Re-create the handle of a server started by another process (see :meth:`to_record`).
-
-        Parameters
-        ----------
-        record : mapping
-            What :meth:`to_record` returned.
-
-        Returns
-        -------
-        DatabaseServer
-            A handle (of this class) that can stop or restart that server.
-        """
-        server = cls(
-            port=int(record["port"]),
-            work_dir=Path(record["work_dir"]),
-            log_dir=Path(record["log_dir"]),
-            settings=dict(record.get("settings", {})),
-            detach=True,
-            **cls._options_of_record(record),
-        )
-        server._initialized = True
-        server._adopt(record)
-        return server
-
-    def to_record(self) -> dict[str, Any]:
-        """Describe this running server as JSON-serialisable data (for ``twophase-dev`` state).
-
-        Returns
-        -------
-        dict
-            Enough to re-create the handle with :meth:`from_record`.
-        """
-        return self._service_record(self._record_options(), {"settings": self.extra_settings})
-
-    # ---------------------------------------------------------------- paths and state
-
-    def _require_port(self) -> int:
-        if self.port is None:
-            raise DevInfraError("the server has no port yet: call start() first")
-        return self.port
-
-    @property
-    def data_dir(self) -> Path:
-        """The server's data directory, ``<work_dir>/data`` (``PGDATA``, MariaDB's ``datadir``)."""
-        return self._require_work_dir() / "data"
-
-    # ---------------------------------------------------------------- lifecycle
-
-    def _start_in(self, work_dir: Path) -> None:
-        self._prepare_work_dir(work_dir)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._configure()
-        first_start = not self._initialized
-        if first_start:
-            self._initialize()
-            self._initialized = True
-        attempts = 1 if self._fixed_port else _PORT_ATTEMPTS
-        for attempt in range(1, attempts + 1):
-            if self.port is None:
-                self.port = free_ports(1)[0]
-            if not self._port_free(self.port):
-                if self._fixed_port:
-                    raise DevInfraError(
-                        f"{self.product} port {self.port} on {self.host} is already in use by "
-                        f"another process (see 'ss -ltnp | grep :{self.port}'); pick another port "
-                        "or omit it to get a free one"
-                    )
-                self.port = None
-                continue
-            self._configure_port()
-            rotate_log(self.log_file)
-            try:
-                self._launch()
-                break
-            except PortRaceError:
-                if attempt == attempts:
-                    raise DevInfraError(
-                        f"{self.product} could not bind a port after {attempts} attempts; "
-                        f"see {self.log_file}"
-                    ) from None
-                self.port = None
-        else:
-            raise DevInfraError(f"no free port found for {self.product} after {attempts} attempts")
-        if first_start:
-            self._bootstrap()
-
-    def stop(self, *, mode: str = "fast", timeout: float = 30.0, remove_data: bool = True) -> None:
-        """Shut the server down and, by default, delete its data.
-
-        Parameters
-        ----------
-        mode : str, optional
-            One of :attr:`stop_signals` (see the subclass); ``fast`` by default.
-        timeout : float, optional
-            Seconds to wait before escalating to :attr:`crash_signals`, then ``SIGKILL``.
-        remove_data : bool, optional
-            Delete the work directory if this handle created it (logs in an explicit ``log_dir``
-            are kept).
-        """
-        self._require_managed("stop")
-        if mode not in self.stop_signals:
-            raise ValueError(f"mode must be one of {sorted(self.stop_signals)}, got {mode!r}")
-        if self._process is not None:
-            self._process.stop([(self.stop_signals[mode], timeout), *self.crash_signals])
-            self._after_stop()
-        if remove_data and self._own_work_dir and self.work_dir is not None:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
-            self._initialized = False
-
-    def restart(self, *, mode: str = "fast", timeout: float = 30.0) -> None:
-        """Stop the server and start it again on the same port with the same data.
-
-        Parameters
-        ----------
-        mode : str, optional
-            How to stop it, see :meth:`stop`.
-        timeout : float, optional
-            Seconds to wait for the shutdown.
-        """
-        self.stop(mode=mode, timeout=timeout, remove_data=False)
-        self._fixed_port = True
-        self.start()
-
-    def __repr__(self) -> str:
-        state = "external" if not self.managed else "running" if self.is_running() else "stopped"
-        return f"{type(self).__name__}(port={self.port}, {self._repr_options()}, {state})"

@@ -1,8 +1,8 @@
 """A local Spark Connect server, started from the installed PySpark.
 
 The PySpark wheel ships the Connect server (``jars/spark-connect_*.jar``) from 4.0 on; for 3.5,
-whose wheel has none, :func:`~twophase_dev._spark.spark_connect_jars` resolves the server jar of
-the same version with Maven (cached). It is started with ``bin/spark-submit --class
+whose wheel has none, :func:`~twophase_dev._spark._jars.spark_connect_jars` resolves the server
+jar of the same version with Maven (cached). It is started with ``bin/spark-submit --class
 org.apache.spark.sql.connect.service.SparkConnectServer`` on a free port of 127.0.0.1, in local
 mode, with Spark's Kafka jars and this project's Python for its Python workers -- including the
 ``foreachBatch`` worker, which is where a twophase sink runs under Spark Connect. Clients
@@ -10,7 +10,8 @@ connect with :meth:`SparkConnectServer.session` (``sc://...``).
 
 Every process of the server (the JVM and the Python workers it starts) carries the environment
 variable :data:`CONNECT_ENV_MARKER`, so :meth:`SparkConnectServer.kill` -- a driver crash --
-and :meth:`SparkConnectServer.stop` find all of them.
+and :meth:`SparkConnectServer.stop` find all of them. The work directory, owner file, log,
+startup and failed-start clean-up are :class:`~twophase_dev._server.ManagedService`'s.
 
 Runs on: the developer's or test session's machine.
 """
@@ -22,26 +23,19 @@ import os
 import shutil
 import signal
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from twophase_dev._cluster import _all_pids, _environ_has, _kill_all, _stat, pyspark_home
-from twophase_dev._common import (
-    LOOPBACK,
-    DevInfraError,
-    ManagedProcess,
-    ServiceContext,
-    free_ports,
-    make_work_dir,
-    rotate_log,
-    tail,
-    wait_until,
-    write_owner,
-)
-from twophase_dev._jvm import find_java, spark_jvm_options
-from twophase_dev._spark import spark_connect_jars, spark_kafka_jars, spark_test_conf
+from twophase_dev._errors import DevInfraError
+from twophase_dev._host._ports import LOOPBACK, free_ports
+from twophase_dev._host._proc import ProcStat, processes_with_env, signal_each
+from twophase_dev._host._process import ManagedProcess
+from twophase_dev._host._wait import wait_until
+from twophase_dev._jvm import find_java, pyspark_home, spark_jvm_options
+from twophase_dev._server import ManagedService
+from twophase_dev._spark._jars import spark_connect_jars, spark_kafka_jars
+from twophase_dev._spark._local import spark_test_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,7 +49,7 @@ _SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _STARTED = "Spark Connect server started at"
 
 
-class SparkConnectServer(ServiceContext):
+class SparkConnectServer(ManagedService):
     """A Spark Connect server in local mode on ``127.0.0.1``.
 
     Parameters
@@ -86,6 +80,15 @@ class SparkConnectServer(ServiceContext):
     3
     """
 
+    kind: ClassVar[str] = "spark-connect"
+    product: ClassVar[str] = "Spark Connect"
+    #: None: a Connect server is always started here, never attached to.
+    address_env: ClassVar[str] = ""
+    log_name: ClassVar[str] = "connect-server.log"
+    ready_interval: ClassVar[float] = 0.2
+    log_lines: ClassVar[int] = 40
+    not_ready: ClassVar[str] = "server did not start"
+
     def __init__(
         self,
         *,
@@ -98,18 +101,19 @@ class SparkConnectServer(ServiceContext):
         port: int | None = None,
         startup_timeout: float = 120.0,
     ) -> None:
+        super().__init__(
+            port=port if port is not None else free_ports(1)[0],
+            work_dir=None,
+            log_dir=None,
+            detach=False,
+            startup_timeout=startup_timeout,
+        )
         self.master = master
         self.conf = dict(conf or {})
         self.kafka = kafka
         self.jars = jars
         self.env = dict(env or {})
         self.python_path = python_path
-        self.port = port if port is not None else free_ports(1)[0]
-        self.startup_timeout = startup_timeout
-        self.work_dir: Path | None = None
-        self._process: ManagedProcess | None = None
-        #: Seconds the last :meth:`start` took.
-        self.startup_seconds: float | None = None
 
     @property
     def url(self) -> str:
@@ -117,28 +121,22 @@ class SparkConnectServer(ServiceContext):
         return f"sc://{LOOPBACK}:{self.port}"
 
     @property
-    def log_file(self) -> Path:
-        """Return the server's log (stdout and stderr, Python workers included)."""
-        assert self.work_dir is not None, "the server was never started"
-        return self.work_dir / "connect-server.log"
-
-    @property
     def pid(self) -> int | None:
         """Return the JVM's pid while it runs."""
         return self._process.pid if self._process is not None and self._process.alive() else None
 
     def _env(self) -> dict[str, str]:
-        assert self.work_dir is not None
+        work_dir = self._require_work_dir()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
         paths = [*self.python_path, env.get("PYTHONPATH", "")]
         env.update(
             {
                 "SPARK_HOME": str(pyspark_home()),
                 "SPARK_LOCAL_IP": LOOPBACK,
-                "SPARK_LOCAL_DIRS": str(self.work_dir / "local"),
+                "SPARK_LOCAL_DIRS": str(work_dir / "local"),
                 "PYSPARK_PYTHON": sys.executable,
                 "PYTHONPATH": os.pathsep.join(p for p in paths if p),
-                CONNECT_ENV_MARKER: str(self.work_dir),
+                CONNECT_ENV_MARKER: str(work_dir),
                 **self.env,
             }
         )
@@ -177,69 +175,57 @@ class SparkConnectServer(ServiceContext):
         DevInfraError
             If Java is missing or the server does not come up; the message ends with its log.
         """
-        if self.pid is not None:
-            return self
+        return super().start()
+
+    def _locate(self) -> None:
         if find_java() is None:
             raise DevInfraError("Java was not found: run 'bash scripts/setup.sh'")
-        started = time.monotonic()
-        if self.work_dir is None:
-            self.work_dir = make_work_dir("spark-connect")
-        (self.work_dir / "local").mkdir(exist_ok=True)
-        rotate_log(self.log_file)
-        process = ManagedProcess.spawn(
+
+    def _start_in(self, work_dir: Path) -> None:
+        (work_dir / "local").mkdir(exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._rotate_logs()
+        self._launch()
+
+    def _spawn(self) -> ManagedProcess:
+        return ManagedProcess.spawn(
             self._argv(),
-            marker=str(self.work_dir),
+            marker=self._marker(),
             log_file=self.log_file,
-            cwd=self.work_dir,
+            cwd=self._require_work_dir(),
             env=self._env(),
+            detach=self.detach,
+            death_signal=self.death_signal,
         )
-        self._process = process
-        write_owner(self.work_dir, process.pid)
 
-        def ready() -> bool:
-            try:
-                return _STARTED in self.log_file.read_text(errors="replace")
-            except OSError:
-                return False
+    def _ready(self) -> bool:
+        try:
+            return _STARTED in self.log_file.read_text(errors="replace")
+        except OSError:
+            return False
 
-        def died() -> None:
-            if not process.alive():
-                raise DevInfraError(
-                    f"the Spark Connect server exited during startup "
-                    f"(exit {process.returncode()}):\n{tail(self.log_file, 40)}"
-                )
+    def _is_port_race(self, log: str) -> bool:
+        return False  # the port is kept across restarts: a taken one is an error
 
-        if not wait_until(ready, timeout=self.startup_timeout, abort=died):
-            self.kill()
-            raise DevInfraError(
-                f"the Spark Connect server did not start within {self.startup_timeout:.0f} s:\n"
-                f"{tail(self.log_file, 40)}"
-            )
-        self.startup_seconds = time.monotonic() - started
-        return self
+    def _abandon_start(self, created: bool) -> None:
+        self.kill()
 
-    def _processes(self) -> list[tuple[int, int]]:
-        """Return ``(pid, start_time)`` of every process of this server, children last."""
-        assert self.work_dir is not None
-        entry = f"{CONNECT_ENV_MARKER}={self.work_dir}".encode()
-        found = []
-        for pid in _all_pids():
-            if pid != os.getpid() and _environ_has(pid, entry):
-                stat = _stat(pid)
-                if stat is not None:
-                    found.append((pid, stat[2]))
-        return found
+    def _processes(self) -> list[ProcStat]:
+        """Return every process of this server (the JVM and its Python workers)."""
+        if self.work_dir is None:
+            return []
+        return processes_with_env(CONNECT_ENV_MARKER, str(self.work_dir))
 
     def python_worker_pids(self) -> list[int]:
         """Return the pids of the server's Python processes (``foreachBatch`` worker included)."""
         jvm = self.pid
-        return [pid for pid, _ in self._processes() if pid != jvm]
+        return [p.pid for p in self._processes() if p.pid != jvm]
 
     def kill(self) -> None:
         """Crash the server: ``SIGKILL`` the JVM and every Python process it started."""
         if self.work_dir is None:
             return
-        _kill_all(self._processes(), signal.SIGKILL)
+        signal_each(self._processes(), signal.SIGKILL)
         if self._process is not None:
             self._process.wait(10.0)
         wait_until(lambda: not self._processes(), timeout=10.0)

@@ -3,10 +3,11 @@
 Or on the address of a :class:`~twophase_dev.NetworkNamespace` it runs in (``netns=``), for
 tests that cut it off the network.
 
-The cluster is made with the server binaries installed by Debian's ``postgresql`` package
-(``/usr/lib/postgresql/<major>/bin``): ``initdb`` into a throwaway directory, then the ``postgres``
-server started directly (no ``pg_ctl``) so its pid is known. PostgreSQL refuses to run as root, so
-when this process is root both run as the ``postgres`` OS user.
+The cluster is made with the server binaries :mod:`._binaries` finds: ``initdb`` into a throwaway
+directory (whose files :mod:`._datadir` writes), then the ``postgres`` server started directly (no
+``pg_ctl``) so its pid is known; as the ``postgres`` OS user when this process is root. The test
+helpers' SQL is in :mod:`._admin`; the life cycle shared with MariaDB is
+:class:`~twophase_dev._database.DatabaseServer`'s.
 
 Runs on: the developer's or test session's machine, never on Spark executors.
 """
@@ -15,102 +16,37 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
-import shutil
 import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from twophase_dev._common import LOOPBACK, DevInfraError, ManagedProcess, run_logged, wait_until
-from twophase_dev._server import DatabaseServer
+from twophase_dev._database import DatabaseServer
+from twophase_dev._host._ports import LOOPBACK
+from twophase_dev._host._process import ManagedProcess, run_logged
+from twophase_dev._host._wait import wait_until
+from twophase_dev._postgres._admin import forget_fences, prepared_transactions, rollback_prepared
+from twophase_dev._postgres._binaries import check_reachable, find_postgres_bin_dir, run_user
+from twophase_dev._postgres._datadir import (
+    DATABASE,
+    SUPERUSER,
+    TEST_PASSWORD,
+    TEST_ROLE,
+    initdb_argv,
+    write_access_rules,
+    write_settings,
+)
 
 if TYPE_CHECKING:
-    from twophase_dev._netns import NetworkNamespace
+    from twophase_dev._netns._namespace import NetworkNamespace
 
-__all__ = ["PostgresServer", "find_postgres_bin_dir"]
-
-#: Superuser, trusted (no password) on 127.0.0.1 and the Unix socket.
-SUPERUSER = "postgres"
-#: Ordinary login role that must authenticate with a password (SCRAM) over TCP.
-TEST_ROLE = "twophase_test"
-TEST_PASSWORD = "twophase_test"
-#: Database created for tests, owned by :data:`TEST_ROLE`.
-DATABASE = "twophase"
+__all__ = ["PostgresServer"]
 
 _STOP_SIGNALS = {
     "smart": signal.SIGTERM,  # waits for clients to disconnect
     "fast": signal.SIGINT,  # rolls back open transactions, disconnects clients, checkpoints
     "immediate": signal.SIGQUIT,  # like a crash: no checkpoint, crash recovery at next start
 }
-
-
-def find_postgres_bin_dir() -> Path:
-    """Locate the directory holding ``initdb`` and ``postgres``.
-
-    Returns
-    -------
-    pathlib.Path
-        ``$TWOPHASE_PG_BIN`` if set; else the newest ``/usr/lib/postgresql/<major>/bin``; else the
-        directory of an ``initdb`` found on ``PATH``.
-
-    Raises
-    ------
-    DevInfraError
-        If no PostgreSQL server installation is found.
-    """
-    explicit = os.environ.get("TWOPHASE_PG_BIN")
-    if explicit:
-        path = Path(explicit)
-        if not (path / "initdb").is_file():
-            raise DevInfraError(f"TWOPHASE_PG_BIN={explicit} has no initdb")
-        return path
-    candidates = []
-    for initdb in Path("/usr/lib/postgresql").glob("*/bin/initdb"):
-        major = initdb.parent.parent.name
-        if major.isdigit():
-            candidates.append((int(major), initdb.parent))
-    if candidates:
-        return max(candidates)[1]
-    on_path = shutil.which("initdb")
-    if on_path:
-        return Path(on_path).resolve().parent
-    raise DevInfraError(
-        "PostgreSQL server binaries (initdb, postgres) were not found. Install them with "
-        "'bash scripts/setup.sh' (or 'apt-get install -y postgresql'), or set TWOPHASE_PG_BIN."
-    )
-
-
-def _run_user() -> str | None:
-    """Return the OS user the server must run as, ``None`` to run as this process's user."""
-    if os.geteuid() != 0:
-        return None
-    name = os.environ.get("TWOPHASE_PG_OS_USER", "postgres")
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        raise DevInfraError(
-            f"running as root, PostgreSQL must run as an unprivileged OS user, but user {name!r} "
-            "does not exist. Install the 'postgresql' package (it creates it) or set "
-            "TWOPHASE_PG_OS_USER."
-        ) from None
-    return name
-
-
-def _check_reachable(path: Path, user: str) -> None:
-    """Fail clearly if ``user`` cannot traverse every parent directory of ``path``."""
-    entry = pwd.getpwnam(user)
-    for parent in [*reversed(path.parents)]:
-        st = parent.stat()
-        if st.st_uid == entry.pw_uid:
-            continue
-        if st.st_mode & 0o001 or (st.st_gid == entry.pw_gid and st.st_mode & 0o010):
-            continue
-        raise DevInfraError(
-            f"PostgreSQL runs as OS user {user!r}, which cannot enter {parent} (mode "
-            f"{oct(st.st_mode & 0o777)}); put the work directory elsewhere (the default, in the "
-            "system temporary directory, works)"
-        )
 
 
 class PostgresServer(DatabaseServer):
@@ -318,33 +254,19 @@ class PostgresServer(DatabaseServer):
 
     def _locate(self) -> None:
         self._bin_dir = find_postgres_bin_dir()
-        self._user = _run_user()
+        self._user = run_user()
 
     def _prepare_work_dir(self, work_dir: Path) -> None:
         if self._user is not None:
             entry = pwd.getpwnam(self._user)
             os.chown(work_dir, entry.pw_uid, entry.pw_gid)
-            _check_reachable(work_dir, self._user)
+            check_reachable(work_dir, self._user)
 
     def _initialize(self) -> None:
         assert self._bin_dir is not None
         user = self._user
         run_logged(
-            [
-                str(self._bin_dir / "initdb"),
-                "--pgdata",
-                str(self.data_dir),
-                "--username",
-                SUPERUSER,
-                "--auth",
-                "trust",
-                "--encoding",
-                "UTF8",
-                "--locale",
-                "C",
-                "--no-sync",
-                "--no-instructions",
-            ],
+            initdb_argv(self._bin_dir, self.data_dir),
             what="initdb",
             cwd=self._require_work_dir(),
             log_file=self.log_dir / "initdb.log",
@@ -352,45 +274,16 @@ class PostgresServer(DatabaseServer):
             group=pwd.getpwnam(user).pw_gid if user else None,
             extra_groups=[] if user else None,
         )
-        # Loopback and the socket only; the superuser is trusted, everyone else needs a password.
-        hba = (
-            "# Generated by twophase_dev\n"
-            "local all all trust\n"
-            f"host all {SUPERUSER} 127.0.0.1/32 trust\n"
-            "host all all 127.0.0.1/32 scram-sha-256\n"
-        )
-        if self.netns is not None:
-            # In a network namespace, this process's clients come from the veth's root side.
-            peer = f"{self.netns.peer_address}/32"
-            hba += f"host all {SUPERUSER} {peer} trust\nhost all all {peer} scram-sha-256\n"
-        (self.data_dir / "pg_hba.conf").write_text(hba)
-        with (self.data_dir / "postgresql.conf").open("a") as conf:
-            conf.write("\n# Settings of twophase_dev (port, prepared transactions, ...)\n")
-            conf.write("include 'twophase.conf'\n")
+        peer = None if self.netns is None else self.netns.peer_address
+        write_access_rules(self.data_dir, peer)
 
     def _configure_port(self) -> None:
-        settings = {
-            "listen_addresses": f"'{self.host}'",
-            "port": str(self._require_port()),
-            "unix_socket_directories": f"'{self.data_dir}'",
-            "max_prepared_transactions": str(self.max_prepared_transactions),
-            "max_connections": "100",
-            "shared_buffers": "64MB",
-            # fsync off: an OS crash may lose data, which a throwaway cluster can afford.
-            # synchronous_commit stays on: a committed transaction must survive a *server*
-            # crash (immediate shutdown), which the chaos tests rely on.
-            "fsync": "off",
-            "synchronous_commit": "on",
-            "full_page_writes": "off",
-            "logging_collector": "off",
-            "log_destination": "'stderr'",
-            "log_line_prefix": "'%m [%p] %q%u@%d '",
-            "log_timezone": "'UTC'",
-            "timezone": "'UTC'",
-        }
-        settings.update(self.extra_settings)
-        (self.data_dir / "twophase.conf").write_text(
-            "".join(f"{key} = {value}\n" for key, value in settings.items())
+        write_settings(
+            self.data_dir,
+            host=self.host,
+            port=self._require_port(),
+            max_prepared_transactions=self.max_prepared_transactions,
+            extra=self.extra_settings,
         )
 
     def _spawn(self) -> ManagedProcess:
@@ -491,13 +384,7 @@ class PostgresServer(DatabaseServer):
         list of (str, str)
             ``(gid, database)`` pairs, sorted by gid.
         """
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT gid, database FROM pg_prepared_xacts ORDER BY gid")
-                return [(str(gid), str(db)) for gid, db in cur.fetchall()]
-        finally:
-            conn.close()
+        return prepared_transactions(self.connect())
 
     def forget_fences(self) -> int:
         """Empty every ``twophase_fences`` table of the default database.
@@ -511,26 +398,7 @@ class PostgresServer(DatabaseServer):
         int
             Rows deleted.
         """
-        conn = self.connect()
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT format('%I.%I', schemaname, tablename) FROM pg_catalog.pg_tables "
-                    "WHERE tablename = 'twophase_fences'"
-                )
-                deleted = 0
-                for (name,) in cur.fetchall():
-                    # A row a prepared transaction holds (a test that failed half-way) stays:
-                    # waiting for it would hang the next test's setup.
-                    cur.execute(
-                        f"DELETE FROM {name} WHERE ctid = ANY(ARRAY("
-                        f"SELECT ctid FROM {name} FOR UPDATE SKIP LOCKED))"
-                    )
-                    deleted += cur.rowcount
-                return deleted
-        finally:
-            conn.close()
+        return forget_fences(self.connect())
 
     def rollback_prepared(self, gid_pattern: str = ".*") -> list[str]:
         """Roll back the prepared transactions whose gid matches a regular expression.
@@ -545,18 +413,4 @@ class PostgresServer(DatabaseServer):
         list of str
             The gids rolled back.
         """
-        pattern = re.compile(gid_pattern)
-        done = []
-        for gid, database in self.prepared_transactions():
-            if not pattern.match(gid):
-                continue
-            # A prepared transaction can only be finished from the database it belongs to.
-            conn = self.connect(dbname=database)
-            try:
-                conn.autocommit = True
-                with conn.cursor() as cur:
-                    cur.execute("ROLLBACK PREPARED %s", (gid,))
-            finally:
-                conn.close()
-            done.append(gid)
-        return done
+        return rollback_prepared(self.connect, self.prepared_transactions(), gid_pattern)

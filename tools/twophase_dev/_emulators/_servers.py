@@ -1,10 +1,10 @@
-"""Cloud-storage emulators for the coordinator-log tests: fake-gcs-server and Azurite.
+"""Cloud-storage emulators for the coordinator-log tests, running: fake-gcs-server and Azurite.
 
 The idea: a store for Google Cloud Storage or Azure Blob Storage is tested against a real server
 program that speaks the service's HTTP API, not against a mock inside the test process, just as the
 S3 store is tested against moto's S3 server (``tests/conftest.py``). Each emulator is pinned to one
-version, installed once into twophase's cache (:func:`~twophase_dev._common.cache_root`) by the
-ordinary client of its registry, and started on a free port of 127.0.0.1 with a throwaway backend;
+version, installed once into twophase's cache by the ordinary client of its registry
+(:mod:`._install`), and started on a free port of 127.0.0.1 with a throwaway backend;
 it dies with the Python process that started it (parent-death signal).
 
 - :class:`FakeGcsServer`: `fake-gcs-server <https://github.com/fsouza/fake-gcs-server>`_, a Go
@@ -28,176 +28,29 @@ Runs on: the developer's or test session's machine, never on Spark executors.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import signal
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import ClassVar
 
-from twophase_dev._common import (
-    DevInfraError,
-    ManagedProcess,
-    PortRaceError,
-    cache_root,
-    file_lock,
-    free_ports,
-    rotate_log,
-    tail,
+from twophase_dev._emulators._install import (
+    AZURITE_ACCOUNT_KEY,
+    AZURITE_ACCOUNT_NAME,
+    install_azurite,
+    install_fake_gcs,
+    tool,
 )
-from twophase_dev._go import go_binary
+from twophase_dev._errors import DevInfraError, PortRaceError
+from twophase_dev._host._ports import free_ports
+from twophase_dev._host._process import ManagedProcess
 from twophase_dev._server import ManagedService
 
-__all__ = [
-    "AZURITE_ACCOUNT_KEY",
-    "AZURITE_ACCOUNT_NAME",
-    "AZURITE_VERSION",
-    "FAKE_GCS_VERSION",
-    "AzuriteServer",
-    "FakeGcsServer",
-    "install_azurite",
-    "install_emulators",
-    "install_fake_gcs",
-]
+__all__ = ["AzuriteServer", "FakeGcsServer"]
 
-#: fake-gcs-server's version (a Go module version of ``github.com/fsouza/fake-gcs-server``).
-FAKE_GCS_VERSION = "v1.56.1"
-#: Azurite's version (the npm package ``azurite``).
-AZURITE_VERSION = "3.37.0"
-#: Azurite's well-known development account.
-AZURITE_ACCOUNT_NAME = "devstoreaccount1"
-#: The published key of :data:`AZURITE_ACCOUNT_NAME` (not a secret: the same on every Azurite).
-AZURITE_ACCOUNT_KEY = (
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-)
-
-_FAKE_GCS_MODULE = "github.com/fsouza/fake-gcs-server"
-#: File written into an install directory once the install finished; it names the version.
-_STAMP = ".twophase-installed"
-#: Seconds an install may take (a cold Go build downloads and compiles ~200 modules).
-_INSTALL_TIMEOUT = 1800.0
 #: How often a picked port is tried again when another process takes it first.
 _PORT_ATTEMPTS = 3
-
-
-def _emulator_dir(name: str, version: str) -> Path:
-    return cache_root() / "emulators" / f"{name}-{version}"
-
-
-def _installed(directory: Path, version: str, product: Path) -> bool:
-    with contextlib.suppress(OSError):
-        return product.exists() and (directory / _STAMP).read_text().strip() == version
-    return False
-
-
-def _tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        raise DevInfraError(
-            f"'{name}' was not found on PATH; Azurite, the Azure Blob emulator, needs Node.js "
-            "with npm: run 'bash scripts/setup.sh', which installs Debian's nodejs and npm"
-        )
-    return found
-
-
-def _install(
-    directory: Path, version: str, product: Path, argv: list[str], env: dict[str, str], what: str
-) -> Path:
-    """Run ``argv`` under a lock unless ``product`` of ``version`` is already installed."""
-    if _installed(directory, version, product):
-        return product
-    directory.mkdir(parents=True, exist_ok=True)
-    with file_lock(directory.parent / f"{directory.name}.lock"):
-        if _installed(directory, version, product):  # another process installed it meanwhile
-            return product
-        (directory / _STAMP).unlink(missing_ok=True)
-        log_file = directory / "install.log"
-        try:
-            with log_file.open("wb") as out:
-                result = subprocess.run(
-                    argv,
-                    cwd=directory,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    timeout=_INSTALL_TIMEOUT,
-                    check=False,
-                )
-        except subprocess.TimeoutExpired as exc:
-            raise DevInfraError(
-                f"{what} did not finish within {_INSTALL_TIMEOUT:.0f} s; see {log_file}"
-            ) from exc
-        if result.returncode != 0 or not product.exists():
-            raise DevInfraError(
-                f"{what} failed (exit {result.returncode}): {' '.join(argv)}\n"
-                f"{tail(log_file, 20)}\nFull log: {log_file}"
-            )
-        (directory / _STAMP).write_text(version + "\n")
-    return product
-
-
-def install_fake_gcs(version: str = FAKE_GCS_VERSION) -> Path:
-    """Build fake-gcs-server once with ``go install`` and return its binary.
-
-    Parameters
-    ----------
-    version : str, optional
-        The Go module version, :data:`FAKE_GCS_VERSION` by default.
-
-    Returns
-    -------
-    pathlib.Path
-        ``<cache>/emulators/fake-gcs-server-<version>/fake-gcs-server``; a second call returns at
-        once (the directory holds a stamp naming the installed version).
-
-    Raises
-    ------
-    DevInfraError
-        If Go can be neither found nor fetched, or the build fails; the message ends with the
-        build's output.
-    """
-    directory = _emulator_dir("fake-gcs-server", version)
-    binary = directory / "fake-gcs-server"
-    if _installed(directory, version, binary):  # no Go needed, none fetched
-        return binary
-    env = {**os.environ, "GOBIN": str(directory), "CGO_ENABLED": "0"}
-    env["GOFLAGS"] = f"{env.get('GOFLAGS', '')} -buildvcs=false".strip()
-    argv = [go_binary(), "install", f"{_FAKE_GCS_MODULE}@{version}"]
-    return _install(directory, version, binary, argv, env, f"building fake-gcs-server {version}")
-
-
-def install_azurite(version: str = AZURITE_VERSION) -> Path:
-    """Install Azurite once with ``npm install --prefix`` and return its blob server's entry point.
-
-    Parameters
-    ----------
-    version : str, optional
-        The npm version, :data:`AZURITE_VERSION` by default.
-
-    Returns
-    -------
-    pathlib.Path
-        ``<cache>/emulators/azurite-<version>/node_modules/.bin/azurite-blob``; a second call
-        returns at once. Nothing is installed globally.
-
-    Raises
-    ------
-    DevInfraError
-        If npm is missing or the install fails; the message ends with npm's output.
-    """
-    directory = _emulator_dir("azurite", version)
-    entry = directory / "node_modules" / ".bin" / "azurite-blob"
-    npm = _tool("npm")
-    # --ignore-scripts: none is needed, and the result is the same whatever npm allows by default.
-    argv = [npm, "install", "--prefix", str(directory), "--no-audit", "--no-fund"]
-    argv += ["--ignore-scripts", "--loglevel=error", f"azurite@{version}"]
-    what = f"npm install azurite@{version}"
-    return _install(directory, version, entry, argv, dict(os.environ), what)
 
 
 def _answers(url: str, *, ok_only: bool) -> bool:
@@ -261,7 +114,7 @@ class _Emulator(ManagedService):
                     if self._fixed_port:
                         raise DevInfraError(f"port {self.port} of {self.product} is taken")
                     raise PortRaceError()
-                rotate_log(self.log_file)
+                self._rotate_logs()
                 self._launch()
                 return
             except PortRaceError:
@@ -415,7 +268,7 @@ class AzuriteServer(_Emulator):
 
     def _locate(self) -> None:
         self._program = install_azurite()
-        self._node = _tool("node")
+        self._node = tool("node")
 
     def _argv(self, program: Path, work_dir: Path) -> list[str]:
         options = {
@@ -431,22 +284,3 @@ class AzuriteServer(_Emulator):
         if self.debug:
             argv += ["--debug", str(self.log_dir / "azurite-debug.log")]
         return argv
-
-
-def install_emulators() -> dict[str, tuple[Path, float]]:
-    """Install both emulators (if needed) and say where and how long each took.
-
-    Returns
-    -------
-    dict
-        ``{"fake-gcs-server v1.x.y": (binary, seconds), "azurite 3.x.y": (entry point, seconds)}``.
-    """
-    done: dict[str, tuple[Path, float]] = {}
-    for label, install in (
-        (f"fake-gcs-server {FAKE_GCS_VERSION}", install_fake_gcs),
-        (f"azurite {AZURITE_VERSION}", install_azurite),
-    ):
-        started = time.monotonic()
-        path = install()
-        done[label] = (path, time.monotonic() - started)
-    return done

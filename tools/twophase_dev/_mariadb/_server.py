@@ -1,9 +1,11 @@
 """A throwaway MariaDB server on 127.0.0.1, for the JDBC connector's XA (MariaDB/MySQL) dialect.
 
-The server is made with the binaries of Debian's ``mariadb-server-core`` package: a data directory
-initialised by ``mariadb-install-db`` in a throwaway directory, then ``mariadbd`` started directly
-(its own port, socket, pid file and option file; no system service) so its pid is known. As root it
-runs as root (``--user=root``).
+The server is made with the binaries :mod:`._binaries` finds: a data directory initialised by
+``mariadb-install-db`` in a throwaway directory (its option file written by :mod:`._datadir`), then
+``mariadbd`` started directly (its own port, socket, pid file and option file; no system service)
+so its pid is known. As root it runs as root (``--user=root``). The test helpers' XA statements and
+the URLs are in :mod:`._client`; the life cycle shared with PostgreSQL is
+:class:`~twophase_dev._database.DatabaseServer`'s.
 
 XA: prepared XA transactions survive their connection's end, a clean shutdown and a crash (since
 MariaDB 10.5, MDEV-742). They need no privilege of their own: any user may ``XA START`` and, once
@@ -27,77 +29,36 @@ Runs on: the developer's or test session's machine, never on Spark executors.
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
 
-from twophase_dev._common import (
-    LOOPBACK,
-    DevInfraError,
-    ManagedProcess,
-    process_alive,
-    run_logged,
-    wait_until,
+from twophase_dev._database import DatabaseServer
+from twophase_dev._host._proc import process_alive
+from twophase_dev._host._process import ManagedProcess, run_logged
+from twophase_dev._host._wait import wait_until
+from twophase_dev._mariadb._binaries import find_mariadb_binaries
+from twophase_dev._mariadb._client import parse_url, prepared_xids, rollback_prepared
+from twophase_dev._mariadb._datadir import (
+    DATABASE,
+    SUPERUSER,
+    TEST_PASSWORD,
+    TEST_USER,
+    install_db_argv,
+    option_file_text,
+    peer_root_sql,
 )
-from twophase_dev._server import DatabaseServer
 
 if TYPE_CHECKING:
-    from twophase_dev._netns import NetworkNamespace
+    from twophase_dev._netns._namespace import NetworkNamespace
 
-__all__ = ["MariaDBServer", "find_mariadb_binaries"]
-
-#: Superuser, without password, on 127.0.0.1 and the socket (``root`` of ``mariadb-install-db``).
-SUPERUSER = "root"
-#: Ordinary user that must authenticate with a password; owns database ``twophase``.
-TEST_USER = "twophase"
-TEST_PASSWORD = "twophase"
-#: Database created for tests.
-DATABASE = "twophase"
-#: URL schemes accepted by :meth:`MariaDBServer.external`.
-_SCHEMES = ("mysql", "mariadb")
+__all__ = ["MariaDBServer"]
 
 _STOP_SIGNALS = {
     "fast": signal.SIGTERM,  # normal shutdown: open transactions roll back, prepared XA stay
     "kill": signal.SIGKILL,  # a crash: InnoDB (and binlog) recovery at the next start
 }
-
-
-def find_mariadb_binaries() -> tuple[Path, Path]:
-    """Locate ``mariadbd`` and ``mariadb-install-db``.
-
-    Returns
-    -------
-    tuple of pathlib.Path
-        ``(mariadbd, mariadb-install-db)``, from ``$TWOPHASE_MARIADB_BIN`` (a directory holding
-        both) if set, else from ``/usr/sbin`` and ``PATH``.
-
-    Raises
-    ------
-    DevInfraError
-        If either is missing.
-    """
-    explicit = os.environ.get("TWOPHASE_MARIADB_BIN")
-    if explicit:
-        server, install = Path(explicit) / "mariadbd", Path(explicit) / "mariadb-install-db"
-        if not (server.is_file() and install.is_file()):
-            raise DevInfraError(
-                f"TWOPHASE_MARIADB_BIN={explicit} lacks mariadbd or mariadb-install-db"
-            )
-        return server, install
-    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin"])
-    server_path = shutil.which("mariadbd", path=search)
-    install_path = shutil.which("mariadb-install-db", path=search)
-    if server_path is None or install_path is None:
-        raise DevInfraError(
-            "MariaDB server binaries (mariadbd, mariadb-install-db) were not found. Install them "
-            "with 'bash scripts/setup.sh' (or 'apt-get install -y mariadb-server-core "
-            "mariadb-client-core'), or set TWOPHASE_MARIADB_BIN."
-        )
-    return Path(server_path), Path(install_path)
 
 
 class MariaDBServer(DatabaseServer):
@@ -316,55 +277,22 @@ class MariaDBServer(DatabaseServer):
 
     def _configure(self) -> None:
         work_dir = self._require_work_dir()
-        options = {
-            "bind_address": self.host,
-            "skip_networking": "0",
-            "skip_name_resolve": "1",
-            "socket": str(self.socket_path),
-            "pid_file": str(work_dir / "mariadbd.pid"),
-            "local_infile": "1",
-            "character_set_server": "utf8mb4",
-            "collation_server": "utf8mb4_bin",
-            "default_time_zone": "+00:00",
-            "max_connections": "200",
-            "innodb_buffer_pool_size": "64M",
-            "innodb_log_file_size": "16M",
-            # Log written to the OS at each commit and XA PREPARE, not flushed: a server crash
-            # (SIGKILL) keeps committed and prepared transactions, an OS crash may not.
-            "innodb_flush_log_at_trx_commit": "2",
-            "innodb_doublewrite": "0",
-            "performance_schema": "0",
-        }
-        if self.binlog:
-            options.update(
-                {"log_bin": str(self.data_dir / "binlog"), "server_id": "1", "binlog_format": "ROW"}
-            )
-        if os.geteuid() == 0:
-            options["user"] = "root"  # mariadbd refuses to run as root unless told so
-        options.update(self.extra_settings)
         self._options_file.write_text(
-            "# Generated by twophase_dev\n[mariadbd]\n"
-            + "".join(f"{key} = {value}\n" for key, value in options.items())
+            option_file_text(
+                host=self.host,
+                work_dir=work_dir,
+                socket=self.socket_path,
+                binlog=self.data_dir / "binlog" if self.binlog else None,
+                extra=self.extra_settings,
+            )
         )
         if self.netns is not None:
-            # This process's clients come from the veth's root side, which mariadb-install-db's
-            # root@localhost / root@127.0.0.1 do not cover (skip_name_resolve matches addresses).
-            root = f"'{SUPERUSER}'@'{self.netns.peer_address}'"
-            self._netns_init_file.write_text(
-                f"CREATE USER IF NOT EXISTS {root};\n"
-                f"GRANT ALL PRIVILEGES ON *.* TO {root} WITH GRANT OPTION;\n"
-            )
+            self._netns_init_file.write_text(peer_root_sql(self.netns.peer_address))
 
     def _initialize(self) -> None:
         assert self._install_bin is not None
         run_logged(
-            [
-                str(self._install_bin),
-                f"--defaults-file={self._options_file}",
-                f"--datadir={self.data_dir}",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ],
+            install_db_argv(self._install_bin, self._options_file, self.data_dir),
             what="mariadb-install-db",
             cwd=self._require_work_dir(),
             log_file=self.log_dir / "install-db.log",
@@ -472,11 +400,7 @@ class MariaDBServer(DatabaseServer):
         list of str
             The gtrids (the ``data`` column with its branch qualifier cut off), sorted.
         """
-        xids = []
-        for _format_id, gtrid_length, _bqual_length, data in self._query("XA RECOVER"):
-            raw = data if isinstance(data, bytes) else str(data).encode()
-            xids.append(raw[: int(gtrid_length)].decode(errors="replace"))
-        return sorted(xids)
+        return prepared_xids(self._query("XA RECOVER"))
 
     def rollback_prepared(self, xid_pattern: str = ".*") -> list[str]:
         """Roll back the prepared XA transactions whose gtrid matches a regular expression.
@@ -494,57 +418,4 @@ class MariaDBServer(DatabaseServer):
         list of str
             The gtrids rolled back.
         """
-        pattern = re.compile(xid_pattern)
-        done = []
-        conn = self.connect(autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("XA RECOVER")
-                for format_id, gtrid_length, _bqual_length, data in cur.fetchall():
-                    raw = data if isinstance(data, bytes) else str(data).encode()
-                    gtrid, bqual = raw[: int(gtrid_length)], raw[int(gtrid_length) :]
-                    name = gtrid.decode(errors="replace")
-                    if pattern.match(name):
-                        cur.execute(
-                            f"XA ROLLBACK X'{gtrid.hex()}', X'{bqual.hex()}', {int(format_id)}"
-                        )
-                        done.append(name)
-        finally:
-            conn.close()
-        return done
-
-
-def parse_url(url: str) -> dict[str, Any]:
-    """Split a ``mysql://`` or ``mariadb://`` URL into ``pymysql.connect`` arguments.
-
-    Parameters
-    ----------
-    url : str
-        ``mysql://user[:password]@host[:port]/database``.
-
-    Returns
-    -------
-    dict
-        ``host``, ``port`` (3306 if absent), ``user``, ``password`` (empty if absent),
-        ``database``.
-
-    Raises
-    ------
-    ValueError
-        If the scheme is not ``mysql`` or ``mariadb``, or the user or database is missing.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in _SCHEMES:
-        raise ValueError(f"a MariaDB URL must start with mysql:// or mariadb://, got {url!r}")
-    database = parts.path.lstrip("/")
-    if not parts.username or not database:
-        raise ValueError(
-            f"a MariaDB URL needs a user and a database (mysql://user@host/db): {url!r}"
-        )
-    return {
-        "host": parts.hostname or LOOPBACK,
-        "port": parts.port or 3306,
-        "user": unquote(parts.username),
-        "password": unquote(parts.password or ""),
-        "database": unquote(database),
-    }
+        return rollback_prepared(self.connect(autocommit=True), xid_pattern)
