@@ -31,6 +31,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "kafka_partition": ("kafka", "root"),
     "postgres_server": ("postgres",),
     "postgres_server_no_prepared": ("postgres",),
+    "postgres_pair": ("postgres",),  # a primary and a standby of the test's own
     "pg": ("postgres",),  # tests/integration/jdbc: either server, fetched by protocol
     "pg_partition": ("postgres", "root"),
     "pg_partition_no_prepared": ("postgres", "root"),

@@ -11,7 +11,9 @@ What it provides:
 
 - :class:`KafkaBroker`: a single-node KRaft broker on 127.0.0.1 (free ports, throwaway data).
 - :class:`PostgresServer`: a throwaway PostgreSQL cluster on 127.0.0.1 with
-  ``max_prepared_transactions`` of your choice (0 included) and ``restart()`` for chaos tests.
+  ``max_prepared_transactions`` of your choice (0 included) and ``restart()`` for chaos tests;
+  :class:`PostgresStandby`, a streaming standby of one, promoted for a failover
+  (:func:`make_synchronous` makes it synchronous).
 - :class:`MariaDBServer`: a throwaway MariaDB server on 127.0.0.1 (binary log on or off) whose
   prepared XA transactions survive ``restart()`` and ``kill()``.
 - :class:`NetworkNamespace`: a network namespace joined to this one by a veth pair; the three
@@ -73,6 +75,7 @@ from twophase_dev._netns._evidence import TcpConnection, TrafficCounters
 from twophase_dev._netns._namespace import CutMode, NetworkNamespace
 from twophase_dev._postgres._binaries import find_postgres_bin_dir
 from twophase_dev._postgres._server import PostgresServer
+from twophase_dev._postgres._standby import PostgresStandby, make_synchronous
 from twophase_dev._spark._cluster import SparkCluster
 from twophase_dev._spark._cluster_session import cluster_conf, cluster_session
 from twophase_dev._spark._connect import CONNECT_ENV_MARKER, SparkConnectServer
@@ -117,6 +120,7 @@ __all__ = [
     "MavenError",
     "NetworkNamespace",
     "PostgresServer",
+    "PostgresStandby",
     "SparkCluster",
     "SparkConnectServer",
     "SparkWorker",
@@ -138,6 +142,7 @@ __all__ = [
     "install_azurite",
     "install_fake_gcs",
     "kafka_classpath",
+    "make_synchronous",
     "pyspark_home",
     "resolve_classpath",
     "spark_class_archive",
