@@ -1,0 +1,126 @@
+"""Installing an SDK from ``OTEL_*`` settings (the Connect server's case), and the target kinds."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+
+import twophase
+from twophase import _otel_setup
+from twophase.errors import ConfigurationError
+from twophase.testing import FakeSink, FakeTarget
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """What ``configure`` sets as the global provider (captured: the real one is set once)."""
+    captured: list[Any] = []
+    monkeypatch.setattr(_otel_setup, "_done", False)
+    monkeypatch.setattr(metrics, "set_meter_provider", captured.append)
+    for name in ("OTEL_METRICS_EXPORTER", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_SERVICE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    yield captured
+    for provider in captured:
+        provider.shutdown()
+
+
+def test_settings_install_the_named_exporter_once_and_the_environment_wins(
+    installed: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import os
+
+    from opentelemetry.sdk.metrics import export
+
+    written = io.StringIO()
+
+    class Console(export.ConsoleMetricExporter):
+        def __init__(self) -> None:
+            super().__init__(out=written)
+
+    monkeypatch.setattr(export, "ConsoleMetricExporter", Console)
+
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "60000")
+    settings = {"OTEL_METRICS_EXPORTER": "console", "OTEL_METRIC_EXPORT_INTERVAL": "5"}
+    assert _otel_setup.configure(settings) is True
+    assert _otel_setup.configure(settings) is False, "once per process"
+    (provider,) = installed
+    assert isinstance(provider, MeterProvider)
+    assert os.environ["OTEL_METRIC_EXPORT_INTERVAL"] == "60000", "the process's own setting wins"
+    provider.get_meter("probe").create_counter("probe.count").add(3)
+    provider.force_flush()  # the console exporter writes what it exports
+    exported = written.getvalue()
+    assert '"probe.count"' in exported
+    assert '"service.name": "twophase"' in exported
+
+
+@pytest.mark.parametrize("exporters", ["", "none"])
+def test_no_exporter_named_installs_nothing(installed: list[Any], exporters: str) -> None:
+    assert _otel_setup.configure({"OTEL_METRICS_EXPORTER": exporters}) is False
+    assert installed == []
+    assert _otel_setup._done is False, "a later query's settings may still name one"
+
+
+def test_an_unknown_exporter_is_logged_and_nothing_is_installed(
+    installed: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="twophase.metrics"):
+        assert _otel_setup.configure({"OTEL_METRICS_EXPORTER": "carrier-pigeon"}) is False
+    assert installed == []
+    assert "unknown metrics exporter 'carrier-pigeon'" in caplog.text
+
+
+def test_the_applications_own_sdk_wins(
+    installed: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own = MeterProvider(shutdown_on_exit=False)
+    monkeypatch.setattr(metrics, "get_meter_provider", lambda: own)
+    assert _otel_setup.configure({"OTEL_METRICS_EXPORTER": "console"}) is False
+    assert installed == []
+    own.shutdown()
+
+
+class _StreamingFrame:
+    isStreaming = True  # noqa: N815 (PySpark's name)
+
+
+def test_write_stream_refuses_settings_that_are_not_otel() -> None:
+    sink = FakeSink("s", FakeTarget.in_memory())
+    with pytest.raises(ConfigurationError, match="OTEL_\\* settings only, not 'PATH'") as info:
+        twophase.write_stream(
+            _StreamingFrame(),  # type: ignore[arg-type]
+            sink,
+            checkpoint_location="/tmp/chk",
+            otel_environment={"OTEL_METRICS_EXPORTER": "otlp", "PATH": "/evil"},
+        )
+    assert info.value.setting == "otel_environment"
+
+
+def test_a_sinks_target_kind_is_custom_unless_it_says() -> None:
+    class Kafkaish(FakeSink):
+        metrics_target = "kafka"
+
+    target = FakeTarget.in_memory()
+    assert FakeSink("s", target).metrics_target == "custom"
+    assert Kafkaish("k", target).metrics_target == "kafka"
+
+
+def test_the_connectors_name_their_target_kind() -> None:
+    from twophase.connectors.jdbc import mariadb_sink, postgres_sink
+    from twophase.connectors.kafka import KafkaSink
+
+    postgres = postgres_sink("s", table="t", protocol="markers", dsn="postgresql://127.0.0.1:9/d")
+    mariadb = mariadb_sink("s", table="t", protocol="markers", url="mariadb://127.0.0.1:9/d")
+    kafka = KafkaSink("s", bootstrap_servers="127.0.0.1:9", topic="t")
+    assert [s.metrics_target for s in (postgres, mariadb, kafka)] == [
+        "postgresql",
+        "mariadb",
+        "kafka",
+    ]
