@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,11 +23,14 @@ pytestmark = pytest.mark.unit
 def installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     """What ``configure`` sets as the global provider (captured: the real one is set once)."""
     captured: list[Any] = []
+    saved = dict(os.environ)  # configure() writes the settings into the environment
     monkeypatch.setattr(_otel_setup, "_done", False)
     monkeypatch.setattr(metrics, "set_meter_provider", captured.append)
     for name in ("OTEL_METRICS_EXPORTER", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_SERVICE_NAME"):
         monkeypatch.delenv(name, raising=False)
     yield captured
+    os.environ.clear()
+    os.environ.update(saved)
     for provider in captured:
         provider.shutdown()
 
@@ -35,7 +39,6 @@ def test_settings_install_the_named_exporter_once_and_the_environment_wins(
     installed: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import io
-    import os
 
     from opentelemetry.sdk.metrics import export
 
@@ -124,3 +127,35 @@ def test_the_connectors_name_their_target_kind() -> None:
         "mariadb",
         "kafka",
     ]
+
+
+_LATE_PROVIDER = """
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from twophase.testing import FakeSink, FakeTarget, LocalRunner
+
+runner = LocalRunner(FakeSink("late", FakeTarget.in_memory()))
+runner.run_batch(0, [[{"id": 1}]])  # the instruments are made now, before any SDK
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+runner.run_batch(1, [[{"id": 2}, {"id": 3}]])
+data = reader.get_metrics_data()
+for scope in data.resource_metrics[0].scope_metrics:
+    for metric in scope.metrics:
+        if metric.name in ("twophase.batches", "twophase.rows"):
+            print(metric.name, sum(p.value for p in metric.data.data_points))
+"""
+
+
+def test_an_sdk_the_application_sets_after_the_first_batch_gets_every_later_batch() -> None:
+    """The global provider is set once per process: a process of its own for this test."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _LATE_PROVIDER], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(done.stdout.split("\n")[:2]) == ["twophase.batches 1", "twophase.rows 2"]
