@@ -294,7 +294,9 @@ def record_batch(metrics: Any) -> None:
             ("twophase.phase2.duration", metrics.phase2_seconds),
         ):
             instruments[name].record(seconds, attributes)
-    record_last_committed(attributes, metrics.batch_id, time.time())
+    # A replay of the batch the log's last record names keeps that record's time.
+    replay = metrics.outcome != "committed"
+    record_last_committed(attributes, metrics.batch_id, time.time(), newer_only=replay)
 
 
 def record_failed_batch(sink: Any) -> None:
@@ -302,12 +304,18 @@ def record_failed_batch(sink: Any) -> None:
     _get()["twophase.batches"].add(1, {**attributes_of(sink), "outcome": "failed"})
 
 
-def record_last_committed(attributes: dict[str, str], batch_id: int, when: float) -> None:
-    """Note that ``batch_id`` is committed, recorded at ``when`` (epoch seconds), if newer."""
+def record_last_committed(
+    attributes: dict[str, str], batch_id: int, when: float, *, newer_only: bool = False
+) -> None:
+    """Note that ``batch_id`` is committed, recorded at ``when`` (epoch seconds).
+
+    Ignored for a batch older than the one noted (or as old, with ``newer_only``).
+    """
     _get()
     with _LOCK:
         state = _state(attributes)
-        if state.last_batch is None or batch_id >= state.last_batch:
+        last = state.last_batch
+        if last is None or batch_id > last or (batch_id == last and not newer_only):
             state.last_batch, state.last_time = batch_id, when
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -272,3 +273,21 @@ def test_a_prometheus_scrape_shows_every_metric_under_the_documented_name() -> N
     assert 'twophase_sink="s"' in committed.group(1)
     assert float(committed.group(2)) == 2
     assert re.search(r"^twophase_commit_retries_total\{.*\} 1\.0$", scraped, re.M)
+
+
+def test_a_replay_of_the_last_batch_keeps_the_time_its_commit_was_recorded(
+    reader: InMemoryMetricReader,
+) -> None:
+    target = FakeTarget.in_memory()
+    runner = LocalRunner(FakeSink("s", target))
+    runner.run_batch(0, split(0))
+    recorded = runner.log.read_record(0, "committed")
+    assert recorded is not None
+    runner.restart()
+    time.sleep(0.2)
+    assert runner.run_batch(0, split(0)).outcome == "already-committed"
+    points = Points(reader)
+    assert points.value("twophase.batch.last_committed") == 0
+    age = points.value("twophase.batch.last_committed.age")
+    assert age >= 0.2, "the replay is not a new commit"
+    assert age == pytest.approx(time.time() - recorded["committed_at"], abs=0.1)
