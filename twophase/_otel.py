@@ -17,11 +17,13 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
-
-from opentelemetry import metrics as otel
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+
+if TYPE_CHECKING:
+    # Imported when the first batch records (not by the executors, which record nothing).
+    from opentelemetry import metrics as otel
 
 __all__ = [
     "ATTRIBUTES",
@@ -248,6 +250,8 @@ def _get() -> dict[str, Any]:
         from . import _otel_setup
 
         _otel_setup.configure()
+    from opentelemetry import metrics as otel
+
     with _LOCK:
         if _instruments is None:
             source = _provider if _provider is not None else otel.get_meter_provider()
@@ -336,13 +340,15 @@ def observe_in_doubt(sink: Any, transaction_ids: Iterable[str]) -> None:
 
 
 def _observations(value: Any) -> Iterator[otel.Observation]:
+    from opentelemetry.metrics import Observation
+
     with _LOCK:
         states = [(dict(key), state) for key, state in _STATES.items()]
     now = time.time()
     for attributes, state in states:
         measured = value(state, now)
         if measured is not None:
-            yield otel.Observation(measured, attributes)
+            yield Observation(measured, attributes)
 
 
 def _last_committed(state: _SinkState, now: float) -> float | None:

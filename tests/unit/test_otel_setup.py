@@ -159,3 +159,14 @@ def test_an_sdk_the_application_sets_after_the_first_batch_gets_every_later_batc
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(done.stdout.split("\n")[:2]) == ["twophase.batches 1", "twophase.rows 2"]
+
+
+def test_importing_twophase_imports_no_opentelemetry() -> None:
+    """The executors' Python workers import twophase and record nothing: no import cost there."""
+    import subprocess
+    import sys
+
+    probe = "import sys, twophase; print(sorted(m for m in sys.modules if 'opentelemetry' in m))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
