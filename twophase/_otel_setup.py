@@ -16,7 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["OTEL_ATTRIBUTE", "configure"]
+__all__ = ["OTEL_ATTRIBUTE", "configure", "flush"]
 
 _log = logging.getLogger("twophase.metrics")
 
@@ -25,6 +25,8 @@ OTEL_ATTRIBUTE = "_twophase_otel_environment"
 
 _LOCK = threading.Lock()
 _done = False
+#: The provider this module installed (None: none, or the application's own).
+_installed: Any = None
 
 
 def configure(settings: Mapping[str, str] | None = None) -> bool:
@@ -56,6 +58,22 @@ def configure(settings: Mapping[str, str] | None = None) -> bool:
         return _install([e.strip() for e in exporters.split(",") if e.strip()])
 
 
+def flush(timeout_seconds: float = 2.0) -> None:
+    """Export now what the provider installed here holds (after a failed batch).
+
+    A failed batch may end the process that runs the sink (a Connect server
+    stops the query's worker): its count must not wait for the next export.
+    Bounded by ``timeout_seconds``; an export that fails is the exporter's to
+    log. Nothing to do when the application set up its own SDK.
+    """
+    provider = _installed
+    if provider is not None:
+        try:
+            provider.force_flush(timeout_millis=int(timeout_seconds * 1000))
+        except Exception as exc:  # never in the way of the batch's own error
+            _log.warning("exporting the metrics after a failed batch failed: %r", exc)
+
+
 def _install(exporters: list[str]) -> bool:
     from opentelemetry import metrics
 
@@ -81,6 +99,8 @@ def _install(exporters: list[str]) -> bool:
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "twophase"}
     provider = MeterProvider(metric_readers=readers, resource=Resource.create(attributes))
     metrics.set_meter_provider(provider)
+    global _installed
+    _installed = provider
     _log.info("twophase: exporting metrics (%s)", ",".join(exporters))
     return True
 

@@ -60,6 +60,7 @@ class SinkRuntime:
         except BaseException:
             coordinator.failed = True
             _otel.record_failed_batch(sink)
+            _otel_setup.flush()
             raise
         self.metrics.append(metrics)
         return metrics

@@ -21,8 +21,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from tests.connect.support import start_query
-from tests.spark.helpers import write_input
+import twophase
+from tests.connect.support import WithListener
+from tests.spark.helpers import SCHEMA, write_input
 from twophase.testing import CrashAt, FakeSink, FakeTarget, assert_exactly_once
 from twophase_dev import SparkConnectServer, free_ports
 from twophase_dev._common import wait_until
@@ -116,41 +117,57 @@ def test_a_connect_server_exports_the_batches_a_failure_and_its_recovery_over_ot
     target = FakeTarget(tmp_path / "target")
     expected = write_input(tmp_path / "in", 3, rows=20)
 
-    def run(listener: Any = None) -> Any:
-        spark = connect_server.session()
-        try:
-            query = start_query(
-                spark,
-                tmp_path / "in",
-                tmp_path / "chk",
-                FakeSink("connect_metrics", target),
-                lambda df: df.repartition(2),
-                listener=listener,
-                otel_environment=otel,
-            )
-            try:
-                assert query.awaitTermination(180), "the query did not finish in time"
-            except Exception as exc:  # the query failed: PySpark raises its exception
-                return exc
-            return None
-        finally:
-            spark.stop()
+    def source(spark: Any) -> Any:
+        df = (
+            spark.readStream.schema(SCHEMA)
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(tmp_path / "in"))
+        )
+        return df.repartition(2)
 
-    failure = run(CrashAt("decided", batch_id=1, as_exception=True))
-    assert failure is not None
-    assert "simulated driver crash" in str(failure)
+    # The failing run: the batch's failure is exported at once, before the worker goes.
+    spark = connect_server.session()
+    try:
+        sink = FakeSink("connect_metrics", target)
+        writer = twophase.write_stream(
+            source(spark), sink, checkpoint_location=str(tmp_path / "chk"), otel_environment=otel
+        )
+        crash = CrashAt("decided", batch_id=1, as_exception=True)
+        writer = writer.foreachBatch(WithListener(sink, crash))  # the same sink, its settings
+        query = writer.trigger(availableNow=True).start()
+        with pytest.raises(Exception, match="simulated driver crash"):
+            query.awaitTermination(180)
+    finally:
+        spark.stop()
     assert len(target.prepared()) == 2, "batch 1 is decided, its 2 transactions prepared"
     assert wait_until(lambda: received.total("twophase.batches", outcome="failed") == 1, timeout=30)
     assert received.total("twophase.batches", outcome="committed") == 1
 
-    assert run() is None
+    # The restarted query runs on, as a streaming query does, exporting every 300 ms.
+    spark = connect_server.session()
+    try:
+        query = twophase.write_stream(
+            source(spark),
+            FakeSink("connect_metrics", target),
+            checkpoint_location=str(tmp_path / "chk"),
+            trigger={"processingTime": "1 second"},
+            otel_environment=otel,
+        ).start()
+        try:
+
+            def finished() -> bool:
+                return received.total("twophase.batches", outcome="committed") == 2
+
+            assert wait_until(finished, timeout=60), received.sums
+            assert wait_until(
+                lambda: received.gauge("twophase.batch.last_committed") == 2, timeout=30
+            )
+        finally:
+            query.stop()
+    finally:
+        spark.stop()
     assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
     assert target.prepared() == []
-
-    def finished() -> bool:
-        return received.total("twophase.batches", outcome="committed") == 2
-
-    assert wait_until(finished, timeout=30), received.sums
     ours = {
         "twophase.sink": "connect_metrics",
         "twophase.protocol": "coordinated",
@@ -161,4 +178,3 @@ def test_a_connect_server_exports_the_batches_a_failure_and_its_recovery_over_ot
     assert received.total("twophase.rows", **ours) == 40  # batches 0 and 2; 1 by recovery
     assert received.total("twophase.transactions", **ours) == 4
     assert received.total("twophase.phase1.duration", **ours) == 2
-    assert received.gauge("twophase.batch.last_committed") == 2

@@ -25,6 +25,7 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     captured: list[Any] = []
     saved = dict(os.environ)  # configure() writes the settings into the environment
     monkeypatch.setattr(_otel_setup, "_done", False)
+    monkeypatch.setattr(_otel_setup, "_installed", None)
     monkeypatch.setattr(metrics, "set_meter_provider", captured.append)
     for name in ("OTEL_METRICS_EXPORTER", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_SERVICE_NAME"):
         monkeypatch.delenv(name, raising=False)
@@ -62,6 +63,37 @@ def test_settings_install_the_named_exporter_once_and_the_environment_wins(
     exported = written.getvalue()
     assert '"probe.count"' in exported
     assert '"service.name": "twophase"' in exported
+
+
+def test_a_failed_batch_is_exported_at_once_not_at_the_next_interval(
+    installed: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process may end with the batch (a Connect server stops the query's worker)."""
+    import io
+
+    from opentelemetry.sdk.metrics import export
+
+    from twophase import _otel
+    from twophase.testing import LocalRunner
+
+    written = io.StringIO()
+
+    class Console(export.ConsoleMetricExporter):
+        def __init__(self) -> None:
+            super().__init__(out=written)
+
+    monkeypatch.setattr(export, "ConsoleMetricExporter", Console)
+    assert _otel_setup.configure({"OTEL_METRICS_EXPORTER": "console"})  # every 60 s
+    (provider,) = installed
+    _otel.use_meter_provider(provider)  # what the global one would be, in a process of its own
+    try:
+        target = FakeTarget.in_memory()
+        target.fail("write", batch_id=0, partition_id=0, times=-1, error="DataError")
+        with pytest.raises(Exception, match="injected fault"):
+            LocalRunner(FakeSink("s", target)).run_batch(0, [[{"id": 1}]])
+    finally:
+        _otel.use_meter_provider(None)
+    assert '"outcome": "failed"' in written.getvalue()
 
 
 @pytest.mark.parametrize("exporters", ["", "none"])
