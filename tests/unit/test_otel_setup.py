@@ -96,6 +96,28 @@ def test_a_failed_batch_is_exported_at_once_not_at_the_next_interval(
     assert '"outcome": "failed"' in written.getvalue()
 
 
+def test_the_prometheus_exporter_listens_where_the_environment_says(
+    installed: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import prometheus_client
+    from prometheus_client import REGISTRY, generate_latest
+
+    listening: list[tuple[int, str]] = []
+    monkeypatch.setattr(
+        prometheus_client, "start_http_server", lambda port, addr: listening.append((port, addr))
+    )
+    settings = {
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "0.0.0.0",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": "9999",
+    }
+    assert _otel_setup.configure(settings)
+    assert listening == [(9999, "0.0.0.0")]
+    (provider,) = installed
+    provider.get_meter("probe").create_counter("probe.count").add(2)
+    assert "probe_count_total" in generate_latest(REGISTRY).decode()
+
+
 @pytest.mark.parametrize("exporters", ["", "none"])
 def test_no_exporter_named_installs_nothing(installed: list[Any], exporters: str) -> None:
     assert _otel_setup.configure({"OTEL_METRICS_EXPORTER": exporters}) is False
