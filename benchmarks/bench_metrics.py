@@ -64,6 +64,7 @@ def case(name: str) -> Iterator[Any]:
         "record_batch": _otel.record_batch,
         "record_failed_batch": _otel.record_failed_batch,
         "record_last_committed": _otel.record_last_committed,
+        "record_recovered_rows": _otel.record_recovered_rows,
         "record_zombies": _otel.record_zombies,
         "observe_in_doubt": _otel.observe_in_doubt,
     }

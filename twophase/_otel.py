@@ -34,6 +34,7 @@ __all__ = [
     "record_batch",
     "record_failed_batch",
     "record_last_committed",
+    "record_recovered_rows",
     "record_zombies",
     "use_meter_provider",
 ]
@@ -92,7 +93,11 @@ METRICS = (
         ("outcome",),
     ),
     MetricDefinition(
-        "twophase.rows", _C, "{row}", "Rows written (rows of partitions skipped on replay excluded)"
+        "twophase.rows",
+        _C,
+        "{row}",
+        "Rows committed: a batch's when it commits, or when recovery commits it from its "
+        "decision (rows of partitions skipped on replay are not counted again)",
     ),
     MetricDefinition(
         "twophase.bytes",
@@ -321,6 +326,12 @@ def record_last_committed(
         last = state.last_batch
         if last is None or batch_id > last or (batch_id == last and not newer_only):
             state.last_batch, state.last_time = batch_id, when
+
+
+def record_recovered_rows(sink: Any, rows: int) -> None:
+    """Count the rows of a batch recovery committed from its decision. Runs on the driver."""
+    if rows:
+        _get()["twophase.rows"].add(rows, attributes_of(sink))
 
 
 def record_zombies(sink: Any, count: int) -> None:
