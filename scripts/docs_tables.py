@@ -6,6 +6,8 @@ the site's hook (``scripts/mkdocs_hooks.py``) replaces it when the site builds, 
 
 - ``extras``: every extra of ``pyproject.toml``, the packages it installs, and what it is for.
 - ``cli-usage``: the ``--help`` of each command of ``twophase``, run when the site builds.
+- ``metrics``: every metric twophase reports (``twophase._otel.METRICS``): its OpenTelemetry
+  and Prometheus names, kind, unit, attributes and meaning.
 - ``errors``: every error class of :mod:`twophase.errors`, its bases, whether a restart alone
   can cure it (the class's ``restartable``), the first line of its docstring, and what to do.
 - ``schemes``: every scheme a checkpoint location can have, the extra that installs its store,
@@ -46,8 +48,10 @@ EXTRA_PURPOSE = {
     "Azure Blob Storage's conditional writes, on every path",
     "spark": "PySpark, where nothing else brings Spark",
     "connect": "PySpark with its Spark Connect client ([Classic or Spark Connect](modes.md))",
-    "all": "PySpark and every connector's and store's client: a machine of your own, never a "
-    "platform that brings its own Spark",
+    "otel": "exporting twophase's metrics where no application sets up OpenTelemetry (a Spark "
+    "Connect server): the SDK, OTLP over HTTP, a Prometheus endpoint ([Monitoring](monitoring.md))",
+    "all": "PySpark, every connector's and store's client and the metrics exporters: a machine "
+    "of your own, never a platform that brings its own Spark",
     "dev": "the project's own tests, checks and documentation ([Development](development.md))",
 }
 
@@ -311,8 +315,27 @@ def options_table(table: str) -> str:
     return "\n".join(rows)
 
 
+def metrics_table() -> str:
+    """Render every metric twophase reports (``<!-- table: metrics -->``) from its definition."""
+    from twophase._otel import ATTRIBUTES, METRICS
+
+    rows = [
+        "| metric (Prometheus name) | kind | unit | attributes | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for metric in METRICS:
+        attributes = ", ".join(f"`{a}`" for a in metric.attributes) or "--"
+        rows.append(
+            f"| `{metric.name}`<br>`{metric.prometheus_name}` | {metric.kind} | `{metric.unit}` "
+            f"| {attributes} | {metric.description} |"
+        )
+    common = ", ".join(f"`{a}`" for a in ATTRIBUTES)
+    return "\n".join(rows) + f"\n\nEvery metric also has the attributes {common}."
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "extras": extras_table,
+    "metrics": metrics_table,
     "errors": errors_table,
     "cli-usage": cli_usage,
     "schemes": schemes_table,

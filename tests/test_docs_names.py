@@ -79,6 +79,14 @@ def _loggers() -> frozenset[str]:
     return frozenset(found)
 
 
+@cache
+def _metric_names() -> frozenset[str]:
+    """The metrics twophase reports and their attributes (``twophase._otel``)."""
+    from twophase._otel import ATTRIBUTES, METRICS
+
+    return frozenset([*ATTRIBUTES, *(m.name for m in METRICS)])
+
+
 _MISSING = object()
 
 
@@ -103,7 +111,7 @@ def _resolve(name: str) -> Any:
 
 
 def _exists(name: str) -> bool:
-    return name in _loggers() or _resolve(name) is not _MISSING
+    return name in _loggers() or name in _metric_names() or _resolve(name) is not _MISSING
 
 
 @cache
@@ -214,6 +222,7 @@ def _docs_tables() -> Any:
         ("jdbc.md", "options-postgres"),
         ("mariadb.md", "options-mariadb"),
         ("kafka.md", "options-kafka"),
+        ("monitoring.md", "metrics"),
     ],
 )
 def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, table: str) -> None:
@@ -239,6 +248,11 @@ def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, ta
         assert options in rendered
         for name in tables.signature_options(tables.factory(table)):
             assert f"`{name}`" in options, name
+    elif table == "metrics":
+        from twophase._otel import METRICS
+
+        for metric in METRICS:
+            assert f"| `{metric.name}`<br>`{metric.prometheus_name}` |" in rendered, metric.name
     elif table == "cli-usage":
         for command in tables.COMMANDS:
             assert f"usage: twophase {command} [-h]" in rendered, command

@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
+from . import _otel
 from ._driver_coordinated import CoordinatedDriver
 from ._driver_markers import MarkersDriver
 from ._execution import BatchExecution, StepListener
@@ -115,6 +116,16 @@ class Coordinator(CoordinatedDriver, MarkersDriver):
         if sink.protocol is CommitProtocol.COORDINATED:
             self._fence(sink, -1)  # every attempt of an earlier run is stale
         self._opened = True
+        self._report_last_committed(sink)
+
+    def _report_last_committed(self, sink: AnySink) -> None:
+        """Start the last-committed gauges from the log: a run stuck on its first batch shows."""
+        state = self.log.state
+        last = max(state.committed, default=state.committed_through)
+        record = self.log.read_record(last, "committed") if last >= 0 else None
+        when = (record or {}).get("committed_at")
+        if isinstance(when, (int, float)):
+            _otel.record_last_committed(_otel.attributes_of(sink), last, float(when))
 
     def _recover(self, sink: AnySink, batch_id: int) -> None:
         committed, aborted = recover(
@@ -154,13 +165,8 @@ class Coordinator(CoordinatedDriver, MarkersDriver):
                 sink.name,
                 batch_id,
             )
-            metrics = BatchMetrics(
-                sink.name,
-                batch_id,
-                sink.protocol.value,
-                "already-committed",
-                recovered_committed=recovered[0],
-                recovered_aborted=recovered[1],
+            metrics = self._replay_metrics(
+                sink, batch_id, recovered_committed=recovered[0], recovered_aborted=recovered[1]
             )
         else:
             try:

@@ -17,7 +17,8 @@ from ._execution import StepListener
 from ._hooks import AnySink
 from ._log import CoordinatorLog
 from ._metrics import BatchMetrics
-from ._participant import TaskPlan
+from ._otel import attributes_of
+from ._participant import TaskPlan, TaskResult
 from ._types import RecoveryContext, SinkContext
 
 __all__ = ["Driver"]
@@ -82,8 +83,29 @@ class Driver:
         return done
 
     def _committed_metrics(
-        self, sink: AnySink, batch_id: int, partitions: int, **fields: Any
+        self,
+        sink: AnySink,
+        batch_id: int,
+        partitions: int,
+        results: list[TaskResult],
+        **fields: Any,
     ) -> BatchMetrics:
+        # What only the executors know came back with phase 1's results: no round trip of its own.
         return BatchMetrics(
-            sink.name, batch_id, sink.protocol.value, "committed", partitions=partitions, **fields
+            sink.name,
+            batch_id,
+            sink.protocol.value,
+            "committed",
+            partitions=partitions,
+            target=attributes_of(sink)["twophase.target"],
+            arrow_bytes=sum(r.arrow_bytes for r in results),
+            target_seconds=sum(r.target_seconds for r in results),
+            **fields,
+        )
+
+    def _replay_metrics(self, sink: AnySink, batch_id: int, **fields: Any) -> BatchMetrics:
+        """Return the metrics of a batch the log holds as committed already (a replay)."""
+        target = attributes_of(sink)["twophase.target"]
+        return BatchMetrics(
+            sink.name, batch_id, sink.protocol.value, "already-committed", target=target, **fields
         )

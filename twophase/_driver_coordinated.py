@@ -101,7 +101,7 @@ class CoordinatedDriver(FencingLoop):
                 sink.name,
                 batch_id,
             )
-            metrics = BatchMetrics(sink.name, batch_id, sink.protocol.value, "already-committed")
+            metrics = self._replay_metrics(sink, batch_id)
         else:
             self._step("phase1_done", batch_id)
             metrics = self._decide_and_commit(
@@ -150,6 +150,7 @@ class CoordinatedDriver(FencingLoop):
             sink,
             batch_id,
             partitions,
+            results,
             rows=rows,
             transactions=len(handles),
             phase1_seconds=t1 - t0,

@@ -93,6 +93,7 @@ class MarkersDriver(Driver):
             sink,
             batch_id,
             execution.num_partitions(),
+            results,
             rows=rows,
             transactions=sum(1 for r in results if r.marker is not None),
             skipped_partitions=sum(1 for r in results if r.skipped),

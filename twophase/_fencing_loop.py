@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from . import _otel
 from ._driver import Driver
 from ._hooks import AnySink, as_coordinated
 from ._types import TransactionHandle
@@ -39,12 +40,15 @@ class FencingLoop(Driver):
         touched: its prepared transactions are committed by recovery.
         """
         pending = set(self.log.state.pending_decisions()) - {batch_id}
-        aborted = 0
+        aborted = zombies = 0
+        left: list[str] = []
         for handle in sink.list_in_doubt(self._recovery_context()):
             if handle.batch_id > batch_id or handle.batch_id in pending:
+                left.append(handle.transaction_id)
                 continue
             if handle.transaction_id not in keep:
                 if handle.batch_id < batch_id:
+                    zombies += 1
                     _log.warning(
                         "sink %s: rolling back %s, prepared late by an attempt of batch %d "
                         "that Spark had given up on (a zombie)",
@@ -54,6 +58,8 @@ class FencingLoop(Driver):
                     )
                 sink.recover_and_abort(handle)
                 aborted += 1
+        _otel.record_zombies(sink, zombies)
+        _otel.observe_in_doubt(sink, left)
         return aborted
 
     def _fence(self, sink: AnySink, batch_id: int, keep: frozenset[str] = frozenset()) -> None:

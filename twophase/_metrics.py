@@ -1,10 +1,12 @@
-"""Per-batch metrics, available programmatically and logged as one line per batch."""
+"""Per-batch metrics, available programmatically, logged as one line and recorded per batch."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from . import _otel
 
 __all__ = ["BatchMetrics"]
 
@@ -47,6 +49,13 @@ class BatchMetrics:
         Handles of earlier decided batches committed by recovery.
     recovered_aborted
         In-doubt transactions rolled back (recovery and orphan sweeps).
+    target
+        The kind of target (the sink's ``metrics_target``: ``"kafka"``,
+        ``"postgresql"``, ``"mariadb"``, ``"custom"``...).
+    arrow_bytes
+        Arrow bytes the participants handed to the sink's ``write`` hook.
+    target_seconds
+        Time the participants spent in the sink's hooks, summed over partitions.
     """
 
     sink: str
@@ -63,6 +72,9 @@ class BatchMetrics:
     commit_retries: int = 0
     recovered_committed: int = 0
     recovered_aborted: int = 0
+    target: str = "custom"
+    arrow_bytes: int = 0
+    target_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Return the metrics as a plain dict (for JSON, dashboards).
@@ -93,5 +105,10 @@ class BatchMetrics:
         )
 
     def emit(self) -> None:
-        """Log :meth:`log_line` at INFO on the ``twophase.metrics`` logger."""
+        """Log :meth:`log_line` at INFO on the ``twophase.metrics`` logger; record it.
+
+        Recorded through the OpenTelemetry API (``docs/monitoring.md``): a no-op
+        until an SDK is installed.
+        """
         _log.info("%s", self.log_line())
+        _otel.record_batch(self)

@@ -13,9 +13,9 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -41,6 +41,8 @@ from .errors import (
 __all__ = ["TaskPlan", "TaskResult", "run_participant"]
 
 _log = logging.getLogger("twophase.participant")
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,11 @@ class TaskResult:
         Markers protocol: the partition was already committed.
     seconds
         Wall time of the participant.
+    arrow_bytes
+        Arrow bytes handed to the sink's ``write`` hook.
+    target_seconds
+        Time spent in the sink's hooks (begin, write, prepare or commit): the
+        time in the target, for the driver's metrics (no round trip of its own).
     """
 
     partition_id: int
@@ -112,6 +119,23 @@ class TaskResult:
     marker: Marker | None = None
     skipped: bool = False
     seconds: float = 0.0
+    arrow_bytes: int = 0
+    target_seconds: float = 0.0
+
+
+class _HookClock:
+    """Time spent in the sink's hooks and bytes written, for :class:`TaskResult`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.arrow_bytes = 0
+
+    def time(self, hook: Callable[..., _T], *args: Any) -> _T:
+        started = time.perf_counter()
+        try:
+            return hook(*args)
+        finally:
+            self.seconds += time.perf_counter() - started
 
 
 def _first_non_empty(
@@ -175,6 +199,8 @@ def run_participant(
         marker=result.marker,
         skipped=result.skipped,
         seconds=time.perf_counter() - started,
+        arrow_bytes=result.arrow_bytes,
+        target_seconds=result.target_seconds,
     )
 
 
@@ -242,14 +268,16 @@ def _run_coordinated(
     first, rest = _first_non_empty(batches)
     if first is None:
         return TaskResult(ctx.partition_id, ctx.attempt, 0)
-    txn = sink.begin_transaction(ctx)
+    clock = _HookClock()
+    txn = clock.time(sink.begin_transaction, ctx)
     rows = 0
     try:
         for batch in itertools.chain((first,), rest):
             if batch.num_rows:
-                sink.write(txn, batch)
+                clock.time(sink.write, txn, batch)
                 rows += batch.num_rows
-        handle: object = sink.pre_commit(txn)
+                clock.arrow_bytes += batch.nbytes
+        handle: object = clock.time(sink.pre_commit, txn)
     except BaseException as exc:
         _abort_quietly(sink, txn, exc)
         raise
@@ -259,7 +287,14 @@ def _run_coordinated(
             f"{type(sink).__name__}.pre_commit() must return a TransactionHandle, "
             f"got {type(handle).__name__}"
         )
-    return TaskResult(ctx.partition_id, ctx.attempt, rows, handle=handle)
+    return TaskResult(
+        ctx.partition_id,
+        ctx.attempt,
+        rows,
+        handle=handle,
+        arrow_bytes=clock.arrow_bytes,
+        target_seconds=clock.seconds,
+    )
 
 
 def _run_markers(
@@ -283,13 +318,15 @@ def _run_markers(
     first, rest = _first_non_empty(batches)
     if first is None:
         return TaskResult(ctx.partition_id, ctx.attempt, 0)
-    txn = sink.begin_transaction(ctx)
+    clock = _HookClock()
+    txn = clock.time(sink.begin_transaction, ctx)
     acc = FingerprintAccumulator()
     try:
         for batch in itertools.chain((first,), rest):
             if batch.num_rows:
                 acc.add(batch)
-                sink.write(txn, batch)
+                clock.time(sink.write, txn, batch)
+                clock.arrow_bytes += batch.nbytes
         fingerprint = acc.result()
         expected = plan.expected.get(ctx.partition_id)
         if expected is not None and expected != fingerprint:
@@ -310,11 +347,18 @@ def _run_markers(
                 sink.abort(txn)
                 return TaskResult(ctx.partition_id, ctx.attempt, 0, skipped=True)
         marker = Marker(ctx.identity, ctx.batch_id, ctx.partition_id, ctx.attempt, fingerprint)
-        sink.commit_with_marker(txn, marker)
+        clock.time(sink.commit_with_marker, txn, marker)
     except BaseException as exc:
         _abort_quietly(sink, txn, exc)
         raise
-    return TaskResult(ctx.partition_id, ctx.attempt, fingerprint.count, marker=marker)
+    return TaskResult(
+        ctx.partition_id,
+        ctx.attempt,
+        fingerprint.count,
+        marker=marker,
+        arrow_bytes=clock.arrow_bytes,
+        target_seconds=clock.seconds,
+    )
 
 
 def _committed_by_others(sink: MarkerHooks, plan: TaskPlan, ctx: TaskContext) -> list[Marker]:

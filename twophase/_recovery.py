@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from . import _otel
 from ._hooks import AnySink, as_coordinated
 from ._log import CoordinatorLog
 from ._lost import lost_batch
@@ -107,6 +108,10 @@ def recover(
             retrying(functools.partial(coordinated.recover_and_commit, handle), retries)
             committed += 1
         log.record_committed(batch_id, {"recovered": True, "handles": len(handles)})
+        # Its rows become visible now: counted in the metrics here (the decision holds them).
+        rows = (log.read_record(batch_id, "decision") or {}).get("rows")
+        if isinstance(rows, int):
+            _otel.record_recovered_rows(sink, rows)
     if sink.protocol is not CommitProtocol.COORDINATED and not state.unfinished():
         return committed, 0
     in_doubt = list(sink.list_in_doubt(context()))

@@ -15,6 +15,7 @@ import weakref
 from collections import deque
 from typing import TYPE_CHECKING
 
+from . import _otel, _otel_setup
 from ._metrics import BatchMetrics
 
 if TYPE_CHECKING:
@@ -53,10 +54,13 @@ class SinkRuntime:
         coordinator = self.coordinator
         if coordinator is None:
             raise RuntimeError("no coordinator: the engine must create one first")
+        _otel_setup.configure(getattr(sink, _otel_setup.OTEL_ATTRIBUTE, None))
         try:
             metrics = coordinator.run_batch(sink, execution)
         except BaseException:
             coordinator.failed = True
+            _otel.record_failed_batch(sink)
+            _otel_setup.flush()
             raise
         self.metrics.append(metrics)
         return metrics

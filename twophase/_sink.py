@@ -87,6 +87,17 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
     #: independent and thread-safe; ``KafkaSink`` fences its slots 256 at a time.
     recovery_concurrency: ClassVar[int] = 1
 
+    @property
+    def metrics_target(self) -> str:
+        """The kind of target, the ``twophase.target`` attribute of the sink's metrics.
+
+        ``"kafka"``, ``"postgresql"``, ``"mariadb"`` for the bundled
+        connectors; ``"custom"`` unless a subclass says otherwise (a short,
+        fixed word: it labels every metric of the sink, see
+        ``docs/monitoring.md``).
+        """
+        return "custom"
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.__module__ == __name__:

@@ -11,7 +11,7 @@ markers protocol checks a replay, and then over a persisted copy).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _connect
@@ -24,6 +24,7 @@ from ._dataframe import (
 )
 from ._hooks import AnySink
 from ._identity import query_id_in_metadata
+from ._otel_setup import OTEL_ATTRIBUTE
 from ._pyspark import connect_session_id
 from ._runtime import runtime_of
 from ._store import (
@@ -293,6 +294,7 @@ def write_stream(
     checkpoint_location: str,
     query_name: str | None = None,
     trigger: dict[str, Any] | None = None,
+    otel_environment: Mapping[str, str] | None = None,
 ) -> DataStreamWriter:
     """Return a ``DataStreamWriter`` wired to ``sink`` -- call ``.start()`` on it.
 
@@ -318,6 +320,14 @@ def write_stream(
     trigger
         Keyword arguments for ``DataStreamWriter.trigger`` (e.g.
         ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``).
+    otel_environment
+        ``OTEL_*`` settings for the process that runs the sink's driver side
+        -- under Spark Connect, the server's, which the client cannot reach
+        otherwise: with ``OTEL_METRICS_EXPORTER`` (``otlp``, ``prometheus``)
+        and no OpenTelemetry SDK set up there, twophase installs one that
+        exports its metrics (needs the ``otel`` extra there). A setting
+        already in that process's environment wins. See
+        ``docs/monitoring.md``.
 
     Returns
     -------
@@ -348,10 +358,20 @@ def write_stream(
         raise ConfigurationError(
             "checkpoint_location is required", sink=name, setting="checkpoint_location"
         )
+    others = [k for k in otel_environment or {} if not str(k).startswith("OTEL_")]
+    if others:
+        raise ConfigurationError(
+            f"otel_environment takes OpenTelemetry's OTEL_* settings only, not {others[0]!r}",
+            sink=name,
+            setting="otel_environment",
+        )
     check_speculation(df.sparkSession, name)
     session = connect_session_id(df.sparkSession)
     for each in sinks:
         each.checkpoint_location = checkpoint_location
+        if otel_environment:
+            # Pickled with the sink to wherever its driver side runs (_runtime configures it).
+            setattr(each, OTEL_ATTRIBUTE, {str(k): str(v) for k, v in otel_environment.items()})
         # Under Spark Connect, the session that starts the query (from PySpark 4.3 the batches
         # run in a clone of it, which lists no running query): recorded before pickling.
         _connect.record_session(each, session)

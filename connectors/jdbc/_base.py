@@ -54,6 +54,11 @@ class JdbcSinkMixin(Generic[TxnT]):
     protocol: ClassVar[CommitProtocol]
     dialect: ClassVar[Dialect[Any, Any]]
 
+    @property
+    def metrics_target(self) -> str:
+        """The database, as the ``twophase.target`` attribute of the sink's metrics."""
+        return self.dialect.name.lower()
+
     def __init__(self, options: JdbcOptions, connection: ConnectionConfig, **base: Any) -> None:
         super().__init__(**base)
         self.options = options

@@ -154,6 +154,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     #: so one wide wave beats several narrow ones (100 slots of 4 lanes: 2.5 s at
     #: 64, 1.6 s at 256, on 2 cores).
     recovery_concurrency = 256
+    metrics_target = "kafka"
 
     def __init__(
         self,

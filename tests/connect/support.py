@@ -58,12 +58,16 @@ def start_query(
     sink: Any,
     transform: Any = lambda df: df,
     listener: Any = None,
+    **options: Any,
 ) -> Any:
-    """Start the file-source query of ``tests.spark.helpers`` on a Connect session."""
+    """Start the file-source query of ``tests.spark.helpers`` on a Connect session.
+
+    ``options`` go to ``twophase.write_stream`` (``otel_environment=``).
+    """
     df = transform(
         spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
     )
-    writer = twophase.write_stream(df, sink, checkpoint_location=str(checkpoint))
+    writer = twophase.write_stream(df, sink, checkpoint_location=str(checkpoint), **options)
     if listener is not None:  # the same sink, called through the listener's wrapper
         writer = writer.foreachBatch(WithListener(sink, listener))
     return writer.trigger(availableNow=True).start()
