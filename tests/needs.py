@@ -37,6 +37,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "pg_partition_no_prepared": ("postgres", "root"),
     "mariadb_server": ("mariadb",),
     "mariadb_without_binlog": ("mariadb",),
+    "mariadb_pair": ("mariadb",),  # a primary and a replica of the test's own
     "maria_partition": ("mariadb", "root"),
     "s3_endpoint": ("s3",),
     "gcs_endpoint": ("gcs",),

@@ -15,7 +15,8 @@ What it provides:
   :class:`PostgresStandby`, a streaming standby of one, promoted for a failover
   (:func:`make_synchronous` makes it synchronous).
 - :class:`MariaDBServer`: a throwaway MariaDB server on 127.0.0.1 (binary log on or off) whose
-  prepared XA transactions survive ``restart()`` and ``kill()``.
+  prepared XA transactions survive ``restart()`` and ``kill()``; :class:`MariaDBReplica`, a
+  replica of one by GTID, promoted for a failover (:func:`make_semi_synchronous`).
 - :class:`NetworkNamespace`: a network namespace joined to this one by a veth pair; the three
   servers above accept ``netns=`` to run inside one, and :meth:`NetworkNamespace.cut` /
   :meth:`NetworkNamespace.heal` partition them silently from the test process (root only).
@@ -69,6 +70,7 @@ from twophase_dev._jvm import (
 from twophase_dev._kafka._broker import KafkaBroker
 from twophase_dev._kafka._install import KAFKA_VERSION, kafka_classpath
 from twophase_dev._mariadb._binaries import find_mariadb_binaries
+from twophase_dev._mariadb._replica import MariaDBReplica, make_semi_synchronous
 from twophase_dev._mariadb._server import MariaDBServer
 from twophase_dev._maven import MavenArtifact, MavenError, resolve_classpath
 from twophase_dev._netns._evidence import TcpConnection, TrafficCounters
@@ -115,6 +117,7 @@ __all__ = [
     "DevState",
     "FakeGcsServer",
     "KafkaBroker",
+    "MariaDBReplica",
     "MariaDBServer",
     "MavenArtifact",
     "MavenError",
@@ -142,6 +145,7 @@ __all__ = [
     "install_azurite",
     "install_fake_gcs",
     "kafka_classpath",
+    "make_semi_synchronous",
     "make_synchronous",
     "pyspark_home",
     "resolve_classpath",
