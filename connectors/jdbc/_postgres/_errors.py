@@ -6,6 +6,7 @@ SQLSTATE / condition                    raised as
 no SQLSTATE (connection lost, refused)  :class:`~twophase.errors.RetriableError`
 08xxx connection exception              :class:`~twophase.errors.RetriableError`
 57P01/57P02/57P03 server shutting down  :class:`~twophase.errors.RetriableError`
+25006 read-only (a standby, a failover)  :class:`~twophase.errors.RetriableError`
 53300 too many connections, 53100 disk  :class:`~twophase.errors.RetriableError`
 40001 serialization, 40P01 deadlock     :class:`~twophase.errors.RetriableError`
 55P03 lock not available (lock_timeout) :class:`~twophase.errors.AbortRequiredError`
@@ -56,6 +57,13 @@ _RETRIABLE = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300", "5
 _DATA = frozenset({"23502", "23505", "23503", "23514", "23P01", "42804"})
 _CONFIG = frozenset({"42P01", "42703", "42501", "42P10", "3F000", "42883", "0A000", "3D000"})
 _PREPARED_FULL = "maximum number of prepared transactions reached"
+#: 25006: a write on a server in recovery (a standby, or a primary being demoted).
+_READ_ONLY = "25006"
+_ON_A_STANDBY = (
+    "The server is read-only: a standby, or a primary demoted by a failover. The connection is "
+    "dropped and the step retried; with several hosts in the DSN, add "
+    "target_session_attrs=read-write so that a connection only ever lands on the primary"
+)
 
 _COPY_COLUMN = re.compile(r"line \d+, column (.+?)(?::|$)", re.MULTILINE)
 _QUOTED_COLUMN = re.compile(r'column "((?:[^"]|"")+)"')
@@ -95,8 +103,8 @@ def is_connection_error(exc: BaseException) -> bool:
     import psycopg2
 
     code = sqlstate(exc)
-    if code is not None:
-        return code.startswith("08") or code in ("57P01", "57P02", "57P03")
+    if code is not None:  # a read-only session stays on a standby: drop it as if it were gone
+        return code.startswith("08") or code in ("57P01", "57P02", "57P03", _READ_ONLY)
     return isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError))
 
 
@@ -192,6 +200,8 @@ class PostgresErrors(ErrorMap):
             return (RetriableError if is_connection_error(exc) else AbortRequiredError), None, ""
         if code.startswith("08") or code in _RETRIABLE:
             return RetriableError, None, ""
+        if code == _READ_ONLY:
+            return RetriableError, "target_session_attrs", _ON_A_STANDBY
         if code == "53200" and _PREPARED_FULL in text:
             # The slots are shared by the whole server; a restart rolls this batch's
             # orphans back and shares the slots again among the active sinks.

@@ -185,3 +185,13 @@ def test_rejected_credentials_are_fatal_and_missing_database_is_configuration() 
     assert isinstance(connection_error(auth, "h"), FatalError)
     missing = psycopg2.OperationalError('FATAL:  database "nope" does not exist')
     assert isinstance(connection_error(missing, "h"), ConfigurationError)
+
+
+def test_a_write_on_a_read_only_standby_is_retried_on_a_new_connection() -> None:
+    # After a failover a session can land on (or stay with) a server in recovery: 25006.
+    error = FakePgError("25006", "cannot execute INSERT in a read-only transaction")
+    exc = map_error(error, "COPY into public.t", sink="s")
+    assert isinstance(exc, RetriableError)
+    assert exc.setting == "target_session_attrs"
+    assert "target_session_attrs=read-write" in str(exc)
+    assert is_connection_error(error)  # the pool drops the connection instead of reusing it
