@@ -39,7 +39,7 @@ import time
 from bench_common import Env, await_query, load_average, log
 
 import twophase
-from twophase._dataframe import DataFrameExecution
+from twophase._spark._dataframe import DataFrameExecution
 from twophase.connectors.jdbc import postgres_sink
 
 TABLE = "bench_key_by"

@@ -42,7 +42,8 @@ from typing import Any
 import pyarrow as pa
 from bench_common import load_average, log
 
-from twophase import _otel, _otel_setup, _participant
+from twophase._engine import _participant
+from twophase._metrics import _otel, _otel_setup
 from twophase.testing import FakeSink, FakeTarget, LocalRunner
 
 CASES = ("no metrics code", "metrics off", "metrics on")

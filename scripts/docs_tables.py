@@ -6,18 +6,22 @@ the site's hook (``scripts/mkdocs_hooks.py``) replaces it when the site builds, 
 
 - ``extras``: every extra of ``pyproject.toml``, the packages it installs, and what it is for.
 - ``cli-usage``: the ``--help`` of each command of ``twophase``, run when the site builds.
-- ``metrics``: every metric twophase reports (``twophase._otel.METRICS``): its OpenTelemetry
-  and Prometheus names, kind, unit, attributes and meaning.
+- ``metrics``: every metric twophase reports (``twophase._metrics._otel.METRICS``): its
+  OpenTelemetry and Prometheus names, kind, unit, attributes and meaning.
 - ``errors``: every error class of :mod:`twophase.errors`, its bases, whether a restart alone
   can cure it (the class's ``restartable``), the first line of its docstring, and what to do.
 - ``schemes``: every scheme a checkpoint location can have, the extra that installs its store,
-  and the store each path writes the log with (from ``twophase._store.OBJECT_STORES``).
+  and the store each path writes the log with (from ``twophase._stores._store.OBJECT_STORES``).
+- ``code-map``: every room of ``twophase/`` (a package or a module) on its import floor (the
+  ``core-layers`` contract of ``pyproject.toml``), each package's modules, and the first line of
+  each docstring: the map of the core cannot drift from the tree.
 - ``options-postgres``, ``options-mariadb``, ``options-kafka``: each factory's options, their
   defaults (from its signature) and their meaning (from its docstring's Parameters section).
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import re
@@ -173,7 +177,7 @@ def cli_usage() -> str:
 
 def schemes_table() -> str:
     """Render the table of checkpoint locations and the store each path uses (``schemes``)."""
-    from twophase._store import OBJECT_STORES
+    from twophase._stores._store import OBJECT_STORES
 
     installs = extras()
     rows = [
@@ -204,14 +208,14 @@ def schemes_table() -> str:
 
 def object_store_schemes() -> list[str]:
     """Every scheme an object store of twophase serves (``s3``, ``gs``, ``abfss``...)."""
-    from twophase._store import OBJECT_STORES
+    from twophase._stores._store import OBJECT_STORES
 
     return [scheme for kind in OBJECT_STORES for scheme in kind.schemes]
 
 
 def object_store_of(scheme: str) -> str:
     """Return the service of an object-store scheme (``abfs`` -> ``Azure Blob Storage``)."""
-    from twophase._store import OBJECT_STORES
+    from twophase._stores._store import OBJECT_STORES
 
     return next(kind.service for kind in OBJECT_STORES if scheme in kind.schemes)
 
@@ -317,7 +321,7 @@ def options_table(table: str) -> str:
 
 def metrics_table() -> str:
     """Render every metric twophase reports (``<!-- table: metrics -->``) from its definition."""
-    from twophase._otel import ATTRIBUTES, METRICS
+    from twophase._metrics._otel import ATTRIBUTES, METRICS
 
     rows = [
         "| metric (Prometheus name) | kind | unit | attributes | meaning |",
@@ -333,7 +337,60 @@ def metrics_table() -> str:
     return "\n".join(rows) + f"\n\nEvery metric also has the attributes {common}."
 
 
+def _idea(path: Path) -> str:
+    """Return the first line of a module's docstring (the module is parsed, not imported)."""
+    docstring = ast.get_docstring(ast.parse(path.read_text()))
+    if not docstring:
+        raise ValueError(f"{path.relative_to(ROOT)} has no docstring stating its idea")
+    return _markdown(docstring.splitlines()[0])
+
+
+def core_floors() -> list[list[str]]:
+    """Return the rooms of ``twophase/`` by import floor, top first (``core-layers`` contract)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["id"] == "core-layers"]
+    return [[room.strip() for room in layer.split("|")] for layer in contract["layers"]]
+
+
+def code_map() -> str:
+    """Every room of the core on its floor, each package's modules, and what each one is."""
+    package = ROOT / "twophase"
+    rooms = {
+        path.name.removesuffix(".py")
+        for path in package.iterdir()
+        if (path.suffix == ".py" or (path / "__init__.py").is_file())
+        and path.name != "__init__.py"
+        and not path.is_symlink()
+    }
+    floors = core_floors()
+    placed = {room for floor in floors for room in floor}
+    if rooms != placed:
+        raise ValueError(
+            f"scripts/docs_tables.py: rooms of twophase/ on no floor {sorted(rooms - placed)}, "
+            f"floors' rooms not in the tree {sorted(placed - rooms)}: fix the core-layers contract"
+        )
+    rows = [
+        "| floor | room or module | its idea |",
+        "|---|---|---|",
+        f"| -- | `twophase/__init__.py` | {_idea(package / '__init__.py')} |",
+    ]
+    for number, floor in enumerate(floors, start=1):
+        for room in sorted(floor):
+            path = package / room
+            if path.is_dir():
+                idea = _idea(path / "__init__.py")
+                rows.append(f"| {number} | **`twophase/{room}/`** | {idea} |")
+                for module in sorted(path.glob("*.py")):
+                    if module.name != "__init__.py":
+                        rows.append(f"| | `{module.name}` | {_idea(module)} |")
+            else:
+                idea = _idea(path.with_suffix(".py"))
+                rows.append(f"| {number} | `twophase/{room}.py` | {idea} |")
+    return "\n".join(rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "code-map": code_map,
     "extras": extras_table,
     "metrics": metrics_table,
     "errors": errors_table,

@@ -81,8 +81,8 @@ def _loggers() -> frozenset[str]:
 
 @cache
 def _metric_names() -> frozenset[str]:
-    """The metrics twophase reports and their attributes (``twophase._otel``)."""
-    from twophase._otel import ATTRIBUTES, METRICS
+    """The metrics twophase reports and their attributes (``twophase._metrics._otel``)."""
+    from twophase._metrics._otel import ATTRIBUTES, METRICS
 
     return frozenset([*ATTRIBUTES, *(m.name for m in METRICS)])
 
@@ -174,7 +174,7 @@ def test_the_checks_find_what_they_look_for() -> None:
         "Use `twophase.write_stream(df, sink)` and `twophase.connectors.jdbc.postgres_sink`, log\n"
         "on `twophase.metrics`, run `--target twophase.connectors.kafka:KafkaSink`,\n"
         "not `twophase.no_such_thing` nor `twophase.errors.NoSuchError`; paths like\n"
-        "`tools/twophase_dev/` and `twophase/_store.py` are no names.\n\n"
+        "`tools/twophase_dev/` and `twophase/_stores/_store.py` are no names.\n\n"
         "```python\nfrom twophase.testing import (\n    TwoPhaseSinkContract,\n    Nope,\n)\n```\n"
         "```bash\npip install 'twophase[kafka,jdbc]' 'twophase[nope]'\n```\n"
     )
@@ -223,6 +223,7 @@ def _docs_tables() -> Any:
         ("mariadb.md", "options-mariadb"),
         ("kafka.md", "options-kafka"),
         ("monitoring.md", "metrics"),
+        ("development.md", "code-map"),
     ],
 )
 def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, table: str) -> None:
@@ -249,10 +250,21 @@ def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, ta
         for name in tables.signature_options(tables.factory(table)):
             assert f"`{name}`" in options, name
     elif table == "metrics":
-        from twophase._otel import METRICS
+        from twophase._metrics._otel import METRICS
 
         for metric in METRICS:
             assert f"| `{metric.name}`<br>`{metric.prometheus_name}` |" in rendered, metric.name
+    elif table == "code-map":
+        for module in (ROOT / "twophase").rglob("*.py"):
+            where = module.relative_to(ROOT / "twophase")
+            if where.parts[0] == "connectors":  # a checkout's link to connectors/, if any
+                continue
+            if len(where.parts) == 1:
+                assert f"| `twophase/{where}` |" in rendered, where
+            else:
+                assert f"| **`twophase/{where.parts[0]}/`** |" in rendered, where
+                if module.name != "__init__.py":
+                    assert f"| | `{module.name}` |" in rendered, where
     elif table == "cli-usage":
         for command in tables.COMMANDS:
             assert f"usage: twophase {command} [-h]" in rendered, command
@@ -263,6 +275,17 @@ def test_the_tables_of_facts_are_rendered_from_the_code_not_copied(page: str, ta
         for name in twophase.errors.__all__:
             if name != "find_error":
                 assert f"| `{name}` |" in rendered, name
+
+
+def test_the_code_map_refuses_a_room_on_no_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A room of twophase/ missing from the core-layers contract fails the site's build."""
+    tables = _docs_tables()
+    floors = tables.core_floors()
+    assert len(floors) <= 8, "the core stands on at most 8 import floors"
+    assert sum(len(floor) for floor in floors) <= 16, "the core has at most 16 rooms"
+    monkeypatch.setattr(tables, "core_floors", lambda: [*floors[:-1], ["errors", "_types"]])
+    with pytest.raises(ValueError, match=r"on no floor \['_version'\]"):
+        tables.code_map()
 
 
 def test_every_table_a_page_asks_for_exists() -> None:

@@ -22,15 +22,15 @@ test kit is :mod:`twophase.testing`; the bundled connectors are
 
 # First: a PySpark outside the supported range fails the import here, naming it.
 from . import _pyspark  # noqa: F401  # isort: skip
+from ._engine._runtime import batch_metrics
 from ._fingerprint import fingerprint_batches
-from ._format import register_format
-from ._metrics import BatchMetrics
+from ._metrics._batch import BatchMetrics
 from ._retry import RetryPolicy
-from ._runtime import batch_metrics
-from ._sink import iter_rows
-from ._sink_coordinated import TwoPhaseCommitSink
-from ._sink_markers import MarkerCommitSink
-from ._spark import await_termination, write_stream
+from ._sinks._coordinated import TwoPhaseCommitSink
+from ._sinks._markers import MarkerCommitSink
+from ._sinks._sink import iter_rows
+from ._spark._classic import await_termination, write_stream
+from ._spark._format import register_format
 from ._types import (
     CommitProtocol,
     Fingerprint,

@@ -294,7 +294,7 @@ def test_a_stopped_querys_task_committing_after_the_new_replay_check(
     # killed after spark.python.task.killTimeout (2 s by default; raised here, as a worker slow
     # to die on another host would be), and it is held until the new run's replay check is done.
     # The new run's attempt reads the markers again before it commits, finds the zombie's and
-    # skips the partition (twophase/_participant.py).
+    # skips the partition (twophase/_engine/_participant.py).
     retry = {**task(hold), "attempt": 1}
     faults = (
         Fault("task_failure", task("write"), params={"error": "RetriableError"}),

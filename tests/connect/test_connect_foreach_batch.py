@@ -65,7 +65,7 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
     step: str,
 ) -> None:
     """The coordinated run keeps its checkpoint on ``gs://`` (the emulator), markers locally."""
-    from twophase._store import open_store
+    from twophase._stores._store import open_store
     from twophase.connectors.jdbc import postgres_sink
 
     server = postgres_server if protocol == "coordinated" else postgres_server_no_prepared

@@ -10,7 +10,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from tests.spark.helpers import run_query, write_input
-from twophase._cli import main
+from twophase._cli._commands import main
 from twophase.testing import CrashAt, FakeMarkerSink, FakeTarget, install_step_listener
 
 pytestmark = pytest.mark.spark

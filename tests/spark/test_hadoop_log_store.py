@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from twophase import TransactionHandle
-from twophase._codec import decode_dataclass, encode_dataclass
-from twophase._log import CoordinatorLog
-from twophase._spark import log_store
-from twophase._store import GCSFileStore, HadoopFileStore
+from twophase._log._codec import decode_dataclass, encode_dataclass
+from twophase._log._coordinator_log import CoordinatorLog
+from twophase._spark._classic import log_store
+from twophase._stores._store import GCSFileStore, HadoopFileStore
 
 pytestmark = pytest.mark.spark
 

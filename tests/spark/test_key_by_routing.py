@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from twophase._spark import SparkBatchExecution
+from twophase._spark._classic import SparkBatchExecution
 
 pytestmark = pytest.mark.spark
 

@@ -15,7 +15,7 @@ import pytest
 
 from examples.sqlite_sink import SqliteSink
 from twophase import ConcurrentQueryError, NondeterministicBatchError
-from twophase._cli import main
+from twophase._cli._commands import main
 from twophase.testing import (
     FakeSink,
     FakeTarget,

@@ -25,8 +25,8 @@ from twophase import (
     RetryPolicy,
     TaskContext,
 )
-from twophase._participant import TaskPlan, run_participant
-from twophase._replay import match_markers
+from twophase._engine._participant import TaskPlan, run_participant
+from twophase._engine._replay import match_markers
 from twophase.testing import (
     FakeMarkerSink,
     FakeSink,

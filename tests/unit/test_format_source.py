@@ -17,9 +17,9 @@ from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
 
 from twophase import ConfigurationError  # noqa: E402
-from twophase._datasource import PreparedMessage  # noqa: E402
-from twophase._format import data_source  # noqa: E402
-from twophase._participant import TaskResult  # noqa: E402
+from twophase._engine._participant import TaskResult  # noqa: E402
+from twophase._spark._datasource import PreparedMessage  # noqa: E402
+from twophase._spark._format import data_source  # noqa: E402
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget  # noqa: E402
 
 pytestmark = pytest.mark.unit

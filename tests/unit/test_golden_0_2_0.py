@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from twophase import CoordinatorLogError, TransactionHandle, TwoPhaseCommitSink
-from twophase._log import CoordinatorLog
-from twophase._store import LocalFileStore
+from twophase._log._coordinator_log import CoordinatorLog
+from twophase._stores._store import LocalFileStore
 from twophase.connectors.jdbc._mariadb._dialect import MariaDBTwoPhaseSink
 from twophase.connectors.jdbc._postgres._dialect import PostgresTwoPhaseSink
 from twophase.connectors.kafka._attempt_fence import decode_fence

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from twophase import ConcurrentQueryError, CoordinatorLogError, TransactionHandle
-from twophase._codec import decode_dataclass, encode_dataclass
-from twophase._log import CoordinatorLog
-from twophase._store import LocalFileStore, LogStore, S3FileStore
-from twophase._store import open_store as store_at
+from twophase._log._codec import decode_dataclass, encode_dataclass
+from twophase._log._coordinator_log import CoordinatorLog
+from twophase._stores._store import LocalFileStore, LogStore, S3FileStore
+from twophase._stores._store import open_store as store_at
 
 OpenStore = Callable[[], LogStore]
 

@@ -24,8 +24,8 @@ from twophase import (
     TaskContext,
     fingerprint_batches,
 )
-from twophase._participant import TaskPlan, run_participant
-from twophase._replay import legacy_versions, match_markers
+from twophase._engine._participant import TaskPlan, run_participant
+from twophase._engine._replay import legacy_versions, match_markers
 from twophase.testing import (
     FakeMarkerSink,
     FakeTarget,

@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from twophase import RetryPolicy, TaskContext
-from twophase._otel import ATTRIBUTES, METRICS, use_meter_provider
+from twophase._metrics._otel import ATTRIBUTES, METRICS, use_meter_provider
 from twophase.testing import (
     FakeMarkerSink,
     FakeSink,

@@ -12,7 +12,7 @@ from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 
 import twophase
-from twophase import _otel_setup
+from twophase._metrics import _otel_setup
 from twophase.errors import ConfigurationError
 from twophase.testing import FakeSink, FakeTarget
 
@@ -73,7 +73,7 @@ def test_a_failed_batch_is_exported_at_once_not_at_the_next_interval(
 
     from opentelemetry.sdk.metrics import export
 
-    from twophase import _otel
+    from twophase._metrics import _otel
     from twophase.testing import LocalRunner
 
     written = io.StringIO()

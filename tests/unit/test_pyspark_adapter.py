@@ -164,7 +164,7 @@ def test_a_connect_batch_error_is_left_in_the_session_where_the_server_loses_it(
 ) -> None:
     from types import SimpleNamespace
 
-    from twophase import _connect
+    from twophase._spark import _connect
     from twophase.testing import FakeSink, FakeTarget
 
     pretend(version)
@@ -194,7 +194,7 @@ def test_no_error_is_recorded_for_a_query_that_cannot_be_told_apart(
 ) -> None:
     from types import SimpleNamespace
 
-    from twophase import _connect
+    from twophase._spark import _connect
     from twophase.testing import FakeSink, FakeTarget
 
     pretend((3, 5, 7))

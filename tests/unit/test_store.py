@@ -17,9 +17,9 @@ from botocore.exceptions import ClientError
 
 from tests.unit.test_cli import Stuck
 from twophase import ConfigurationError
-from twophase._cli import main
-from twophase._store import LocalFileStore, PyArrowFileStore, S3FileStore, open_store
-from twophase._store_s3 import parse_s3_uri
+from twophase._cli._commands import main
+from twophase._stores._s3 import parse_s3_uri
+from twophase._stores._store import LocalFileStore, PyArrowFileStore, S3FileStore, open_store
 
 
 # ------------------------------------------------------------------ open_store
@@ -208,7 +208,7 @@ class ScriptedClient:
 
 @pytest.fixture
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("twophase._store_s3._CONFLICT_BACKOFF", 0.0)
+    monkeypatch.setattr("twophase._stores._s3._CONFLICT_BACKOFF", 0.0)
 
 
 @pytest.mark.unit
@@ -399,7 +399,7 @@ def test_an_s3_endpoint_that_never_answers_is_a_bounded_retriable_error(
 
     from twophase.errors import RetriableError
 
-    monkeypatch.setattr("twophase._store_s3.READ_TIMEOUT", 0.3)
+    monkeypatch.setattr("twophase._stores._s3.READ_TIMEOUT", 0.3)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")

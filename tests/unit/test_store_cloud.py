@@ -19,8 +19,9 @@ import requests
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError, ServiceResponseError
 
 from twophase import ConfigurationError
-from twophase._spark import log_store
-from twophase._store import (
+from twophase._spark._classic import log_store
+from twophase._stores._azure import parse_azure_uri
+from twophase._stores._store import (
     AzureBlobFileStore,
     GCSFileStore,
     PyArrowFileStore,
@@ -28,7 +29,6 @@ from twophase._store import (
     conditional_store_installed,
     open_store,
 )
-from twophase._store_azure import parse_azure_uri
 from twophase.errors import RetriableError
 
 pytestmark = pytest.mark.unit
@@ -41,7 +41,7 @@ DEV_ACCOUNT = "devstoreaccount1"
 
 @pytest.fixture(autouse=True)
 def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("twophase._store_object._BACKOFF", 0.0)
+    monkeypatch.setattr("twophase._stores._object._BACKOFF", 0.0)
 
 
 def _connection_string(endpoint: str, account: str = DEV_ACCOUNT) -> str:
@@ -166,7 +166,9 @@ def test_the_classic_path_keeps_an_object_store_log_in_its_conditional_store(
 ) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "127.0.0.1:9")
     chosen: list[str] = []
-    monkeypatch.setattr("twophase._spark.HadoopFileStore", lambda spark, loc: chosen.append(loc))
+    monkeypatch.setattr(
+        "twophase._spark._classic.HadoopFileStore", lambda spark, loc: chosen.append(loc)
+    )
     assert isinstance(log_store(_Session(), "gs://b/chk/twophase/s/q"), GCSFileStore)
     assert chosen == []
     log_store(_Session(), "hdfs://nn/chk/twophase/s/q")
@@ -315,8 +317,8 @@ def test_an_azure_endpoint_that_ignores_if_none_match_is_refused() -> None:
 @pytest.fixture
 def silent_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """An endpoint that accepts connections (the kernel does) and never answers."""
-    monkeypatch.setattr("twophase._store_gcs.READ_TIMEOUT", 0.3)
-    monkeypatch.setattr("twophase._store_azure.READ_TIMEOUT", 0.3)
+    monkeypatch.setattr("twophase._stores._gcs.READ_TIMEOUT", 0.3)
+    monkeypatch.setattr("twophase._stores._azure.READ_TIMEOUT", 0.3)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from twophase import CoordinatorLogError, TransactionHandle
-from twophase._cli import main
+from twophase._cli._commands import main
 from twophase.testing import FakeSink, FakeTarget, LocalRunner, SimulatedCrash
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import pytest
 
 import twophase
 from twophase import CommitProtocol, ConfigurationError
-from twophase._participant import TaskPlan, run_participant
+from twophase._engine._participant import TaskPlan, run_participant
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget
 
 pytestmark = pytest.mark.unit

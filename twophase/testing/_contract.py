@@ -37,9 +37,9 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pytest
 
-from .._execution import COORDINATED_STEPS, MARKER_STEPS
+from .._engine._execution import COORDINATED_STEPS, MARKER_STEPS
 from .._fingerprint import fingerprint_batches
-from .._sink_coordinated import TwoPhaseCommitSink
+from .._sinks._coordinated import TwoPhaseCommitSink
 from .._types import CommitProtocol, Marker, RecoveryContext, TaskContext
 from ..errors import NondeterministicBatchError
 from ._assertions import assert_exactly_once

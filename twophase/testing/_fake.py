@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .._sink_coordinated import TwoPhaseCommitSink
-from .._sink_markers import MarkerCommitSink
+from .._sinks._coordinated import TwoPhaseCommitSink
+from .._sinks._markers import MarkerCommitSink
 from .._types import (
     Marker,
     RecoveryContext,

@@ -6,8 +6,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from .._sink_coordinated import TwoPhaseCommitSink
-from .._sink_markers import MarkerCommitSink
+from .._sinks._coordinated import TwoPhaseCommitSink
+from .._sinks._markers import MarkerCommitSink
 from .._types import TaskContext
 from ._target import FakeTarget
 

@@ -22,19 +22,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from .._coordinator import Coordinator
-from .._execution import StepListener
+from .._engine._coordinator import Coordinator
+from .._engine._execution import StepListener
+from .._engine._hooks import AnySink
+from .._engine._participant import TaskPlan, TaskResult, run_participant
+from .._engine._runtime import runtime_of
 from .._fingerprint import fingerprint_batches
-from .._hooks import AnySink
-from .._identity import SinkIdentity
-from .._log import CoordinatorLog
-from .._metrics import BatchMetrics
-from .._participant import TaskPlan, TaskResult, run_participant
-from .._runtime import runtime_of
-from .._serde import dumps, loads
-from .._sink_coordinated import TwoPhaseCommitSink
-from .._sink_markers import MarkerCommitSink
-from .._store import LocalFileStore
+from .._log._coordinator_log import CoordinatorLog
+from .._log._identity import SinkIdentity
+from .._metrics._batch import BatchMetrics
+from .._sinks._coordinated import TwoPhaseCommitSink
+from .._sinks._markers import MarkerCommitSink
+from .._spark._serde import dumps, loads
+from .._stores._store import LocalFileStore
 from .._types import FINGERPRINT_VERSION, Fingerprint, SinkContext
 from ._crash import CrashAt
 

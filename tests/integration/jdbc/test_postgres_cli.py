@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from jdbc_support import PgTarget, id_batch
 
-from twophase._cli import main
+from twophase._cli._commands import main
 from twophase.testing import LocalRunner, SimulatedCrash
 
 pytestmark = pytest.mark.integration

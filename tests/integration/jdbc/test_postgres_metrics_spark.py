@@ -21,7 +21,7 @@ from prometheus_client import start_http_server
 from pyspark.errors import StreamingQueryException
 
 from tests.spark.helpers import SCHEMA, write_input
-from twophase._otel import METRICS, use_meter_provider
+from twophase._metrics._otel import METRICS, use_meter_provider
 from twophase.testing import CrashAt, assert_exactly_once, install_step_listener
 from twophase_dev import free_ports
 

@@ -1,0 +1,200 @@
+"""The coordinated protocol's driver side: phase 1's outcome, the decision and phase 2.
+
+Per batch, after recovery (``_engine/_coordinator.py``)::
+
+    phase 1 (executors prepare) -> record decision (commit point)
+      -> phase 2 (commit every handle) -> sweep orphans of the batch
+      -> fence stale attempts -> record committed
+
+A batch whose phase 1 fails has its prepared transactions rolled back here, on
+the driver. The sweeps and the fence are the fencing loop's
+(``_engine/_fencing_loop.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._log._codec import HandleCodecError
+from .._metrics._batch import BatchMetrics
+from .._types import TransactionHandle
+from ..errors import CommitFailedError, ConfigurationError, add_note
+from ._execution import BatchExecution
+from ._fencing_loop import FencingLoop
+from ._hooks import AnySink, CoordinatedHooks, as_coordinated
+from ._participant import TaskResult
+
+__all__ = ["CoordinatedDriver"]
+
+_log = logging.getLogger("twophase.coordinator")
+
+
+class CoordinatedDriver(FencingLoop):
+    """Runs a batch of the coordinated protocol from phase 1 to "batch N committed"."""
+
+    def _run_coordinated(
+        self, sink: CoordinatedHooks, execution: BatchExecution, recovered: tuple[int, int]
+    ) -> BatchMetrics:
+        batch_id = execution.batch_id
+        t0 = time.perf_counter()
+        try:
+            results = execution.run_participants(sink, self._plan(sink, batch_id))
+        except BaseException as exc:
+            # Driver-side abort of a failed batch: partitions that prepared
+            # before another failed must not stay in doubt.
+            try:
+                aborted = self._abort_batch(sink, batch_id)
+                if aborted:
+                    _log.info(
+                        "sink %s: batch %d failed; aborted %d prepared",
+                        sink.name,
+                        batch_id,
+                        aborted,
+                    )
+                self._fence_after(sink, batch_id, frozenset())
+            except Exception as abort_exc:
+                add_note(exc, f"aborting the batch's prepared transactions failed: {abort_exc!r}")
+            raise
+        self._step("phase1_done", batch_id)
+        return self._decide_and_commit(
+            sink, batch_id, results, execution.num_partitions(), t0, recovered
+        )
+
+    def commit_prepared(
+        self, sink: AnySink, batch_id: int, results: list[TaskResult]
+    ) -> BatchMetrics:
+        """Run the coordinated protocol from the decision on, for a batch already prepared.
+
+        For engines whose driver gets control only after the write tasks (a
+        Python data source's ``commit``): recovery ran before the tasks, and
+        the log's epoch was adopted from the run that planned them. A batch the
+        log already holds as committed (a replay after a crash past that
+        record) commits nothing: its new transactions are rolled back.
+
+        Parameters
+        ----------
+        sink
+            The sink (coordinated).
+        batch_id
+            The micro-batch id.
+        results
+            Every participant's result.
+
+        Returns
+        -------
+        BatchMetrics
+            What happened; also logged as one line.
+        """
+        self.log.check_epoch(batch_id)
+        coordinated = as_coordinated(sink)
+        if self.log.state.is_committed(batch_id):
+            for result in results:
+                if result.handle is not None:
+                    sink.recover_and_abort(result.handle)
+            _log.info(
+                "sink %s: batch %d is already committed; rolled back its replay",
+                sink.name,
+                batch_id,
+            )
+            metrics = self._replay_metrics(sink, batch_id)
+        else:
+            self._step("phase1_done", batch_id)
+            metrics = self._decide_and_commit(
+                coordinated, batch_id, results, len(results), time.perf_counter(), (0, 0)
+            )
+        metrics.emit()
+        return metrics
+
+    def _decide_and_commit(
+        self,
+        sink: CoordinatedHooks,
+        batch_id: int,
+        results: list[TaskResult],
+        partitions: int,
+        t0: float,
+        recovered: tuple[int, int],
+    ) -> BatchMetrics:
+        handles: list[TransactionHandle] = [r.handle for r in results if r.handle is not None]
+        rows = sum(r.rows for r in results)
+        t1 = time.perf_counter()
+        self.log.record_decision(
+            batch_id, handles, {"rows": rows}, encode=_checked_encoder(sink, batch_id)
+        )
+        self._step("decided", batch_id)
+        t2 = time.perf_counter()
+        retries = [0]
+        for index, handle in enumerate(handles):
+            try:
+                self._retrying(sink, functools.partial(sink.commit, handle), retries)
+            except Exception as exc:
+                raise CommitFailedError(
+                    f"phase 2 could not commit {handle.transaction_id} ({exc}). The commit "
+                    "decision is recorded: restarting the query commits the remaining "
+                    "transactions before anything else; nothing is lost",
+                    sink=sink.name,
+                    batch_id=batch_id,
+                    partition_id=handle.partition_id,
+                ) from exc
+            self._step("committed_handle", batch_id, index)
+        self._step("phase2_done", batch_id)
+        orphans = self._sweep_after_commit(sink, batch_id, handles)
+        self._fence_after(sink, batch_id, frozenset(h.transaction_id for h in handles))
+        t3 = self._record_committed(batch_id, rows)
+        self.log.compact(batch_id)
+        return self._committed_metrics(
+            sink,
+            batch_id,
+            partitions,
+            results,
+            rows=rows,
+            transactions=len(handles),
+            phase1_seconds=t1 - t0,
+            decision_seconds=t2 - t1,
+            phase2_seconds=t3 - t2,
+            commit_retries=retries[0],
+            recovered_committed=recovered[0],
+            recovered_aborted=recovered[1] + orphans,
+        )
+
+
+def _checked_encoder(sink: CoordinatedHooks, batch_id: int) -> Callable[[Any], Mapping[str, Any]]:
+    """Return the sink's ``encode_handle``, checked: plain JSON that decodes to an equal handle.
+
+    Runs before the decision is written, so that a handle the log cannot give
+    back fails the batch before its commit point (its transactions are rolled
+    back) instead of stranding a decided batch.
+    """
+
+    def encode(handle: Any) -> Mapping[str, Any]:
+        what = f"the handle {getattr(handle, 'transaction_id', handle)!r}"
+        fix = (
+            "A handle is stored as JSON: return a frozen dataclass of plain fields "
+            f"(set {type(sink).__name__}.handle_type to its class), or override "
+            "encode_handle and decode_handle (docs/custom-sink.md)"
+        )
+        try:
+            data = sink.encode_handle(handle)
+            again = sink.decode_handle(json.loads(json.dumps(data, allow_nan=False)))
+        except (HandleCodecError, TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"{what} cannot be recorded in the commit decision: {exc}. {fix}",
+                sink=sink.name,
+                batch_id=batch_id,
+                setting="encode_handle",
+            ) from exc
+        if again != handle:
+            raise ConfigurationError(
+                f"{what} does not survive the coordinator log: recorded as {data!r:.200}, "
+                f"it decodes to {again!r:.200}. {fix}",
+                sink=sink.name,
+                batch_id=batch_id,
+                setting="encode_handle",
+            )
+        return data
+
+    return encode

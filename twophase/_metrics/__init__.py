@@ -1,0 +1,1 @@
+"""Batch metrics and their export: ``BatchMetrics`` and the optional OpenTelemetry instruments."""

@@ -1,0 +1,1 @@
+"""The sinks' public base classes: what a connector subclasses, one per commit protocol."""

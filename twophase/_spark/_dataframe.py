@@ -1,0 +1,334 @@
+"""What classic PySpark and Spark Connect share: a batch DataFrame run as a batch execution.
+
+Runs on the driver (classic: the application's Python process; Spark Connect:
+the server's ``foreachBatch`` worker). Phase 1 goes through ``mapInArrow`` in
+both modes, so executors receive Arrow record batches and the batch is
+computed once. The modes differ in how they find the query's identity and
+checkpoint and how they reach the checkpoint's file system: ``twophase._spark._classic``
+(py4j, Hadoop) and ``twophase._spark._connect`` (no JVM in Python).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from .._engine._coordinator import Coordinator
+from .._engine._hooks import AnySink
+from .._engine._participant import TaskPlan, TaskResult, run_participant
+from .._engine._runtime import runtime_of
+from .._fingerprint import fingerprint_batches
+from .._log._coordinator_log import CoordinatorLog
+from .._log._identity import SinkIdentity
+from .._pyspark import arrow_schema
+from .._stores._store import LogStore
+from .._types import FINGERPRINT_VERSION, Fingerprint, SinkContext
+from ..errors import UnsafeConfigurationError
+from ._serde import dumps, loads
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "DataFrameExecution",
+    "check_speculation",
+    "current_coordinator",
+    "new_coordinator",
+    "session_conf",
+]
+
+_log = logging.getLogger("twophase.spark")
+
+
+def session_conf(spark: Any, key: str, default: str) -> str:
+    """Return a Spark setting: the application's conf first, then the session's.
+
+    Parameters
+    ----------
+    spark
+        A classic or Spark Connect session (Connect has no ``sparkContext``).
+    key, default
+        The setting and the value when it is not set.
+
+    Returns
+    -------
+    str
+        The value.
+    """
+    value = None
+    try:
+        value = spark.sparkContext.getConf().get(key, None)
+    except Exception:  # Spark Connect: no SparkContext in Python
+        value = None
+    if value is None:
+        try:
+            value = spark.conf.get(key, default)
+        except Exception:
+            value = default
+    return str(value if value is not None else default)
+
+
+def check_speculation(spark: Any, sink_name: str, batch_id: int | None = None) -> None:
+    """Refuse ``spark.speculation=true``.
+
+    Two speculative attempts of one partition would both open a transaction
+    (and, under the coordinated protocol, both prepare and hold locks). Neither protocol is
+    proven safe under it, so it is refused.
+
+    Parameters
+    ----------
+    spark
+        The session.
+    sink_name, batch_id
+        For the message.
+    """
+    if session_conf(spark, "spark.speculation", "false").strip().lower() == "true":
+        raise UnsafeConfigurationError(
+            "spark.speculation=true is not supported: speculative task attempts would "
+            "write the same partition twice. Set spark.speculation=false for this "
+            "application (or run the sink in an application of its own)",
+            sink=sink_name,
+            batch_id=batch_id,
+            setting="spark.speculation",
+        )
+
+
+def current_coordinator(sink: AnySink, query_id: str, run_id: str) -> Coordinator | None:
+    """Return the coordinator of this run of the query, if this process has a healthy one.
+
+    Parameters
+    ----------
+    sink
+        The sink.
+    query_id, run_id
+        The query and its current run.
+
+    Returns
+    -------
+    Coordinator or None
+        None when the run is new (a restart) or the last batch failed: the
+        caller then creates a new coordinator, which recovers.
+    """
+    current = runtime_of(sink).coordinator
+    if (
+        current is not None
+        and current.context.query_id == query_id
+        and current.context.run_id == run_id
+        and not current.failed
+    ):
+        return current
+    return None
+
+
+def new_coordinator(
+    sink: AnySink,
+    *,
+    query_id: str,
+    run_id: str,
+    checkpoint: str,
+    open_store: Callable[[str], LogStore],
+) -> Coordinator:
+    """Create the coordinator of a new run and keep it in the sink's runtime.
+
+    Parameters
+    ----------
+    sink
+        The sink.
+    query_id, run_id
+        The query (its id names the sink's identity) and its current run.
+    checkpoint
+        The query's checkpoint location; the log lives under it.
+    open_store
+        Opens the log's store at a location.
+
+    Returns
+    -------
+    Coordinator
+        The coordinator; its log is opened (and recovery run) by its first batch.
+    """
+    identity = SinkIdentity(sink.name, query_id)
+    location = identity.log_location(checkpoint)
+    log = CoordinatorLog(open_store(location), sink=sink.name, identity=identity.token)
+    context = SinkContext(sink.name, identity.token, query_id, run_id, location)
+    runtime = runtime_of(sink)
+    coordinator = runtime.coordinator = Coordinator(log, context, on_step=runtime.on_step)
+    _log.info("sink %s: identity %s, coordinator log at %s", sink.name, identity.token, location)
+    return coordinator
+
+
+def _arrow_schema(df: DataFrame) -> pa.Schema:
+    spark = df.sparkSession
+    timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
+    large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
+    return arrow_schema(
+        df.schema, timezone=str(timezone), prefers_large_types=str(large).lower() == "true"
+    )
+
+
+#: The column that carries a row's position in the batch through a key_by shuffle.
+_POSITION = "__twophase_position"
+#: A column computed after coalescing, before the shuffle: it keeps Spark's optimizer
+#: (CollapseRepartition) from dropping a coalesce followed by a repartition.
+_COALESCED = "__twophase_coalesced"
+
+_RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
+
+
+_ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def _participant_fn(sink: AnySink, plan: TaskPlan) -> _ArrowFn:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext as SparkTaskContext
+
+        task = SparkTaskContext.get()
+        assert task is not None
+        result = run_participant(sink, plan, task.partitionId(), task.attemptNumber(), batches)
+        yield pa.RecordBatch.from_pylist([{"result": dumps(result)}], schema=_RESULT_SCHEMA)
+
+    return run
+
+
+def _fingerprint_fn(version: int) -> _ArrowFn:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext as SparkTaskContext
+
+        task = SparkTaskContext.get()
+        assert task is not None
+        fingerprint = fingerprint_batches(batches, version)
+        yield pa.RecordBatch.from_pylist(
+            [{"result": dumps((task.partitionId(), fingerprint))}], schema=_RESULT_SCHEMA
+        )
+
+    return run
+
+
+class DataFrameExecution:
+    """A micro-batch DataFrame seen by the coordinator (:class:`~twophase.BatchExecution`).
+
+    The engine-specific parts -- how many partitions, where a staged copy
+    lives -- are left to the subclasses of each mode.
+
+    Parameters
+    ----------
+    df
+        The micro-batch DataFrame.
+    batch_id
+        The micro-batch id.
+    """
+
+    def __init__(self, df: DataFrame, batch_id: int) -> None:
+        self.df = df
+        self._batch_id = batch_id
+        self._persisted = False
+        # key_by: the columns and the partition count, and the routed batch with its
+        # rows' positions (kept so that a staged copy keeps the order).
+        self._keys: tuple[tuple[str, ...], int] | None = None
+        self._positioned: DataFrame | None = None
+
+    @property
+    def batch_id(self) -> int:
+        """Return the micro-batch id."""
+        return self._batch_id
+
+    def schema(self) -> pa.Schema:
+        """Return the Arrow schema the participants receive."""
+        return _arrow_schema(self.df)
+
+    def num_partitions(self) -> int:
+        """Return the number of participant slots (each mode says how it counts)."""
+        raise NotImplementedError
+
+    #: Coalesce a batch of more splits than transactions before routing it (one shuffle
+    #: map task per transaction, not per split); ``benchmarks/bench_key_by.py`` compares.
+    route_after_coalescing: bool = True
+
+    def key_by(self, columns: tuple[str, ...], limit: int | None) -> None:
+        """Hash-partition the batch by ``columns``, each partition in the batch's row order.
+
+        Into as many partitions as the batch has (at most ``limit``); one
+        partition already holds every key together, so it is left alone. The
+        rows' positions are taken on the splits as Spark produced them, before
+        anything coalesces them.
+        """
+        from pyspark.sql import functions as sf
+
+        original = self.df
+        partitions = self.num_partitions()
+        bound = partitions if limit is None else min(partitions, limit)
+        self._keys = (columns, max(1, bound))
+        positioned = original.withColumn(_POSITION, sf.monotonically_increasing_id())
+        if partitions <= 1:
+            self._positioned = positioned  # kept for staging only: no shuffle needed
+            return
+        self._route(positioned, coalesce=self.route_after_coalescing)
+
+    def _route(self, positioned: DataFrame, *, coalesce: bool = False) -> None:
+        """Route ``positioned`` (the batch and each row's position) by the key columns.
+
+        With ``coalesce``, the splits are first coalesced to the transactions
+        (a narrow step): the shuffle's map side then runs one task per
+        transaction instead of one per split, which a batch of thousands of
+        small splits needs. Positions were taken before, so the order holds.
+        """
+        from pyspark.sql import functions as sf
+
+        assert self._keys is not None
+        columns, partitions = self._keys
+        keys = [sf.col("`" + c.replace("`", "``") + "`") for c in columns]
+        order = [_POSITION]
+        if coalesce:
+            positioned = positioned.coalesce(partitions).withColumn(
+                _COALESCED, sf.spark_partition_id()
+            )
+            order.append(_COALESCED)  # used, so never pruned: the coalesce stays
+        routed = positioned.repartition(partitions, *keys).sortWithinPartitions(*order)
+        self._positioned = routed.drop(_COALESCED)
+        self.df = self._positioned.drop(_POSITION)
+        self._routed(partitions)
+
+    def _routed(self, partitions: int) -> None:
+        """Note that the batch now has exactly ``partitions`` partitions."""
+
+    def _read_staged(self, location: str, complete: bool) -> None:
+        """Write the batch to ``location`` unless ``complete``; then read it from there.
+
+        A batch routed by key is written with its rows' positions and routed
+        again when read back: files are read in an order of Spark's choosing.
+        """
+        written = self._positioned if self._positioned is not None else self.df
+        if not complete:
+            written.write.mode("overwrite").parquet(location)
+        staged = self.df.sparkSession.read.parquet(location)
+        if self._keys is not None and _POSITION in staged.columns:
+            self._route(staged)
+        else:
+            self.df = staged
+
+    def fingerprints(self, version: int = FINGERPRINT_VERSION) -> dict[int, Fingerprint]:
+        """Fingerprint every non-empty partition by ``version``; persists the batch to write it."""
+        if not self._persisted:
+            self.df = self.df.persist()
+            self._persisted = True
+        rows = self.df.mapInArrow(_fingerprint_fn(version), "result binary").collect()
+        result: dict[int, Fingerprint] = {}
+        for row in rows:
+            partition_id, fingerprint = loads(row[0])
+            if fingerprint.count:
+                result[partition_id] = fingerprint
+        return result
+
+    def run_participants(self, sink: AnySink, plan: TaskPlan) -> list[TaskResult]:
+        """Run phase 1: one participant per partition, in one Spark job."""
+        fn = _participant_fn(sink, plan)
+        rows = self.df.mapInArrow(fn, "result binary").collect()
+        return [loads(row[0]) for row in rows]
+
+    def close(self) -> None:
+        """Unpersist the batch if the replay check persisted it."""
+        if self._persisted:
+            self.df.unpersist()
+            self._persisted = False

@@ -1,0 +1,1 @@
+"""Where the coordinator log lives: the store interface and its local, S3, GCS, Azure backends."""
