@@ -65,6 +65,7 @@ from typing import Any
 from tests.chaos.driver import NETWORK_BOUND_NEEDLES
 from tests.chaos.events import emit, go, matches, read_events
 from tests.integration.kafka.kafka_support import unstable_partitions
+from twophase._engine._steps import Step
 from twophase.testing import COORDINATED_STEPS, MARKER_STEPS, FakeTarget
 
 __all__ = [
@@ -136,8 +137,8 @@ RESTART_MODES = {
 ZOMBIE_SINKS = frozenset({"pg-coordinated", "maria-coordinated"})
 
 _PROTOCOL_STEPS = {
-    "coordinated": tuple(s for s in COORDINATED_STEPS if s != "start"),
-    "markers": tuple(s for s in MARKER_STEPS if s != "start"),
+    "coordinated": tuple(s for s in COORDINATED_STEPS if s != Step.START),
+    "markers": tuple(s for s in MARKER_STEPS if s != Step.START),
 }
 _PROTOCOL_POINTS = {
     "coordinated": ("begin_transaction", "write", "pre_commit", "pre_commit_done"),
@@ -292,7 +293,7 @@ def _draw_point(rng: random.Random, plan_sink: str, batches: int, parts: int) ->
             "src": "driver",
             "name": step,
             "batch": batch,
-            "index": 0 if step == "committed_handle" else None,
+            "index": 0 if step == Step.COMMITTED_HANDLE else None,
         }
     if where < 0.9:
         hook = rng.choice(TASK_POINTS[plan_sink])

@@ -48,6 +48,7 @@ from tests.upgrade.upgrade_support import (
     run_driver,
     write_input,
 )
+from twophase._engine._steps import Step
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
 
@@ -152,8 +153,8 @@ def upgrade_runs(
             release_0_2_0.python,
             driver_spec(
                 postgres_server.dsn,
-                a.query_spec(("decided", 1)),
-                b.query_spec(("phase1_done", 1)),
+                a.query_spec((Step.DECIDED, 1)),
+                b.query_spec((Step.PHASE1_DONE, 1)),
             ),
             work / "driver",
             "0.2.0, killed at decided (a) / phase1_done (b) of batch 1",
@@ -179,7 +180,7 @@ def test_coordinated_decided_by_0_2_0_committed_by_current(
 ) -> None:
     """a: a batch decided by 0.2.0, prepared, is committed by the current code exactly once."""
     runs, a = upgrade_runs, upgrade_runs.coordinated
-    assert_killed(runs.killed, "decided")
+    assert_killed(runs.killed, Step.DECIDED)
     assert_release(runs.killed, release_0_2_0)
     state = runs.after_kill[a.name]
     assert_batch_1_prepared(state, a, runs.decision)
@@ -199,7 +200,7 @@ def test_markers_partial_batch_of_0_2_0_finished_by_current(
 ) -> None:
     """b: batch 1 committed with markers by 0.2.0 but not recorded: the current code skips it."""
     runs, b = upgrade_runs, upgrade_runs.markers
-    assert_killed(runs.killed, "phase1_done")
+    assert_killed(runs.killed, Step.PHASE1_DONE)
     assert_release(runs.killed, release_0_2_0)
     state = runs.after_kill[b.name]
     # Both partitions of batch 1 committed, each in one transaction with its marker...
@@ -231,11 +232,11 @@ def test_decision_of_current_refused_by_0_2_0(
     try:
         killed = run_driver(
             CURRENT,
-            driver_spec(postgres_server.dsn, c.query_spec(("decided", 1))),
+            driver_spec(postgres_server.dsn, c.query_spec((Step.DECIDED, 1))),
             tmp_path / "driver",
             "current code, killed at decided of batch 1",
         )
-        assert_killed(killed, "decided")
+        assert_killed(killed, Step.DECIDED)
         assert_release(killed, None)
         state = pg.snapshot(c)
         decision = c.log_records(1, "decision")

@@ -28,13 +28,14 @@ from ._execution import BatchExecution
 from ._fencing_loop import FencingLoop
 from ._hooks import AnySink, CoordinatedHooks, as_coordinated
 from ._participant import TaskResult
+from ._steps import Step
 
-__all__ = ["CoordinatedDriver"]
+__all__ = ["CoordinatedProtocol"]
 
 _log = logging.getLogger("twophase.coordinator")
 
 
-class CoordinatedDriver(FencingLoop):
+class CoordinatedProtocol(FencingLoop):
     """Runs a batch of the coordinated protocol from phase 1 to "batch N committed"."""
 
     def _run_coordinated(
@@ -60,7 +61,7 @@ class CoordinatedDriver(FencingLoop):
             except Exception as abort_exc:
                 add_note(exc, f"aborting the batch's prepared transactions failed: {abort_exc!r}")
             raise
-        self._step("phase1_done", batch_id)
+        self._step(Step.PHASE1_DONE, batch_id)
         return self._decide_and_commit(
             sink, batch_id, results, execution.num_partitions(), t0, recovered
         )
@@ -103,7 +104,7 @@ class CoordinatedDriver(FencingLoop):
             )
             metrics = self._replay_metrics(sink, batch_id)
         else:
-            self._step("phase1_done", batch_id)
+            self._step(Step.PHASE1_DONE, batch_id)
             metrics = self._decide_and_commit(
                 coordinated, batch_id, results, len(results), time.perf_counter(), (0, 0)
             )
@@ -125,7 +126,7 @@ class CoordinatedDriver(FencingLoop):
         self.log.record_decision(
             batch_id, handles, {"rows": rows}, encode=_checked_encoder(sink, batch_id)
         )
-        self._step("decided", batch_id)
+        self._step(Step.DECIDED, batch_id)
         t2 = time.perf_counter()
         retries = [0]
         for index, handle in enumerate(handles):
@@ -140,8 +141,8 @@ class CoordinatedDriver(FencingLoop):
                     batch_id=batch_id,
                     partition_id=handle.partition_id,
                 ) from exc
-            self._step("committed_handle", batch_id, index)
-        self._step("phase2_done", batch_id)
+            self._step(Step.COMMITTED_HANDLE, batch_id, index)
+        self._step(Step.PHASE2_DONE, batch_id)
         orphans = self._sweep_after_commit(sink, batch_id, handles)
         self._fence_after(sink, batch_id, frozenset(h.transaction_id for h in handles))
         t3 = self._record_committed(batch_id, rows)

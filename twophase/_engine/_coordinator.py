@@ -34,11 +34,12 @@ from .._metrics import _otel
 from .._metrics._batch import BatchMetrics
 from .._types import CommitProtocol, SinkContext
 from ..errors import ConfigurationError, TwoPhaseError
-from ._coordinated import CoordinatedDriver
+from ._coordinated import CoordinatedProtocol
 from ._execution import BatchExecution, StepListener
 from ._hooks import AnySink, as_coordinated, as_markers
-from ._markers import MarkersDriver
+from ._markers import MarkersProtocol
 from ._recovery import recover
+from ._steps import Step
 
 __all__ = ["Coordinator"]
 
@@ -59,7 +60,7 @@ def _key_columns(sink: AnySink, schema: pa.Schema) -> tuple[str, ...]:
     return columns
 
 
-class Coordinator(CoordinatedDriver, MarkersDriver):
+class Coordinator(CoordinatedProtocol, MarkersProtocol):
     """Drives one sink through the commit protocol, batch by batch, on the driver.
 
     Parameters
@@ -197,9 +198,9 @@ class Coordinator(CoordinatedDriver, MarkersDriver):
         batch_id
             The batch about to run (for the steps and messages).
         """
-        self._step("start", batch_id)
+        self._step(Step.START, batch_id)
         try:
             self.start(sink, batch_id)
         except TwoPhaseError as exc:
             raise exc.with_context(sink=sink.name, batch_id=batch_id) from exc.__cause__
-        self._step("recovered", batch_id)
+        self._step(Step.RECOVERED, batch_id)

@@ -2,8 +2,8 @@
 
 :class:`BatchExecution` is the engine's side of a batch: Spark implements it over
 the batch DataFrame (``twophase._spark._classic``), the test kit over partitions held in
-memory (``twophase.testing.LocalRunner``). The step names are where a listener
-is called, and where the test kit simulates a crash.
+memory (``twophase.testing.LocalRunner``). The step names (``_steps.py``) are where a
+:data:`StepListener` is called, and where the test kit simulates a crash.
 """
 
 from __future__ import annotations
@@ -17,28 +17,7 @@ from .._types import FINGERPRINT_VERSION, Fingerprint
 from ._hooks import AnySink
 from ._participant import TaskPlan, TaskResult
 
-__all__ = ["COORDINATED_STEPS", "MARKER_STEPS", "BatchExecution", "StepListener"]
-
-#: Driver-side steps of the coordinated protocol, in order, at which a listener is called
-#: (and at which the test kit can simulate a crash).
-COORDINATED_STEPS = (
-    "start",
-    "recovered",
-    "phase1_done",
-    "decided",
-    "committed_handle",
-    "phase2_done",
-    "recorded_committed",
-)
-#: Driver-side steps of the markers protocol, in order.
-MARKER_STEPS = (
-    "start",
-    "recovered",
-    "staged",
-    "intent_recorded",
-    "phase1_done",
-    "recorded_committed",
-)
+__all__ = ["BatchExecution", "StepListener"]
 
 StepListener = Callable[[str, int, "int | None"], None]
 

@@ -17,7 +17,7 @@ from .._metrics import _otel
 from .._types import TransactionHandle
 from ..errors import RetriableError
 from ._hooks import AnySink, as_coordinated
-from ._run import Driver
+from ._run import Run
 
 __all__ = ["FencingLoop"]
 
@@ -29,7 +29,7 @@ _FENCE_TRIES = 3
 _ANY_BATCH = 2**62
 
 
-class FencingLoop(Driver):
+class FencingLoop(Run):
     """Sweeps of orphans and the fence of stale attempts, with their retries."""
 
     def _abort_batch(self, sink: AnySink, batch_id: int, keep: frozenset[str] = frozenset()) -> int:

@@ -16,14 +16,15 @@ from .._types import Fingerprint
 from ._execution import BatchExecution
 from ._hooks import MarkerHooks
 from ._replay import legacy_versions, match_markers
-from ._run import Driver
+from ._run import Run
+from ._steps import Step
 
-__all__ = ["MarkersDriver"]
+__all__ = ["MarkersProtocol"]
 
 _log = logging.getLogger("twophase.coordinator")
 
 
-class MarkersDriver(Driver):
+class MarkersProtocol(Run):
     """Runs a batch of the markers protocol from staging to "batch N committed"."""
 
     def _staging_location(self, batch_id: int) -> str:
@@ -36,7 +37,7 @@ class MarkersDriver(Driver):
         batch_id = execution.batch_id
         if sink.staging:
             execution.stage(self._staging_location(batch_id))
-        self._step("staged", batch_id)
+        self._step(Step.STAGED, batch_id)
         t0 = time.perf_counter()
         skip: frozenset[int] = frozenset()
         expected: dict[int, Fingerprint] = {}
@@ -76,13 +77,13 @@ class MarkersDriver(Driver):
                     len(expected),
                 )
         self.log.record_intent(batch_id, execution.num_partitions())
-        self._step("intent_recorded", batch_id)
+        self._step(Step.INTENT_RECORDED, batch_id)
         t1 = time.perf_counter()
         plan = self._plan(
             sink, batch_id, skip=skip, expected=expected, preexisting_markers=preexisting
         )
         results = execution.run_participants(sink, plan)
-        self._step("phase1_done", batch_id)
+        self._step(Step.PHASE1_DONE, batch_id)
         t2 = time.perf_counter()
         rows = sum(r.rows for r in results)
         t3 = self._record_committed(batch_id, rows)

@@ -2,7 +2,7 @@
 
 The coordinator (``_engine/_coordinator.py``) is assembled from one class per protocol's
 driver side (``_engine/_coordinated.py``, ``_engine/_markers.py``) and the fencing
-loop (``_engine/_fencing_loop.py``), all built on :class:`Driver`: the state of one run
+loop (``_engine/_fencing_loop.py``), all built on :class:`Run`: the state of one run
 over the coordinator log, and the helpers every step of either protocol uses.
 """
 
@@ -20,13 +20,14 @@ from .._types import RecoveryContext, SinkContext
 from ._execution import StepListener
 from ._hooks import AnySink
 from ._participant import TaskPlan, TaskResult
+from ._steps import Step
 
-__all__ = ["Driver"]
+__all__ = ["Run"]
 
 _log = logging.getLogger("twophase.coordinator")
 
 
-class Driver:
+class Run:
     """The state of one run of a sink on the driver, and the helpers of every protocol step.
 
     Constructed as a :class:`~twophase._engine._coordinator.Coordinator`, which sets
@@ -79,7 +80,7 @@ class Driver:
         # Connect client, whose sink's metrics stay in the server's process.
         self.log.record_committed(batch_id, {"rows": rows, "committed_at": time.time()})
         done = time.perf_counter()
-        self._step("recorded_committed", batch_id)
+        self._step(Step.RECORDED_COMMITTED, batch_id)
         return done
 
     def _committed_metrics(

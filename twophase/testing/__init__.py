@@ -20,7 +20,7 @@ What users get (and what twophase's own tests use):
 
 from typing import TYPE_CHECKING, Any
 
-from .._engine._execution import COORDINATED_STEPS, MARKER_STEPS
+from .._engine._steps import COORDINATED_STEPS, MARKER_STEPS
 from ._assertions import assert_exactly_once
 from ._crash import CrashAt, SimulatedCrash, SimulatedCrashError
 from ._fake import FakeMarkerSink, FakeSink, FakeTransaction

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pytest
 
-from .._engine._execution import COORDINATED_STEPS, MARKER_STEPS
+from .._engine._steps import COORDINATED_STEPS, MARKER_STEPS, Step
 from .._fingerprint import fingerprint_batches
 from .._sinks._coordinated import TwoPhaseCommitSink
 from .._types import CommitProtocol, Marker, RecoveryContext, TaskContext
@@ -224,7 +224,7 @@ class SinkContract:
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
         runner = self._runner(self._sink(make_sink), tmp_path)
-        crash = runner.crash_at("phase1_done", 0)
+        crash = runner.crash_at(Step.PHASE1_DONE, 0)
         with pytest.raises(SimulatedCrash):
             self._run(runner, 0, count=3)
         assert crash.fired
@@ -257,7 +257,7 @@ class TwoPhaseSinkContract(SinkContract):
 
     def check_after_crash(self, step: str, visible: list[int]) -> None:
         """Before phase 2, prepared or not, nothing of batch 1 is visible."""
-        if COORDINATED_STEPS.index(step) <= COORDINATED_STEPS.index("decided"):
+        if COORDINATED_STEPS.index(step) <= COORDINATED_STEPS.index(Step.DECIDED):
             assert_exactly_once(visible, self.batch_ids(0))
 
     def check_after_failed_batch(
@@ -297,7 +297,7 @@ class TwoPhaseSinkContract(SinkContract):
         self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
     ) -> None:
         runner = self._runner(self._sink(make_sink), tmp_path)
-        crash = runner.crash_at("decided", 0)
+        crash = runner.crash_at(Step.DECIDED, 0)
         with pytest.raises(SimulatedCrash):
             self._run(runner, 0)
         assert crash.fired
@@ -344,7 +344,7 @@ class MarkerSinkContract(SinkContract):
         sink = self._sink(make_sink)
         runner = self._runner(sink, tmp_path)
         self._run(runner, 0)
-        crash = runner.crash_at("intent_recorded", 1)
+        crash = runner.crash_at(Step.INTENT_RECORDED, 1)
         parts = self.partitions(self.batch_ids(1))
         with pytest.raises(SimulatedCrash):
             runner.run_batch(1, parts)
@@ -373,7 +373,7 @@ class MarkerSinkContract(SinkContract):
         runner = self._runner(sink, tmp_path)
         self._run(runner, 0)
         old_epoch = runner.log.epoch or 0
-        crash = runner.crash_at("intent_recorded", 1)
+        crash = runner.crash_at(Step.INTENT_RECORDED, 1)
         parts = self.partitions(self.batch_ids(1))
         with pytest.raises(SimulatedCrash):
             runner.run_batch(1, parts)
@@ -383,7 +383,7 @@ class MarkerSinkContract(SinkContract):
         committed: list[int] = []
 
         def resume_the_zombie(step: str, batch_id: int, index: int | None) -> None:
-            if step != "intent_recorded" or committed:
+            if step != Step.INTENT_RECORDED or committed:
                 return
             ctx = TaskContext(sink.name, runner.identity.token, 1, 1, 1, old_epoch)
             txn = zombie.begin_transaction(ctx)
