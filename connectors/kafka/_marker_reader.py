@@ -219,7 +219,18 @@ class MarkerReader:
             if err is None:
                 raise
             raise map_kafka_error(err, self._ctx("reading the control topic", batch_id)) from exc
-        return int(result.offset)
+        offset = int(result.offset)
+        if offset < 0:
+            # An admin client whose metadata named a leader since killed answered -1001 (no
+            # offset) after its request timeout, without an error: never read that as "empty".
+            raise RetriableError(
+                f"reading the control topic {self.control_topic!r}: the offsets request of its "
+                f"partition {CONTROL_PARTITION} returned no offset ({offset}; its leader down or "
+                f"moving; brokers at {self.client_conf.get('bootstrap.servers')})",
+                sink=self.sink,
+                batch_id=batch_id,
+            )
+        return offset
 
     def read(self, identity: str, batch_id: int) -> list[Marker]:
         """Return the committed markers of one batch of one identity.

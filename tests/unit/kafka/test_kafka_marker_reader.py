@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -50,3 +51,28 @@ def test_an_offsets_request_without_an_answer_fails_retriably_in_time(
     assert caught.value.restartable
     assert "'ctl'" in str(caught.value)
     assert "b1:9092,b2:9092" in str(caught.value)
+
+
+class StaleAdmin(SilentAdmin):
+    """An admin client that answers -1001 (no offset) without an error, as one did whose metadata
+    still named a killed leader."""
+
+    def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Any]:
+        futures = super().list_offsets(request, **kwargs)
+        for future in futures.values():
+            future.set_result(SimpleNamespace(offset=-1001))
+        return futures
+
+
+def test_an_offsets_answer_without_an_offset_is_never_read_as_an_empty_topic() -> None:
+    reader = MarkerReader(
+        {"bootstrap.servers": "b1:9092"},
+        "ctl",
+        sink="k",
+        stable_timeout=1.0,
+        operation_timeout=0.2,
+    )
+    with pytest.raises(RetriableError, match=r"returned no offset \(-1001") as caught:
+        reader._offsets(StaleAdmin(), latest_offset(), None, batch_id=3)  # type: ignore[arg-type]
+    assert caught.value.batch_id == 3
+    assert caught.value.restartable
