@@ -5,6 +5,8 @@ only starts its server when a test asks for it.
 
 - ``kafka_broker``: a single-node KRaft broker. Reuses ``$TWOPHASE_KAFKA_BOOTSTRAP`` when set
   (e.g. after ``eval "$(python -m twophase_dev env)"``), else starts one for the session.
+- ``kafka_cluster``: three KRaft brokers as one replicated cluster (replication factor 3,
+  ``min.insync.replicas`` 2), for the tests that restart or kill brokers; always started here.
 - ``postgres_server``: PostgreSQL with ``max_prepared_transactions=64``; reuses
   ``$TWOPHASE_PG_DSN``.
 - ``postgres_server_no_prepared``: a second cluster with ``max_prepared_transactions=0`` (the JDBC
@@ -26,8 +28,9 @@ only starts its server when a test asks for it.
 
 Servers started here are stopped at the end of the session; if the session is killed, the kernel
 stops them (parent-death signal) and their throwaway directories are removed by the next session.
-Their logs are kept under pytest's temporary directory (``kafka-logs*``, ``postgres-logs*``,
-``mariadb-logs*``, ``spark-cluster-logs*``, ``s3-logs*``, ``gcs-logs*``, ``azure-logs*``).
+Their logs are kept under pytest's temporary directory (``kafka-logs*``, ``kafka-cluster-logs*``,
+``postgres-logs*``, ``mariadb-logs*``, ``spark-cluster-logs*``, ``s3-logs*``, ``gcs-logs*``,
+``azure-logs*``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from twophase_dev import (
     DevInfraError,
     FakeGcsServer,
     KafkaBroker,
+    KafkaCluster,
     MariaDBServer,
     PostgresServer,
     SparkCluster,
@@ -117,6 +121,26 @@ def kafka_broker(
 
         close_clients()
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(
+    tmp_path_factory: pytest.TempPathFactory, _stale_dirs_cleaned: None
+) -> Iterator[KafkaCluster]:
+    """A 3-broker Kafka cluster for the session (``bootstrap_servers``, ``broker(id)``, ...).
+
+    Always its own (no environment variable names one): its tests stop and kill its brokers.
+    A test that took a broker away brings it back (``start()``) and waits for ``wait_in_sync()``.
+    """
+    cluster = KafkaCluster(log_dir=tmp_path_factory.mktemp("kafka-cluster-logs"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        from twophase.connectors.kafka import close_clients
+
+        close_clients()
+        cluster.stop()
 
 
 def _postgres(

@@ -29,6 +29,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "kafka_broker": ("kafka",),
     "secured_broker": ("kafka",),
     "kafka_partition": ("kafka", "root"),
+    "kafka_cluster": ("kafka", "kafka_cluster"),
     "postgres_server": ("postgres",),
     "postgres_server_no_prepared": ("postgres",),
     "postgres_pair": ("postgres",),  # a primary and a standby of the test's own
@@ -62,7 +63,9 @@ SINK_FIXTURES = {
 SINK_PARAMS = ("sink", "connector")
 
 #: Markers that mean a real server process (each implies ``integration``).
-SERVERS = frozenset({"kafka", "postgres", "mariadb", "s3", "gcs", "azure", "cluster", "connect"})
+SERVERS = frozenset(
+    {"kafka", "kafka_cluster", "postgres", "mariadb", "s3", "gcs", "azure", "cluster", "connect"}
+)
 
 
 def needed(fixturenames: Iterator[str] | list[str]) -> set[str]:
@@ -88,8 +91,9 @@ def _kinds(config: pytest.Config) -> set[str]:
 
 #: Needs whose tests share one pytest-xdist worker (``--dist loadgroup``), first match wins:
 #: network namespaces and firewall rules of root tests must not interleave, and the standalone
-#: cluster and the Connect server are started once per worker that needs them.
-WORKER_GROUPS = ("root", "cluster", "connect")
+#: cluster, the Connect server and the 3-broker Kafka cluster are started once per worker that
+#: needs them (a Kafka cluster test also restarts brokers the others would see go).
+WORKER_GROUPS = ("root", "cluster", "connect", "kafka_cluster")
 
 
 @pytest.hookimpl(tryfirst=True)

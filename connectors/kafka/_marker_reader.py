@@ -22,6 +22,7 @@ stop at the first open transaction.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -49,6 +50,9 @@ _log = logging.getLogger("twophase.connectors.kafka")
 
 _FIRST_WINDOW = 4096
 _READER_GROUP = "twophase-marker-reader"
+#: Seconds an offsets request may take beyond ``operation_timeout`` (its own request timeout)
+#: before the reader stops waiting for it.
+_OFFSETS_GRACE = 5.0
 
 
 @dataclass
@@ -195,13 +199,38 @@ class MarkerReader:
             futures = admin.list_offsets(
                 {tp: spec}, isolation_level=level, request_timeout=self.operation_timeout
             )
-            result = next(iter(futures.values())).result()
+            # Bounded here: librdkafka can keep an offsets request queued for a partition leader
+            # that was killed, past request_timeout, until that broker is back (seen on a
+            # 3-broker cluster: the reader waited for ever while the leader had moved).
+            result = next(iter(futures.values())).result(
+                timeout=self.operation_timeout + _OFFSETS_GRACE
+            )
+        except concurrent.futures.TimeoutError as exc:
+            brokers = self.client_conf.get("bootstrap.servers")
+            raise RetriableError(
+                f"reading the control topic {self.control_topic!r}: no answer to an offsets "
+                f"request within {self.operation_timeout + _OFFSETS_GRACE:.0f} s (the leader of "
+                f"its partition {CONTROL_PARTITION} down or moving; brokers at {brokers})",
+                sink=self.sink,
+                batch_id=batch_id,
+            ) from exc
         except Exception as exc:
             err = kafka_error_of(exc)
             if err is None:
                 raise
             raise map_kafka_error(err, self._ctx("reading the control topic", batch_id)) from exc
-        return int(result.offset)
+        offset = int(result.offset)
+        if offset < 0:
+            # An admin client whose metadata named a leader since killed answered -1001 (no
+            # offset) after its request timeout, without an error: never read that as "empty".
+            raise RetriableError(
+                f"reading the control topic {self.control_topic!r}: the offsets request of its "
+                f"partition {CONTROL_PARTITION} returned no offset ({offset}; its leader down or "
+                f"moving; brokers at {self.client_conf.get('bootstrap.servers')})",
+                sink=self.sink,
+                batch_id=batch_id,
+            )
+        return offset
 
     def read(self, identity: str, batch_id: int) -> list[Marker]:
         """Return the committed markers of one batch of one identity.

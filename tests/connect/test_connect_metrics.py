@@ -26,7 +26,7 @@ from tests.connect.support import WithListener
 from tests.spark.helpers import SCHEMA, write_input
 from twophase.testing import CrashAt, FakeSink, FakeTarget, assert_exactly_once
 from twophase_dev import SparkConnectServer, free_ports
-from twophase_dev._common import wait_until
+from twophase_dev._host._wait import wait_until
 
 pytestmark = [pytest.mark.connect, pytest.mark.spark, pytest.mark.slow]
 

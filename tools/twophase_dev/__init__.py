@@ -10,6 +10,9 @@ them); ``PyMySQL`` for MariaDB.
 What it provides:
 
 - :class:`KafkaBroker`: a single-node KRaft broker on 127.0.0.1 (free ports, throwaway data).
+- :class:`KafkaCluster`: three such brokers as one replicated cluster (a 3-voter KRaft quorum,
+  replication factor 3, ``min.insync.replicas`` 2) whose brokers a test restarts or kills, with
+  ``leader_of`` and ``coordinator_of`` to choose which.
 - :class:`PostgresServer`: a throwaway PostgreSQL cluster on 127.0.0.1 with
   ``max_prepared_transactions`` of your choice (0 included) and ``restart()`` for chaos tests;
   :class:`PostgresStandby`, a streaming standby of one, promoted for a failover
@@ -68,6 +71,7 @@ from twophase_dev._jvm import (
     spark_jvm_options,
 )
 from twophase_dev._kafka._broker import KafkaBroker
+from twophase_dev._kafka._cluster import KafkaCluster
 from twophase_dev._kafka._install import KAFKA_VERSION, kafka_classpath
 from twophase_dev._mariadb._binaries import find_mariadb_binaries
 from twophase_dev._mariadb._replica import MariaDBReplica, make_semi_synchronous
@@ -117,6 +121,7 @@ __all__ = [
     "DevState",
     "FakeGcsServer",
     "KafkaBroker",
+    "KafkaCluster",
     "MariaDBReplica",
     "MariaDBServer",
     "MavenArtifact",

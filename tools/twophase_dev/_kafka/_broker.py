@@ -74,6 +74,9 @@ class KafkaBroker(ManagedService):
         Run the broker inside this (created) network namespace: clients (and
         :attr:`bootstrap_servers`) then use the namespace's address, and the controller listens
         on 127.0.0.1 inside it. :meth:`to_record` refuses such a broker.
+    cluster_id : str, optional
+        The KRaft cluster id its storage is formatted with (the same for every member of a
+        :class:`~twophase_dev.KafkaCluster`); a random one by default.
 
     Notes
     -----
@@ -115,6 +118,7 @@ class KafkaBroker(ManagedService):
         detach: bool = False,
         startup_timeout: float = 90.0,
         netns: NetworkNamespace | None = None,
+        cluster_id: str | None = None,
     ):
         super().__init__(
             port=port,
@@ -129,6 +133,7 @@ class KafkaBroker(ManagedService):
         self.version = version
         self.heap = heap
         self.extra_config = dict(config or {})
+        self.cluster_id = cluster_id
         self._formatted = False
         self._external_bootstrap: str | None = None
         self._classpath: list[Path] = []
@@ -257,7 +262,7 @@ class KafkaBroker(ManagedService):
                 "kafka.tools.StorageTool",
                 "format",
                 "--cluster-id",
-                random_cluster_id(),
+                self.cluster_id or random_cluster_id(),
                 "--config",
                 str(config),
                 "--ignore-formatted",
