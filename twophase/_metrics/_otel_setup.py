@@ -96,8 +96,10 @@ def _install(exporters: list[str]) -> bool:
     readers = [r for r in (_reader(name) for name in exporters) if r is not None]
     if not readers:
         return False
-    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "twophase"}
-    provider = MeterProvider(metric_readers=readers, resource=Resource.create(attributes))
+    resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "twophase"}))  # neither names it
+    provider = MeterProvider(metric_readers=readers, resource=resource)
     metrics.set_meter_provider(provider)
     global _installed
     _installed = provider
