@@ -102,7 +102,7 @@ def _crash(pair: Pair, step: str, index: int | None = None) -> LocalRunner:
 
 # A primary and a replica cost about 10 s to set up. Phase 1 and phase 2 run in the extended
 # selection: their recovery (in doubt rolled back; a decision half committed) is the code the
-# PostgreSQL failover tests and test_lost_prepared.py's MariaDB cases run in the default one.
+# PostgreSQL failover tests and test_jdbc_lost_prepared.py's MariaDB cases run in the default one.
 @pytest.mark.parametrize(
     ("step", "index"),
     [
