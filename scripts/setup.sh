@@ -13,7 +13,7 @@
 #   3. the Kafka broker and Spark Kafka connector jars, downloaded once into ~/.m2 and cached
 #      (for the tests also the Spark Connect server's and the Hadoop GCS connector's);
 #   4. for the tests, the cloud-storage emulators of the coordinator-log tests, pinned in
-#      tools/twophase_dev/_emulators.py: fake-gcs-server (built with Go from the Go module proxy;
+#      tools/twophase_dev/_emulators/_install.py: fake-gcs-server (built with Go from the Go module proxy;
 #      a machine without Go gets the toolchain pinned in tools/twophase_dev/_go.py from the same
 #      proxy, into the cache) and Azurite (npm), installed once into ~/.cache/twophase/emulators.
 #   5. for the tests, the class-data archive that Spark's JVMs start from (tools/twophase_dev/_jvm.py),
