@@ -41,7 +41,7 @@ class MariaDBMarkerTable(MariaDBClient, MarkerTable):
         return errno(exc) == 1062
 
     def create(self, cur: Any, name: str) -> None:
-        """Create the marker table and the slot registry (``twophase_slots``) if missing."""
+        """Create the marker table and the attempts registry (``twophase_attempts``) if missing."""
         super().create(cur, name)
         create_slots_table(cur, self.options)
 
