@@ -109,3 +109,13 @@ def run_to_end(df: Any, sink: Any, checkpoint: Path) -> None:
         if query.isActive:
             query.stop()
     assert query.exception() is None, query.exception()
+
+
+def three_partitions(batch_id: int) -> list[list[pa.RecordBatch]]:
+    """Batch ``batch_id`` of the failover tests: three partitions of three ids each."""
+    return [[id_batch([batch_id * 100 + p * 10 + i for i in range(3)])] for p in range(3)]
+
+
+def three_partition_ids(*batch_ids: int) -> list[int]:
+    """Every id :func:`three_partitions` writes for these batches."""
+    return [batch * 100 + p * 10 + i for batch in batch_ids for p in range(3) for i in range(3)]

@@ -15,23 +15,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from jdbc_support import PgTarget, id_batch, mariadb_sql
+from jdbc_support import PgTarget, mariadb_sql, three_partitions
+from jdbc_support import three_partition_ids as expected
 
 from twophase import FatalError, TransactionHandle
 from twophase.connectors.jdbc import mariadb_sink
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
-
-
-def three_partitions(batch_id: int) -> list[list[pa.RecordBatch]]:
-    return [[id_batch([batch_id * 100 + p * 10 + i for i in range(3)])] for p in range(3)]
-
-
-def expected(*batch_ids: int) -> list[int]:
-    return [batch * 100 + p * 10 + i for batch in batch_ids for p in range(3) for i in range(3)]
 
 
 @dataclass

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from jdbc_support import id_batch, mariadb_sql
+from jdbc_support import mariadb_sql, three_partitions
+from jdbc_support import three_partition_ids as expected
 
 from twophase.connectors.jdbc import mariadb_sink
 from twophase.errors import FatalError
@@ -43,14 +43,6 @@ pytestmark = [
     pytest.mark.extended,
     pytest.mark.timeout(300),
 ]
-
-
-def three_partitions(batch_id: int) -> list[list[pa.RecordBatch]]:
-    return [[id_batch([batch_id * 100 + p * 10 + i for i in range(3)])] for p in range(3)]
-
-
-def expected(*batch_ids: int) -> list[int]:
-    return [batch * 100 + p * 10 + i for batch in batch_ids for p in range(3) for i in range(3)]
 
 
 @dataclass
