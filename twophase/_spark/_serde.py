@@ -1,7 +1,7 @@
 """Serialisation of what travels between processes: sinks, plans, task results (cloudpickle).
 
 In transit only, between a driver and its executors of the same release
-(``_participant.check_same_release``): nothing durable is ever pickled, and
+(``_engine/_participant.py``, ``check_same_release``): nothing durable is ever pickled, and
 nothing read from durable storage is ever unpickled here (the coordinator log
 is JSON, ``_log/_coordinator_log.py``; 0.2.0's pickled decisions go through ``_log/_legacy.py``).
 The pickler is the version adapter's (:func:`twophase._pyspark.cloudpickle`).
