@@ -177,7 +177,9 @@ def profile_recovery(args: argparse.Namespace, out: Path) -> None:
             original(self)
             coordinator = self.coordinator
             start = coordinator.start
-            coordinator.start = lambda sink: _pyinstrument(lambda: start(sink), out)  # type: ignore[method-assign]
+            coordinator.start = lambda sink, batch_id: _pyinstrument(  # type: ignore[method-assign]
+                lambda: start(sink, batch_id), out
+            )
 
         LocalRunner.restart = restart  # type: ignore[method-assign]
         seconds = bench_recovery.CASES[args.case](env, args.n)

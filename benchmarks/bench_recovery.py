@@ -67,7 +67,7 @@ def jdbc_once(env: Env, n: int, step: str) -> float:
         raise RuntimeError(f"{before} prepared transactions, expected {n}")
     runner.restart()
     started = time.perf_counter()
-    runner.coordinator.start(runner.sink)
+    runner.coordinator.start(runner.sink, 0)
     seconds = time.perf_counter() - started
     after = _count_prepared(env, identity)
     if after:
@@ -137,7 +137,7 @@ def kafka_once(env: Env, n: int) -> float:
         raise RuntimeError("no open transaction holds back read_committed consumers")
     runner.restart()
     started = time.perf_counter()
-    runner.coordinator.start(runner.sink)
+    runner.coordinator.start(runner.sink, 0)
     seconds = time.perf_counter() - started
     if _offsets(bootstrap, topic, True) != _offsets(bootstrap, topic, False):
         raise RuntimeError("open transactions are left after recovery")

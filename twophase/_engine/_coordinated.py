@@ -1,6 +1,7 @@
-"""The coordinated protocol's driver side: phase 1's outcome, the decision and phase 2.
+"""The coordinated protocol on the driver, one state machine: fence, prepare, decide, commit.
 
-Per batch, after recovery (``_engine/_coordinator.py``)::
+Per run, after recovery, every attempt of an earlier run is fenced. Per batch,
+after recovery and routing (``_engine/_coordinator.py``)::
 
     phase 1 (executors prepare) -> record decision (commit point)
       -> phase 2 (commit every handle) -> sweep orphans of the batch
@@ -8,7 +9,7 @@ Per batch, after recovery (``_engine/_coordinator.py``)::
 
 A batch whose phase 1 fails has its prepared transactions rolled back here, on
 the driver. The sweeps and the fence are the fencing loop's
-(``_engine/_fencing_loop.py``).
+(``_engine/_fencing_loop.py``), a collaborator built over the same run.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ._execution import BatchExecution
 from ._fencing_loop import FencingLoop
 from ._hooks import AnySink, CoordinatedHooks, as_coordinated
 from ._participant import TaskResult
+from ._run import Run
 from ._steps import Step
 
 __all__ = ["CoordinatedProtocol"]
@@ -35,21 +37,58 @@ __all__ = ["CoordinatedProtocol"]
 _log = logging.getLogger("twophase.coordinator")
 
 
-class CoordinatedProtocol(FencingLoop):
-    """Runs a batch of the coordinated protocol from phase 1 to "batch N committed"."""
+class CoordinatedProtocol:
+    """Runs the coordinated protocol on the driver: a run's fence, a batch's phases.
 
-    def _run_coordinated(
-        self, sink: CoordinatedHooks, execution: BatchExecution, recovered: tuple[int, int]
+    Parameters
+    ----------
+    run
+        The run: its log, step listener and retries.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._fencing = FencingLoop(run)
+
+    def begin_run(self, sink: AnySink) -> None:
+        """Fence every attempt of an earlier run (after recovery, before the first batch).
+
+        Parameters
+        ----------
+        sink
+            The sink (coordinated).
+        """
+        self._fencing.fence(sink, -1)  # every attempt of an earlier run is stale
+
+    def run_batch(
+        self, sink: AnySink, execution: BatchExecution, recovered: tuple[int, int]
     ) -> BatchMetrics:
+        """Run a batch from phase 1 to "batch N committed".
+
+        Parameters
+        ----------
+        sink
+            The sink (coordinated).
+        execution
+            The engine's view of the batch, its rows routed.
+        recovered
+            Transactions committed and rolled back by this run's recovery (for the metrics).
+
+        Returns
+        -------
+        BatchMetrics
+            What happened.
+        """
+        coordinated = as_coordinated(sink)
         batch_id = execution.batch_id
         t0 = time.perf_counter()
         try:
-            results = execution.run_participants(sink, self._plan(sink, batch_id))
+            results = execution.run_participants(coordinated, self._run.plan(sink, batch_id))
         except BaseException as exc:
             # Driver-side abort of a failed batch: partitions that prepared
             # before another failed must not stay in doubt.
             try:
-                aborted = self._abort_batch(sink, batch_id)
+                aborted = self._fencing.sweep(sink, batch_id)
                 if aborted:
                     _log.info(
                         "sink %s: batch %d failed; aborted %d prepared",
@@ -57,13 +96,13 @@ class CoordinatedProtocol(FencingLoop):
                         batch_id,
                         aborted,
                     )
-                self._fence_after(sink, batch_id, frozenset())
+                self._fencing.fence_after(sink, batch_id, frozenset())
             except Exception as abort_exc:
                 add_note(exc, f"aborting the batch's prepared transactions failed: {abort_exc!r}")
             raise
-        self._step(Step.PHASE1_DONE, batch_id)
+        self._run.step(Step.PHASE1_DONE, batch_id)
         return self._decide_and_commit(
-            sink, batch_id, results, execution.num_partitions(), t0, recovered
+            coordinated, batch_id, results, execution.num_partitions(), t0, recovered
         )
 
     def commit_prepared(
@@ -91,9 +130,10 @@ class CoordinatedProtocol(FencingLoop):
         BatchMetrics
             What happened; also logged as one line.
         """
-        self.log.check_epoch(batch_id)
+        log = self._run.log
+        log.check_epoch(batch_id)
         coordinated = as_coordinated(sink)
-        if self.log.state.is_committed(batch_id):
+        if log.state.is_committed(batch_id):
             for result in results:
                 if result.handle is not None:
                     sink.recover_and_abort(result.handle)
@@ -102,9 +142,9 @@ class CoordinatedProtocol(FencingLoop):
                 sink.name,
                 batch_id,
             )
-            metrics = self._replay_metrics(sink, batch_id)
+            metrics = self._run.replay_metrics(sink, batch_id)
         else:
-            self._step(Step.PHASE1_DONE, batch_id)
+            self._run.step(Step.PHASE1_DONE, batch_id)
             metrics = self._decide_and_commit(
                 coordinated, batch_id, results, len(results), time.perf_counter(), (0, 0)
             )
@@ -122,16 +162,17 @@ class CoordinatedProtocol(FencingLoop):
     ) -> BatchMetrics:
         handles: list[TransactionHandle] = [r.handle for r in results if r.handle is not None]
         rows = sum(r.rows for r in results)
+        run = self._run
         t1 = time.perf_counter()
-        self.log.record_decision(
+        run.log.record_decision(
             batch_id, handles, {"rows": rows}, encode=_checked_encoder(sink, batch_id)
         )
-        self._step(Step.DECIDED, batch_id)
+        run.step(Step.DECIDED, batch_id)
         t2 = time.perf_counter()
         retries = [0]
         for index, handle in enumerate(handles):
             try:
-                self._retrying(sink, functools.partial(sink.commit, handle), retries)
+                run.retrying(sink, functools.partial(sink.commit, handle), retries)
             except Exception as exc:
                 raise CommitFailedError(
                     f"phase 2 could not commit {handle.transaction_id} ({exc}). The commit "
@@ -141,13 +182,13 @@ class CoordinatedProtocol(FencingLoop):
                     batch_id=batch_id,
                     partition_id=handle.partition_id,
                 ) from exc
-            self._step(Step.COMMITTED_HANDLE, batch_id, index)
-        self._step(Step.PHASE2_DONE, batch_id)
-        orphans = self._sweep_after_commit(sink, batch_id, handles)
-        self._fence_after(sink, batch_id, frozenset(h.transaction_id for h in handles))
-        t3 = self._record_committed(batch_id, rows)
-        self.log.compact(batch_id)
-        return self._committed_metrics(
+            run.step(Step.COMMITTED_HANDLE, batch_id, index)
+        run.step(Step.PHASE2_DONE, batch_id)
+        orphans = self._fencing.sweep_after_commit(sink, batch_id, handles)
+        self._fencing.fence_after(sink, batch_id, frozenset(h.transaction_id for h in handles))
+        t3 = run.record_committed(batch_id, rows)
+        run.log.compact(batch_id)
+        return run.committed_metrics(
             sink,
             batch_id,
             partitions,

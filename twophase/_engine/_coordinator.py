@@ -1,4 +1,4 @@
-"""The coordinator: the driver-side state machine of both commit protocols.
+"""The coordinator: one run of a sink on the driver, handing each batch to its protocol.
 
 One :class:`Coordinator` per run of a query and sink. It is engine-neutral:
 Spark (``twophase._spark._classic``) and the test kit's local runner
@@ -7,17 +7,16 @@ Spark (``twophase._spark._classic``) and the test kit's local runner
 sink between calls: the sink is settings plus hooks, the coordinator is the
 protocol's state over the log. See ``docs/protocol.md`` for the diagrams.
 
-The coordinator holds what both protocols do before a batch's own work (claim
-the identity, recover, skip a batch already committed, check the schema, route
-rows to the sink's transactions) and hands the batch to its protocol's driver
-side: ``_engine/_coordinated.py`` (decision and phase 2, with the fencing loop of
-``_engine/_fencing_loop.py``) or ``_engine/_markers.py`` (replay check and phase 1).
-Both are built on ``_engine/_run.py``, the run's state over the log.
+It is composed, not inherited: it builds the run (``_engine/_run.py``: the log,
+the step listener, retries) and one object per protocol over it --
+:class:`~._coordinated.CoordinatedProtocol` (with its fencing loop) and
+:class:`~._markers.MarkersProtocol` -- and does what both protocols do before a
+batch's own work: claim the identity, recover, skip a batch already committed,
+check the schema, route rows to the sink's transactions. Per batch, either protocol::
 
-Per batch, either protocol::
-
-    start -> recover -> [already committed? return] -> check schema, route rows
-      -> the protocol's batch (coordinated: prepare, decide, commit; markers:
+    start -> recover -> [the protocol's begin_run, once per run]
+      -> [already committed? return] -> check schema, route rows
+      -> the protocol's run_batch (coordinated: prepare, decide, commit; markers:
          check the replay, commit with markers)
 """
 
@@ -36,9 +35,11 @@ from .._types import CommitProtocol, SinkContext
 from ..errors import ConfigurationError, TwoPhaseError
 from ._coordinated import CoordinatedProtocol
 from ._execution import BatchExecution, StepListener
-from ._hooks import AnySink, as_coordinated, as_markers
+from ._hooks import AnySink
 from ._markers import MarkersProtocol
+from ._participant import TaskResult
 from ._recovery import recover
+from ._run import Run
 from ._steps import Step
 
 __all__ = ["Coordinator"]
@@ -60,7 +61,7 @@ def _key_columns(sink: AnySink, schema: pa.Schema) -> tuple[str, ...]:
     return columns
 
 
-class Coordinator(CoordinatedProtocol, MarkersProtocol):
+class Coordinator:
     """Drives one sink through the commit protocol, batch by batch, on the driver.
 
     Parameters
@@ -84,16 +85,38 @@ class Coordinator(CoordinatedProtocol, MarkersProtocol):
         sleep: Callable[[float], None] = time.sleep,
         on_step: StepListener | None = None,
     ) -> None:
-        self.log = log
-        self.context = context
-        self.identity = context.identity
-        self._sleep = sleep
-        self._on_step = on_step
+        self._run = Run(log, context, sleep, on_step)
+        self._coordinated = CoordinatedProtocol(self._run)
+        self._markers = MarkersProtocol(self._run)
         self._opened = False
-        #: Set by the engine glue when a batch failed: the next call starts a new run.
-        self.failed = False
+        self._failed = False
         self._recovered_committed = 0
         self._recovered_aborted = 0
+
+    @property
+    def log(self) -> CoordinatorLog:
+        """Return the coordinator log of the sink identity."""
+        return self._run.log
+
+    @property
+    def context(self) -> SinkContext:
+        """Return the run's query id, run id and identity."""
+        return self._run.context
+
+    @property
+    def failed(self) -> bool:
+        """Return whether a batch of this run failed: the next call starts a new run."""
+        return self._failed
+
+    def mark_failed(self) -> None:
+        """Record that a batch failed (the engine glue calls it): the next call starts a new run."""
+        self._failed = True
+
+    def _protocol(self, sink: AnySink) -> CoordinatedProtocol | MarkersProtocol:
+        """Return the object that runs the sink's protocol."""
+        if sink.protocol is CommitProtocol.COORDINATED:
+            return self._coordinated
+        return self._markers
 
     # ----------------------------------------------------------- recovery
     def start(self, sink: AnySink, batch_id: int) -> None:
@@ -114,8 +137,7 @@ class Coordinator(CoordinatedProtocol, MarkersProtocol):
         self.log.load()
         self.log.claim(self.context.run_id, self.context.query_id)
         self._recover(sink, batch_id)
-        if sink.protocol is CommitProtocol.COORDINATED:
-            self._fence(sink, -1)  # every attempt of an earlier run is stale
+        self._protocol(sink).begin_run(sink)
         self._opened = True
         self._report_last_committed(sink)
 
@@ -132,8 +154,8 @@ class Coordinator(CoordinatedProtocol, MarkersProtocol):
         committed, aborted = recover(
             self.log,
             sink,
-            self._recovery_context,
-            lambda fn, retries: self._retrying(sink, fn, retries),
+            self._run.recovery_context,
+            lambda fn, retries: self._run.retrying(sink, fn, retries),
             batch_id,
         )
         self._recovered_committed += committed
@@ -166,7 +188,7 @@ class Coordinator(CoordinatedProtocol, MarkersProtocol):
                 sink.name,
                 batch_id,
             )
-            metrics = self._replay_metrics(
+            metrics = self._run.replay_metrics(
                 sink, batch_id, recovered_committed=recovered[0], recovered_aborted=recovered[1]
             )
         else:
@@ -177,10 +199,7 @@ class Coordinator(CoordinatedProtocol, MarkersProtocol):
                     execution.key_by(_key_columns(sink, execution.schema()), limit)
                 elif limit is not None and execution.num_partitions() > limit:
                     execution.limit_partitions(limit)
-                if sink.protocol is CommitProtocol.COORDINATED:
-                    metrics = self._run_coordinated(as_coordinated(sink), execution, recovered)
-                else:
-                    metrics = self._run_markers(as_markers(sink), execution, recovered)
+                metrics = self._protocol(sink).run_batch(sink, execution, recovered)
             except TwoPhaseError as exc:
                 raise exc.with_context(sink=sink.name, batch_id=batch_id) from exc.__cause__
             finally:
@@ -198,9 +217,32 @@ class Coordinator(CoordinatedProtocol, MarkersProtocol):
         batch_id
             The batch about to run (for the steps and messages).
         """
-        self._step(Step.START, batch_id)
+        self._run.step(Step.START, batch_id)
         try:
             self.start(sink, batch_id)
         except TwoPhaseError as exc:
             raise exc.with_context(sink=sink.name, batch_id=batch_id) from exc.__cause__
-        self._step(Step.RECOVERED, batch_id)
+        self._run.step(Step.RECOVERED, batch_id)
+
+    def commit_prepared(
+        self, sink: AnySink, batch_id: int, results: list[TaskResult]
+    ) -> BatchMetrics:
+        """Run the coordinated protocol from the decision on, for a batch already prepared.
+
+        See :meth:`~._coordinated.CoordinatedProtocol.commit_prepared`.
+
+        Parameters
+        ----------
+        sink
+            The sink (coordinated).
+        batch_id
+            The micro-batch id.
+        results
+            Every participant's result.
+
+        Returns
+        -------
+        BatchMetrics
+            What happened; also logged as one line.
+        """
+        return self._coordinated.commit_prepared(sink, batch_id, results)

@@ -7,6 +7,9 @@ attempts up to that batch, so that they can no longer prepare; a transaction a
 zombie prepared before the fence is an orphan, which holds no decision and is
 rolled back by a sweep, and the fence is tried again. See "Zombie attempts" in
 ``docs/guarantees.md``.
+
+A collaborator of the coordinated protocol (``_engine/_coordinated.py``), which
+builds one over the run (``_engine/_run.py``).
 """
 
 from __future__ import annotations
@@ -29,20 +32,29 @@ _FENCE_TRIES = 3
 _ANY_BATCH = 2**62
 
 
-class FencingLoop(Run):
-    """Sweeps of orphans and the fence of stale attempts, with their retries."""
+class FencingLoop:
+    """Sweeps of orphans and the fence of stale attempts, with their retries.
 
-    def _abort_batch(self, sink: AnySink, batch_id: int, keep: frozenset[str] = frozenset()) -> int:
+    Parameters
+    ----------
+    run
+        The run whose log, identity and retries the sweeps and fences use.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+
+    def sweep(self, sink: AnySink, batch_id: int, keep: frozenset[str] = frozenset()) -> int:
         """Roll back the orphans of ``batch_id`` (all in doubt but ``keep``) and of earlier batches.
 
         An earlier batch's orphan is a zombie attempt that prepared after that
         batch's own sweep. A batch whose decision is still pending is never
         touched: its prepared transactions are committed by recovery.
         """
-        pending = set(self.log.state.pending_decisions()) - {batch_id}
+        pending = set(self._run.log.state.pending_decisions()) - {batch_id}
         aborted = zombies = 0
         left: list[str] = []
-        for handle in sink.list_in_doubt(self._recovery_context()):
+        for handle in sink.list_in_doubt(self._run.recovery_context()):
             if handle.batch_id > batch_id or handle.batch_id in pending:
                 left.append(handle.transaction_id)
                 continue
@@ -62,24 +74,24 @@ class FencingLoop(Run):
         _otel.observe_in_doubt(sink, left)
         return aborted
 
-    def _fence(self, sink: AnySink, batch_id: int, keep: frozenset[str] = frozenset()) -> None:
+    def fence(self, sink: AnySink, batch_id: int, keep: frozenset[str] = frozenset()) -> None:
         """Make every attempt up to ``batch_id`` (-1: of earlier runs) unable to prepare.
 
         A zombie that prepared before the fence holds it up: its transaction is
         an orphan, rolled back by a sweep, and the fence is tried again.
         """
         coordinated = as_coordinated(sink)
-        epoch = self.log.epoch or 0
+        epoch = self._run.log.epoch or 0
         fenced = [False]
 
         def fence() -> None:
-            fenced[0] = coordinated.fence_attempts(self.identity, epoch, batch_id)
+            fenced[0] = coordinated.fence_attempts(self._run.identity, epoch, batch_id)
 
         for _ in range(_FENCE_TRIES):
-            self._retrying(sink, fence, [0])
+            self._run.retrying(sink, fence, [0])
             if fenced[0]:
                 return
-            swept = self._abort_batch(sink, batch_id if batch_id >= 0 else _ANY_BATCH, keep)
+            swept = self.sweep(sink, batch_id if batch_id >= 0 else _ANY_BATCH, keep)
             _log.warning(
                 "sink %s: a transaction prepared by a stale attempt held up the fence after "
                 "batch %d; rolled back %d orphan(s), fencing again",
@@ -95,10 +107,10 @@ class FencingLoop(Run):
             _FENCE_TRIES,
         )
 
-    def _fence_after(self, sink: AnySink, batch_id: int, keep: frozenset[str]) -> None:
+    def fence_after(self, sink: AnySink, batch_id: int, keep: frozenset[str]) -> None:
         """Fence after a finished batch; a failure only postpones it (logged)."""
         try:
-            self._fence(sink, batch_id, keep)
+            self.fence(sink, batch_id, keep)
         except Exception as exc:
             _log.warning(
                 "sink %s: could not fence stale attempts after batch %d (%s); the next "
@@ -108,7 +120,7 @@ class FencingLoop(Run):
                 exc,
             )
 
-    def _sweep_after_commit(
+    def sweep_after_commit(
         self,
         sink: AnySink,
         batch_id: int,
@@ -125,10 +137,10 @@ class FencingLoop(Run):
         swept = [0]
 
         def sweep() -> None:
-            swept[0] = self._abort_batch(sink, batch_id, keep)
+            swept[0] = self.sweep(sink, batch_id, keep)
 
         try:
-            self._retrying(sink, sweep, [0])
+            self._run.retrying(sink, sweep, [0])
         except RetriableError as exc:
             _log.warning(
                 "sink %s: batch %d is committed, but its orphans could not be swept (%s); "

@@ -1,9 +1,10 @@
-"""What the driver side of both protocols shares: the run's log, its steps, retries and records.
+"""The run: what both protocols share on the driver -- the log, the step listener, retries, records.
 
-The coordinator (``_engine/_coordinator.py``) is assembled from one class per protocol's
-driver side (``_engine/_coordinated.py``, ``_engine/_markers.py``) and the fencing
-loop (``_engine/_fencing_loop.py``), all built on :class:`Run`: the state of one run
-over the coordinator log, and the helpers every step of either protocol uses.
+A :class:`Run` is built once per run by the coordinator (``_engine/_coordinator.py``) and
+handed to each protocol (``_engine/_coordinated.py``, ``_engine/_markers.py``) and to the
+coordinated protocol's fencing loop (``_engine/_fencing_loop.py``). It is frozen: every
+field is set when the run starts and none changes after, so that no protocol sets state
+another one reads. What changes during a run lives in the coordinator log.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .._log._coordinator_log import CoordinatorLog
@@ -27,11 +29,9 @@ __all__ = ["Run"]
 _log = logging.getLogger("twophase.coordinator")
 
 
+@dataclass(frozen=True)
 class Run:
-    """The state of one run of a sink on the driver, and the helpers of every protocol step.
-
-    Constructed as a :class:`~twophase._engine._coordinator.Coordinator`, which sets
-    these attributes.
+    """One run of a sink on the driver: its log and listener, and every protocol's helpers.
 
     Attributes
     ----------
@@ -39,29 +39,39 @@ class Run:
         The coordinator log of the sink identity.
     context
         Query id, run id and identity.
-    identity
-        The sink identity token.
+    sleep
+        Sleep for retry backoff (the test kit's settable clock).
+    on_step
+        Called at every step of :class:`~twophase._engine._steps.Step` (the test kit's
+        crash points), or None.
     """
 
     log: CoordinatorLog
     context: SinkContext
-    identity: str
-    _sleep: Callable[[float], None]
-    _on_step: StepListener | None
+    sleep: Callable[[float], None] = time.sleep
+    on_step: StepListener | None = None
 
-    # ------------------------------------------------------------ helpers
-    def _step(self, step: str, batch_id: int, index: int | None = None) -> None:
-        if self._on_step is not None:
-            self._on_step(step, batch_id, index)
+    @property
+    def identity(self) -> str:
+        """Return the sink identity token."""
+        return self.context.identity
 
-    def _retrying(self, sink: AnySink, fn: Callable[[], None], counter: list[int]) -> None:
+    def step(self, step: str, batch_id: int, index: int | None = None) -> None:
+        """Announce ``step`` of ``batch_id`` to the listener (where the test kit crashes)."""
+        if self.on_step is not None:
+            self.on_step(step, batch_id, index)
+
+    def retrying(self, sink: AnySink, fn: Callable[[], None], counter: list[int]) -> None:
+        """Call ``fn`` under the sink's retry policy, counting retries in ``counter[0]``."""
+
         def on_retry(failures: int, exc: BaseException) -> None:
             counter[0] += 1
             _log.warning("sink %s: transient failure #%d, retrying: %s", sink.name, failures, exc)
 
-        sink.retry.call(fn, on_retry=on_retry, sleep=self._sleep)
+        sink.retry.call(fn, on_retry=on_retry, sleep=self.sleep)
 
-    def _recovery_context(self) -> RecoveryContext:
+    def recovery_context(self) -> RecoveryContext:
+        """Return what a sink's ``list_in_doubt`` is told: identity, slots, unfinished batches."""
         state = self.log.state
         return RecoveryContext(
             self.identity,
@@ -70,20 +80,21 @@ class Run:
             epoch=self.log.epoch or 0,
         )
 
-    def _plan(self, sink: AnySink, batch_id: int, **kwargs: Any) -> TaskPlan:
+    def plan(self, sink: AnySink, batch_id: int, **kwargs: Any) -> TaskPlan:
+        """Return the plan every participant of ``batch_id`` runs."""
         epoch = self.log.epoch or 0
         return TaskPlan(sink.name, self.identity, batch_id, sink.protocol, epoch=epoch, **kwargs)
 
-    def _record_committed(self, batch_id: int, rows: int) -> float:
+    def record_committed(self, batch_id: int, rows: int) -> float:
         """Record "batch N committed"; return the time right after it."""
         # When, and how much: what `twophase status` shows of the last batch, also to a Spark
         # Connect client, whose sink's metrics stay in the server's process.
         self.log.record_committed(batch_id, {"rows": rows, "committed_at": time.time()})
         done = time.perf_counter()
-        self._step(Step.RECORDED_COMMITTED, batch_id)
+        self.step(Step.RECORDED_COMMITTED, batch_id)
         return done
 
-    def _committed_metrics(
+    def committed_metrics(
         self,
         sink: AnySink,
         batch_id: int,
@@ -91,6 +102,7 @@ class Run:
         results: list[TaskResult],
         **fields: Any,
     ) -> BatchMetrics:
+        """Return the metrics of a batch this run committed."""
         # What only the executors know came back with phase 1's results: no round trip of its own.
         return BatchMetrics(
             sink.name,
@@ -104,7 +116,7 @@ class Run:
             **fields,
         )
 
-    def _replay_metrics(self, sink: AnySink, batch_id: int, **fields: Any) -> BatchMetrics:
+    def replay_metrics(self, sink: AnySink, batch_id: int, **fields: Any) -> BatchMetrics:
         """Return the metrics of a batch the log holds as committed already (a replay)."""
         target = attributes_of(sink)["twophase.target"]
         return BatchMetrics(

@@ -58,7 +58,7 @@ class SinkRuntime:
         try:
             metrics = coordinator.run_batch(sink, execution)
         except BaseException:
-            coordinator.failed = True
+            coordinator.mark_failed()
             _otel.record_failed_batch(sink)
             _otel_setup.flush()
             raise
