@@ -40,10 +40,13 @@ _log = logging.getLogger("twophase.coordinator")
 class CoordinatedProtocol:
     """Runs the coordinated protocol on the driver: a run's fence, a batch's phases.
 
+    A :class:`~._run.StateMachine`, and :meth:`commit_prepared` for engines that
+    prepare before the driver gets control.
+
     Parameters
     ----------
     run
-        The run: its log, step listener and retries.
+        The run; its fencing loop is built over it too.
     """
 
     def __init__(self, run: Run) -> None:
@@ -51,34 +54,13 @@ class CoordinatedProtocol:
         self._fencing = FencingLoop(run)
 
     def begin_run(self, sink: AnySink) -> None:
-        """Fence every attempt of an earlier run (after recovery, before the first batch).
-
-        Parameters
-        ----------
-        sink
-            The sink (coordinated).
-        """
+        """Fence every attempt of an earlier run (``StateMachine.begin_run``)."""
         self._fencing.fence(sink, -1)  # every attempt of an earlier run is stale
 
     def run_batch(
         self, sink: AnySink, execution: BatchExecution, recovered: tuple[int, int]
     ) -> BatchMetrics:
-        """Run a batch from phase 1 to "batch N committed".
-
-        Parameters
-        ----------
-        sink
-            The sink (coordinated).
-        execution
-            The engine's view of the batch, its rows routed.
-        recovered
-            Transactions committed and rolled back by this run's recovery (for the metrics).
-
-        Returns
-        -------
-        BatchMetrics
-            What happened.
-        """
+        """Run a batch from phase 1 to "batch N committed" (``StateMachine.run_batch``)."""
         coordinated = as_coordinated(sink)
         batch_id = execution.batch_id
         t0 = time.perf_counter()

@@ -39,7 +39,7 @@ from ._hooks import AnySink
 from ._markers import MarkersProtocol
 from ._participant import TaskResult
 from ._recovery import recover
-from ._run import Run
+from ._run import Run, StateMachine
 from ._steps import Step
 
 __all__ = ["Coordinator"]
@@ -112,7 +112,7 @@ class Coordinator:
         """Record that a batch failed (the engine glue calls it): the next call starts a new run."""
         self._failed = True
 
-    def _protocol(self, sink: AnySink) -> CoordinatedProtocol | MarkersProtocol:
+    def _protocol(self, sink: AnySink) -> StateMachine:
         """Return the object that runs the sink's protocol."""
         if sink.protocol is CommitProtocol.COORDINATED:
             return self._coordinated
@@ -227,22 +227,8 @@ class Coordinator:
     def commit_prepared(
         self, sink: AnySink, batch_id: int, results: list[TaskResult]
     ) -> BatchMetrics:
-        """Run the coordinated protocol from the decision on, for a batch already prepared.
+        """Decide and commit a batch already prepared (a Python data source's ``commit``).
 
-        See :meth:`~._coordinated.CoordinatedProtocol.commit_prepared`.
-
-        Parameters
-        ----------
-        sink
-            The sink (coordinated).
-        batch_id
-            The micro-batch id.
-        results
-            Every participant's result.
-
-        Returns
-        -------
-        BatchMetrics
-            What happened; also logged as one line.
+        See :meth:`.CoordinatedProtocol.commit_prepared`: the coordinated protocol's own.
         """
         return self._coordinated.commit_prepared(sink, batch_id, results)

@@ -30,43 +30,19 @@ _log = logging.getLogger("twophase.coordinator")
 class MarkersProtocol:
     """Runs the markers protocol on the driver: a batch from staging to "batch N committed".
 
-    Parameters
-    ----------
-    run
-        The run: its log, step listener and retries.
+    A :class:`~._run.StateMachine` over ``run``, the run whose log holds the intents.
     """
 
     def __init__(self, run: Run) -> None:
         self._run = run
 
     def begin_run(self, sink: AnySink) -> None:
-        """Do nothing: the markers protocol fences no attempt (a replay is checked instead).
-
-        Parameters
-        ----------
-        sink
-            The sink (markers).
-        """
+        """Do nothing: no attempt is fenced, a replay is checked instead."""
 
     def run_batch(
         self, sink: AnySink, execution: BatchExecution, recovered: tuple[int, int]
     ) -> BatchMetrics:
-        """Run a batch from staging to "batch N committed".
-
-        Parameters
-        ----------
-        sink
-            The sink (markers).
-        execution
-            The engine's view of the batch, its rows routed.
-        recovered
-            Transactions committed and rolled back by this run's recovery (for the metrics).
-
-        Returns
-        -------
-        BatchMetrics
-            What happened.
-        """
+        """Run a batch from staging to "batch N committed" (``StateMachine.run_batch``)."""
         markers_sink = as_markers(sink)
         run = self._run
         batch_id = execution.batch_id

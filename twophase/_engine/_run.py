@@ -13,18 +13,18 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .._log._coordinator_log import CoordinatorLog
 from .._metrics._batch import BatchMetrics
 from .._metrics._otel import attributes_of
 from .._types import RecoveryContext, SinkContext
-from ._execution import StepListener
+from ._execution import BatchExecution, StepListener
 from ._hooks import AnySink
 from ._participant import TaskPlan, TaskResult
 from ._steps import Step
 
-__all__ = ["Run"]
+__all__ = ["Run", "StateMachine"]
 
 _log = logging.getLogger("twophase.coordinator")
 
@@ -122,3 +122,38 @@ class Run:
         return BatchMetrics(
             sink.name, batch_id, sink.protocol.value, "already-committed", target=target, **fields
         )
+
+
+class StateMachine(Protocol):
+    """What the coordinator asks of each protocol's state machine over a :class:`Run`."""
+
+    def begin_run(self, sink: AnySink) -> None:
+        """Do what the protocol needs once per run, after recovery and before the first batch.
+
+        Parameters
+        ----------
+        sink
+            The sink (of this protocol).
+        """
+        ...
+
+    def run_batch(
+        self, sink: AnySink, execution: BatchExecution, recovered: tuple[int, int]
+    ) -> BatchMetrics:
+        """Run a batch, its rows routed, to "batch N committed".
+
+        Parameters
+        ----------
+        sink
+            The sink (of this protocol).
+        execution
+            The engine's view of the batch.
+        recovered
+            Transactions committed and rolled back by this run's recovery (for the metrics).
+
+        Returns
+        -------
+        BatchMetrics
+            What happened.
+        """
+        ...
