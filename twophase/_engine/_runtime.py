@@ -11,15 +11,19 @@ The Spark glue and the test kit's ``LocalRunner`` both go through
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._metrics import _otel, _otel_setup
 from .._metrics._batch import BatchMetrics
+from ._coordinator import Coordinator
 
 if TYPE_CHECKING:
-    from ._coordinator import Coordinator
+    from .._log._coordinator_log import CoordinatorLog
+    from .._types import SinkContext
     from ._execution import BatchExecution, StepListener
     from ._hooks import AnySink
 
@@ -39,6 +43,36 @@ class SinkRuntime:
         self.metrics: deque[BatchMetrics] = deque(maxlen=HISTORY)
         #: Called at every coordinator step (the test kit's crash points).
         self.step_listener: StepListener | None = None
+
+    def new_run(
+        self,
+        log: CoordinatorLog,
+        context: SinkContext,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Coordinator:
+        """Start a run: a new coordinator, replacing the last, its steps heard by the listener.
+
+        Parameters
+        ----------
+        log
+            The coordinator log of the sink identity (not yet claimed).
+        context
+            Query id, run id and identity.
+        sleep
+            Sleep for retry backoff (the test kit's settable clock).
+
+        Returns
+        -------
+        Coordinator
+            The coordinator of the new run.
+        """
+        self.coordinator = Coordinator(log, context, sleep=sleep, on_step=self.on_step)
+        return self.coordinator
+
+    def listen(self, listener: StepListener | None) -> None:
+        """Install ``listener`` for every coordinator step (None removes it)."""
+        self.step_listener = listener
 
     def on_step(self, step: str, batch_id: int, index: int | None) -> None:
         """Forward a coordinator step to the installed listener, if any."""

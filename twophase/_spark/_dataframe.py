@@ -153,8 +153,7 @@ def new_coordinator(
     location = identity.log_location(checkpoint)
     log = CoordinatorLog(open_store(location), sink=sink.name, identity=identity.token)
     context = SinkContext(sink.name, identity.token, query_id, run_id, location)
-    runtime = runtime_of(sink)
-    coordinator = runtime.coordinator = Coordinator(log, context, on_step=runtime.on_step)
+    coordinator = runtime_of(sink).new_run(log, context)
     _log.info("sink %s: identity %s, coordinator log at %s", sink.name, identity.token, location)
     return coordinator
 

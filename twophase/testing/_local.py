@@ -239,10 +239,7 @@ class LocalRunner:
         context = SinkContext(
             self.sink.name, self.identity.token, self.query_id, uuid.uuid4().hex, location
         )
-        runtime = runtime_of(self.sink)
-        coordinator = Coordinator(log, context, sleep=self.sleep, on_step=runtime.on_step)
-        runtime.coordinator = coordinator
-        return coordinator
+        return runtime_of(self.sink).new_run(log, context, sleep=self.sleep)
 
     @property
     def coordinator(self) -> Coordinator:
@@ -354,4 +351,4 @@ def install_step_listener(sink: object, listener: StepListener | None) -> None:
     >>> sink = FakeSink("demo", FakeTarget.in_memory())
     >>> install_step_listener(sink, CrashAt("decided", hard=True))  # SIGKILL after the decision
     """
-    runtime_of(sink).step_listener = listener
+    runtime_of(sink).listen(listener)
