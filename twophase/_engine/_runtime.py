@@ -53,19 +53,7 @@ class SinkRuntime:
     ) -> Coordinator:
         """Start a run: a new coordinator, replacing the last, its steps heard by the listener.
 
-        Parameters
-        ----------
-        log
-            The coordinator log of the sink identity (not yet claimed).
-        context
-            Query id, run id and identity.
-        sleep
-            Sleep for retry backoff (the test kit's settable clock).
-
-        Returns
-        -------
-        Coordinator
-            The coordinator of the new run.
+        The parameters are :class:`~._coordinator.Coordinator`'s; ``on_step`` is the runtime's.
         """
         self.coordinator = Coordinator(log, context, sleep=sleep, on_step=self.on_step)
         return self.coordinator
