@@ -63,3 +63,32 @@ def digest(network_partitions: bool) -> str:
 @pytest.mark.parametrize("network_partitions", [False, True], ids=["no-partitions", "partitions"])
 def test_old_seeds_draw_the_plans_they_drew_before(network_partitions: bool) -> None:
     assert digest(network_partitions) == DIGESTS[network_partitions]
+
+
+HA_SINKS = ("pg-coordinated-ha", "pg-markers-ha", "maria-coordinated-ha", "maria-markers-ha")
+
+
+@pytest.mark.parametrize("sinks", [(*HA_SINKS, "kafka-ha"), HA_SINKS, ("kafka-ha",)])
+def test_a_replicated_sink_draws_one_fault_of_its_target_and_no_partition(
+    sinks: tuple[str, ...],
+) -> None:
+    for index in range(200):
+        plan = draw_plan(7, index, sinks, network_partitions=True)
+        kinds = [f.kind for f in plan.faults]
+        own = "broker_restart" if plan.sink == "kafka-ha" else "failover"
+        assert kinds.count(own) == 1, plan
+        assert kinds[-1] == own, plan  # drawn after the others
+        assert 1 <= len(kinds) <= 3, plan
+        assert not {"partition_short", "partition_long"} & set(kinds), plan
+        assert not any(k.startswith(("pg_restart", "maria_restart", "kafka_")) for k in kinds)
+        fault = plan.faults[-1]
+        assert fault.point.get("name") != "staged" or plan.staging, plan  # always reached
+        if own == "broker_restart" and fault.params["target"] == "coordinator":
+            assert fault.point["name"] in ("write", "commit_with_marker"), plan
+
+
+def test_the_sinks_that_existed_before_never_draw_the_replicated_faults() -> None:
+    for seed in SEEDS:
+        for index in range(200):
+            plan = draw_plan(seed, index, SINK_LISTS[-1], network_partitions=True)
+            assert not {"failover", "broker_restart"} & {f.kind for f in plan.faults}
