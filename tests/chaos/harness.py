@@ -23,6 +23,9 @@
   an attempt of a task that Spark gave up on, which opens its transaction when the task reaches the
   point and tries to prepare only after the trial's last driver has exited
   (:mod:`tests.chaos.zombie`);
+* for the replicated (``-ha``) sinks, named only by ``--sinks`` (:mod:`tests.chaos.ha`): exactly
+  one ``failover`` of PostgreSQL or MariaDB to a synchronous standby, or one ``broker_restart``
+  of a 3-broker Kafka cluster (one broker, or a rolling restart), beside 0-2 of the faults above;
 * where the harness can run its servers in network namespaces of their own (root), 0-2 network
   partitions of the sink's server, short (1-2 s, below the sinks' bounds: a pause) or long (8-15 s,
   past them: a step may fail, restartably), drawn from a stream of their own so that the rest of
@@ -1816,6 +1819,48 @@ def _partition_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
     return rows
 
 
+def _ha_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
+    """The rows of the replicated targets' faults: what each failover and restart proved."""
+    rows = []
+    failovers = [f for r in results for f in r.plan.faults if f.kind == "failover" and f.evidence]
+    if failovers:
+        synchronous = sum(
+            1
+            for f in failovers
+            if f.evidence.get("sync_state") == "sync"
+            or f.evidence.get("semi_sync", {}).get("status") == "ON"
+        )
+        seconds = [f.evidence["promoted_at"] - f.evidence["down_at"] for f in failovers]
+        carried = sum(f.evidence.get("prepared_on_promoted", 0) for f in failovers)
+        rows.append(
+            (
+                "failovers",
+                f"{len(failovers)}: standby synchronous at the crash in {synchronous}, promoted "
+                f"in {min(seconds):.1f}-{max(seconds):.1f} s, {carried} prepared transactions "
+                "carried over",
+            )
+        )
+    restarts = [
+        f for r in results for f in r.plan.faults if f.kind == "broker_restart" and f.evidence
+    ]
+    if restarts:
+        targets = collections.Counter(
+            f"{f.evidence['target']}{'' if f.evidence['target'] == 'rolling' else ':'}"
+            f"{'' if f.evidence['target'] == 'rolling' else f.evidence['mode']}"
+            for f in restarts
+        )
+        outages = [b for f in restarts for b in f.evidence["brokers"]]
+        met = sum(1 for b in outages if b["events_meanwhile"] > 0)
+        rows.append(
+            (
+                "broker restarts",
+                ", ".join(f"{k}: {v}" for k, v in sorted(targets.items()))
+                + f"; {len(outages)} broker outages, {met} with the query at work during them",
+            )
+        )
+    return rows
+
+
 def summarize(
     results: Sequence[TrialResult], seed: str, wall: float, *, partitions: str | None = None
 ) -> tuple[str, bool]:
@@ -1898,6 +1943,7 @@ def summarize(
     if partitions:
         rows.append(("partitions", partitions))
     rows += _partition_rows(results)
+    rows += _ha_rows(results)
     width = max(len(k) for k, _ in rows)
     header = f"| {'what'.ljust(width)} | count |\n|{'-' * (width + 2)}|-------|\n"
     table = header + "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)
