@@ -2010,8 +2010,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sinks",
         default=",".join(DEFAULT_SINKS),
         help=f"comma-separated subset of {','.join(SINKS)} (default: {','.join(DEFAULT_SINKS)}, "
-        "so that a seed draws what it drew before the MariaDB sinks; pg-A and pg-B, "
-        "former names, still work)",
+        "so that a seed draws what it drew before the MariaDB and the replicated -ha sinks; "
+        "pg-A and pg-B, former names, still work)",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per trial")
     parser.add_argument(
