@@ -307,7 +307,10 @@ def fail_over(trial: Any, number: int, fault: Any, ops: Ops) -> tuple[bool, str]
         go(trial.control, f"f{number}")  # into the outage
         writable = ops(pair.promote)
         evidence["promoted_at"] = time.time()
-    prepared = [x for x in trial.prepared() if x.startswith(f"tp:{trial.sink_name}.")]
+    try:  # what the promoted server holds of the trial (the crash is what fired, not this)
+        prepared = [x for x in trial.prepared() if x.startswith(f"tp:{trial.sink_name}.")]
+    except Exception as exc:
+        prepared, evidence["prepared_error"] = [], repr(exc)
     evidence["prepared_on_promoted"] = len(prepared)
     fault.evidence = evidence
     fired = synchronous and not old.is_running() and writable
