@@ -19,7 +19,8 @@ Each trial of such a sink draws exactly one fault of its target's kind, bound to
 the others:
 
 * ``failover``: the primary crashed (PostgreSQL's immediate shutdown, MariaDB's ``SIGKILL``), the
-  process held at the point released into the outage, the standby promoted. Fired when the standby
+  standby promoted, then the process held at the point released (as for a restart: the others
+  meet the outage). Fired when the standby
   was synchronous at the crash (``pg_stat_replication.sync_state``; MariaDB's semi-sync master
   status ``ON`` with a client), the old primary is gone and the promoted server accepts writes.
   The pair is made whole again before the next trial: a new standby of the promoted server.
@@ -304,13 +305,16 @@ def fail_over(trial: Any, number: int, fault: Any, ops: Ops) -> tuple[bool, str]
         evidence["down_at"] = time.time()
         ops(pair.crash_primary)
         trial.note(name="primary_crashed", fault=number)
-        go(trial.control, f"f{number}")  # into the outage
         writable = ops(pair.promote)
         evidence["promoted_at"] = time.time()
-    try:  # what the promoted server holds of the trial (the crash is what fired, not this)
-        prepared = [x for x in trial.prepared() if x.startswith(f"tp:{trial.sink_name}.")]
-    except Exception as exc:
-        prepared, evidence["prepared_error"] = [], repr(exc)
+        # What the promoted server holds of the trial, read before the process at the point goes
+        # on to finish it (a hot standby does not list them: PostgreSQL's pg_prepared_xacts is
+        # empty until the promotion). The crash is what fired, not this read.
+        try:
+            prepared = [x for x in trial.prepared() if x.startswith(f"tp:{trial.sink_name}.")]
+        except Exception as exc:
+            prepared, evidence["prepared_error"] = [], repr(exc)
+        go(trial.control, f"f{number}")  # as for a restart: once the fault is done
     evidence["prepared_on_promoted"] = len(prepared)
     fault.evidence = evidence
     fired = synchronous and not old.is_running() and writable
@@ -324,7 +328,7 @@ def fail_over(trial: Any, number: int, fault: Any, ops: Ops) -> tuple[bool, str]
     detail = (
         f"{database} primary (pid {evidence['primary_pid']}) crashed, standby promoted in "
         f"{seconds:.1f} s ({sync_text}); {len(prepared)} prepared transaction(s) of the trial "
-        "on the promoted server"
+        "on the standby at the crash"
     )
     if not synchronous:
         detail += "; the standby was NOT synchronous at the crash"

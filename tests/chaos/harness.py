@@ -1212,9 +1212,9 @@ class _Trial:
         #: Every pause point of the driver spec (released at the end of the trial).
         self.pause_ids: list[str] = []
 
-    def prepared(self) -> list[str]:
-        """Every prepared transaction on the sink's (current primary) database server."""
-        return _prepared(self.infra.db(self.plan.sink))
+    def prepared(self, server: Any = None) -> list[str]:
+        """Every prepared transaction on ``server``, by default the sink's (current primary)."""
+        return _prepared(server if server is not None else self.infra.db(self.plan.sink))
 
     # -------------------------------------------------------------- fault actions
     def note(self, **fields: Any) -> None:
@@ -1837,7 +1837,7 @@ def _ha_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
                 "failovers",
                 f"{len(failovers)}: standby synchronous at the crash in {synchronous}, promoted "
                 f"in {min(seconds):.1f}-{max(seconds):.1f} s, {carried} prepared transactions "
-                "carried over",
+                "of the trials on the promoted servers",
             )
         )
     restarts = [

@@ -59,7 +59,7 @@ def test_a_failover_after_the_decision_is_exact(sink: str, tmp_path: Path) -> No
         result = run_trial(_plan(sink, fault), infra, tmp_path / "trial")
     print(result.line(), result.notes, fault.evidence, sep="\n")
     assert fault.fired, fault.detail
-    assert fault.evidence["prepared_on_promoted"] == 2  # both partitions of batch 1 carried over
+    assert fault.evidence["prepared_on_promoted"] == 2  # both of batch 1
     assert result.outcome == "exact", result.line()
 
 
