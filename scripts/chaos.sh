@@ -10,8 +10,12 @@
 #   bash scripts/chaos.sh --trials 12 --seed 42 --sinks maria-coordinated,maria-markers # MariaDB
 #   bash scripts/chaos.sh --trials 1 --seed 42 --first 17 --keep                 # trial 17 again
 #   bash scripts/chaos.sh --trials 10 --seed 42 --plan-only                      # plans only
+#   bash scripts/chaos.sh --trials 10 --seed 42 \
+#       --sinks pg-coordinated-ha,pg-markers-ha,maria-coordinated-ha,maria-markers-ha,kafka-ha
+#                          # replicated targets: a failover or a broker restart in every trial
 #
-# It starts its own Kafka broker, PostgreSQL clusters and MariaDB server (those the sinks need)
+# It starts its own Kafka broker, PostgreSQL clusters and MariaDB server (those the sinks need;
+# for the -ha sinks a primary and its synchronous standby or replica, or three Kafka brokers)
 # unless TWOPHASE_* variables point at running ones (docs/development.md). Exits non-zero on any duplicate, loss or leftover.
 set -euo pipefail
 

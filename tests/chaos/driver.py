@@ -74,6 +74,7 @@ def classify(message: str) -> str:
 def connector_sink(spec: dict[str, Any]) -> Any:
     """Build the trial's sink as the connector's constructor makes it (no probes, no faults)."""
     kind, name = spec["sink"], spec["sink_name"]
+    kind = kind.removesuffix("-ha")  # a replicated target: the same sink on other settings
     target = spec["target"]
     if kind == "kafka":
         from twophase.connectors.kafka import KafkaSink
@@ -159,7 +160,7 @@ def pipeline(df: Any, spec: dict[str, Any]) -> Any:
         out = counts.selectExpr("k", "concat(cast(n AS string), ':', cast(s AS string)) AS v")
     else:
         out = df.selectExpr("id AS k", "payload AS v")
-    if spec["sink"] == "kafka":
+    if spec["sink"].startswith("kafka"):
         out = out.selectExpr("CAST(k AS STRING) AS key", "v AS value")
     return out
 

@@ -23,6 +23,9 @@
   an attempt of a task that Spark gave up on, which opens its transaction when the task reaches the
   point and tries to prepare only after the trial's last driver has exited
   (:mod:`tests.chaos.zombie`);
+* for the replicated (``-ha``) sinks, named only by ``--sinks`` (:mod:`tests.chaos.ha`): exactly
+  one ``failover`` of PostgreSQL or MariaDB to a synchronous standby, or one ``broker_restart``
+  of a 3-broker Kafka cluster (one broker, or a rolling restart), beside 0-2 of the faults above;
 * where the harness can run its servers in network namespaces of their own (root), 0-2 network
   partitions of the sink's server, short (1-2 s, below the sinks' bounds: a pause) or long (8-15 s,
   past them: a step may fail, restartably), drawn from a stream of their own so that the rest of
@@ -62,6 +65,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.chaos import ha
 from tests.chaos.driver import NETWORK_BOUND_NEEDLES
 from tests.chaos.events import emit, go, matches, read_events
 from tests.integration.kafka.kafka_support import unstable_partitions
@@ -85,11 +89,21 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SINKS = ("kafka", "pg-coordinated", "pg-markers", "maria-coordinated", "maria-markers")
+SINKS = (
+    "kafka",
+    "pg-coordinated",
+    "pg-markers",
+    "maria-coordinated",
+    "maria-markers",
+    *ha.HA_SINKS,
+)
 #: The sinks drawn when ``--sinks`` is not given. The MariaDB sinks are left out, so that a seed
 #: draws the same trials as before they existed (a sink is drawn among the sinks given);
-#: ``--sinks maria-coordinated,maria-markers`` (or a list naming them) draws them.
+#: ``--sinks maria-coordinated,maria-markers`` (or a list naming them) draws them. So are the
+#: replicated (``-ha``) sinks of :mod:`tests.chaos.ha`, which come after them in :data:`SINKS`.
 DEFAULT_SINKS = ("kafka", "pg-coordinated", "pg-markers")
+#: The sinks whose target is Kafka.
+KAFKA_SINKS = frozenset({"kafka", "kafka-ha"})
 #: The protocol of each sink: ``coordinated`` (prepared on executors, committed by the driver) or
 #: ``markers`` (each partition commits with a marker).
 PROTOCOL = {
@@ -98,6 +112,11 @@ PROTOCOL = {
     "pg-markers": "markers",
     "maria-coordinated": "coordinated",
     "maria-markers": "markers",
+    "pg-coordinated-ha": "coordinated",
+    "pg-markers-ha": "markers",
+    "maria-coordinated-ha": "coordinated",
+    "maria-markers-ha": "markers",
+    "kafka-ha": "markers",
 }
 #: The database server of each JDBC sink: ``pg`` or ``maria`` (Kafka has none).
 DATABASE = {
@@ -105,6 +124,10 @@ DATABASE = {
     "pg-markers": "pg",
     "maria-coordinated": "maria",
     "maria-markers": "maria",
+    "pg-coordinated-ha": "pg",
+    "pg-markers-ha": "pg",
+    "maria-coordinated-ha": "maria",
+    "maria-markers-ha": "maria",
 }
 #: Former names of the PostgreSQL sinks, still taken by ``--sinks``.
 FORMER_SINK_NAMES = {"pg-A": "pg-coordinated", "pg-B": "pg-markers"}
@@ -124,6 +147,8 @@ FAULT_KINDS = (
     "zombie",
     "partition_short",
     "partition_long",
+    "failover",
+    "broker_restart",
 )
 
 #: Restart faults of each database server, by kind: the mode of ``server.restart(mode=...)``.
@@ -134,7 +159,9 @@ RESTART_MODES = {
     "maria_restart_kill": "kill",  # MariaDB crashed (SIGKILL)
 }
 #: Sinks that may draw a ``zombie`` fault (the JDBC coordinated protocol, :mod:`.zombie`).
-ZOMBIE_SINKS = frozenset({"pg-coordinated", "maria-coordinated"})
+ZOMBIE_SINKS = frozenset(
+    {"pg-coordinated", "maria-coordinated", "pg-coordinated-ha", "maria-coordinated-ha"}
+)
 
 _PROTOCOL_STEPS = {
     "coordinated": tuple(s for s in COORDINATED_STEPS if s != Step.START),
@@ -185,7 +212,16 @@ PARTITION_FAILURE_GRACE = 30.0
 #: heal comes up to a few seconds late), and a "short" one would not be short.
 PARTITION_GAP = 5.0
 #: Fault kinds that act on the trial's server: their failures compete with a partition's.
-SERVER_FAULTS = frozenset({*RESTART_MODES, "kafka_restart", "kafka_freeze", *PARTITION_SECONDS})
+SERVER_FAULTS = frozenset(
+    {
+        *RESTART_MODES,
+        "kafka_restart",
+        "kafka_freeze",
+        *PARTITION_SECONDS,
+        "failover",
+        "broker_restart",
+    }
+)
 
 EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, EXIT_NONDETERMINISTIC = 0, 1, 3, 4
 
@@ -231,6 +267,12 @@ class Fault:
             extra = f"[{self.params.get('seconds')}s]"
         elif self.kind == "query_stop" and self.params.get("restart") == "in-process":
             extra = "[in-process restart]"
+        elif self.kind == "broker_restart":
+            target = self.params.get("target")
+            if target == "rolling":
+                extra = f"[rolling {','.join(map(str, self.params.get('order', ())))}]"
+            else:
+                extra = f"[{target} {self.params.get('mode')}]"
         timing = (
             "" if self.kind == "task_failure" else ("(sync)" if self.sync else f"(+{self.delay}s)")
         )
@@ -284,11 +326,17 @@ class TrialPlan:
         return f"sink={self.sink} pipeline={pipe}{staging} input={source}"
 
 
-def _draw_point(rng: random.Random, plan_sink: str, batches: int, parts: int) -> dict[str, Any]:
+def _draw_point(
+    rng: random.Random,
+    plan_sink: str,
+    batches: int,
+    parts: int,
+    steps: Sequence[str] | None = None,
+) -> dict[str, Any]:
     where = rng.random()
     batch = rng.randrange(batches)
     if where < 0.45:
-        step = rng.choice(DRIVER_STEPS[plan_sink])
+        step = rng.choice(steps or DRIVER_STEPS[plan_sink])
         return {
             "src": "driver",
             "name": step,
@@ -320,9 +368,43 @@ def _draw_partition(rng: random.Random, sink: str, batches: int, parts: int) -> 
     return Fault(kind, point, sync=sync, delay=delay, params={"seconds": seconds})
 
 
+def _draw_ha_fault(rng: random.Random, plan: TrialPlan) -> Fault:
+    """Draw the one fault of a replicated sink's target (:mod:`tests.chaos.ha`)."""
+    sink, parts = plan.sink, plan.write_partitions
+    kind = ha.HA_FAULT[sink]
+    # Steps every run of the trial reaches (``staged`` only with staging).
+    steps = [s for s in DRIVER_STEPS[sink] if s != Step.STAGED or plan.staging]
+    if kind == "broker_restart":
+        target = rng.choice(ha.BROKER_TARGETS)
+        params: dict[str, Any] = {"target": target}
+        if target == "coordinator":  # a task with a transaction: its coordinator is known
+            point: dict[str, Any] = {
+                "src": "task",
+                "name": rng.choice(("write", "commit_with_marker")),
+                "batch": rng.randrange(plan.batches),
+                "partition": rng.randrange(parts),
+            }
+        else:
+            point = _draw_point(rng, sink, plan.batches, parts, steps)
+        if target == "rolling":
+            params["order"] = rng.sample([1, 2, 3], 3)
+        else:
+            params["mode"] = rng.choice(("term", "kill"))
+        if target == "leader":
+            params["partition"] = rng.randrange(plan.topic_partitions)
+        if target == "any":
+            params["node"] = rng.randint(1, 3)
+    else:
+        point, params = _draw_point(rng, sink, plan.batches, parts, steps), {}
+    sync, delay = _draw_timing(rng, point)
+    return Fault(kind, point, sync=sync, delay=delay, params=params)
+
+
 def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Fault:
     kinds = ["kill_driver", "query_stop", "task_failure"]
-    if sink == "kafka":
+    if sink in ha.HA_SINKS:
+        pass  # their target's own fault is drawn apart (_draw_ha_fault)
+    elif sink == "kafka":
         kinds += ["kafka_restart", "kafka_freeze"]
     else:  # the restarts of the sink's database server, in RESTART_MODES' order
         kinds += [k for k in RESTART_MODES if k.startswith(f"{DATABASE[sink]}_")]
@@ -390,6 +472,14 @@ def draw_plan(
         topic_partitions=rng.randint(1, 3),
         faults=[],
     )
+    if sink in ha.HA_SINKS:
+        # Exactly one fault of the replicated target, and 0-2 others: 1-3 in all, as elsewhere.
+        plan.faults = [
+            _draw_fault(rng, sink, plan.batches, plan.write_partitions)
+            for _ in range(rng.randint(0, 2))
+        ]
+        plan.faults.append(_draw_ha_fault(rng, plan))
+        return plan  # no partitions: the replicated targets run outside network namespaces
     plan.faults = [
         _draw_fault(rng, sink, plan.batches, plan.write_partitions)
         for _ in range(rng.randint(1, 3))
@@ -432,6 +522,12 @@ class Infra:
     pg_b: Any = None
     #: One MariaDB server for both MariaDB sinks (the markers protocol needs no special server).
     maria: Any = None
+    #: The replicated targets of the ``-ha`` sinks (:mod:`tests.chaos.ha`): a PostgreSQL primary
+    #: and synchronous standby, a MariaDB primary and semi-synchronous replica (each pair shared
+    #: by both protocols), a 3-broker Kafka cluster.
+    pg_ha: Any = None
+    maria_ha: Any = None
+    kafka_ha: Any = None
     #: The network namespace (``twophase_dev.NetworkNamespace``) each server runs in, by the
     #: attribute holding the server: only servers :func:`own_infra` started in one. The harness
     #: process made them, and only it can cut and heal them (the cut is kept in the object).
@@ -450,6 +546,8 @@ class Infra:
     @staticmethod
     def attribute(sink: str) -> str:
         """The attribute holding the server of ``sink``."""
+        if sink in ha.HA_SINKS:
+            return "kafka_ha" if sink == "kafka-ha" else f"{DATABASE[sink]}_ha"
         if sink == "kafka":
             return "kafka"
         if DATABASE[sink] == "maria":
@@ -460,8 +558,18 @@ class Infra:
         """The network namespace of the server of ``sink``, None if it has none of ours."""
         return self.namespaces.get(self.attribute(sink))
 
+    def ha_pair(self, sink: str) -> Any:
+        """The primary and standby of a replicated JDBC sink (``*-ha``)."""
+        return self.pg_ha if DATABASE[sink] == "pg" else self.maria_ha
+
+    def kafka_of(self, sink: str) -> Any:
+        """The Kafka broker or cluster of a Kafka sink."""
+        return self.kafka_ha if sink == "kafka-ha" else self.kafka
+
     def db(self, sink: str) -> Any:
-        """The database server of a JDBC sink (``pg-*`` or ``maria-*``)."""
+        """The database server of a JDBC sink (``pg-*`` or ``maria-*``; the primary for ``-ha``)."""
+        if sink in ha.HA_SINKS:
+            return self.ha_pair(sink).primary
         if DATABASE[sink] == "maria":
             return self.maria
         return self.pg_a if sink == "pg-coordinated" else self.pg_b
@@ -479,6 +587,8 @@ def _server_env(sink: str) -> str:
     """The environment variable that makes :func:`own_infra` reuse a running server of ``sink``."""
     from twophase_dev import ENV_KAFKA_BOOTSTRAP, ENV_MARIADB_URL, ENV_PG_DSN, ENV_PG_NOPREP_DSN
 
+    if sink in ha.HA_SINKS:
+        return ""  # always the harness's own
     if sink == "kafka":
         return ENV_KAFKA_BOOTSTRAP
     if DATABASE[sink] == "maria":
@@ -495,7 +605,11 @@ def partition_support(sinks: Sequence[str]) -> str:
     """
     from twophase_dev import DevInfraError, NetworkNamespace
 
-    reused = sorted({_server_env(s) for s in sinks if os.environ.get(_server_env(s))})
+    if all(s in ha.HA_SINKS for s in sinks):
+        return "the replicated targets (-ha sinks) run on 127.0.0.1, outside network namespaces"
+    reused = sorted(
+        {_server_env(s) for s in sinks if _server_env(s) and os.environ.get(_server_env(s))}
+    )
     if reused:
         return f"{', '.join(reused)} set: such servers do not run in a namespace of the harness"
     if os.geteuid() != 0:
@@ -522,6 +636,7 @@ def own_infra(sinks: Sequence[str], log_dir: Path, *, partitions: bool = True) -
         ENV_PG_DSN,
         ENV_PG_NOPREP_DSN,
         KafkaBroker,
+        KafkaCluster,
         MariaDBServer,
         NetworkNamespace,
         PostgresServer,
@@ -579,6 +694,20 @@ def own_infra(sinks: Sequence[str], log_dir: Path, *, partitions: bool = True) -
                 maria = MariaDBServer(log_dir=log_dir / "mariadb", netns=namespace("maria"))
                 started.append(maria)
                 infra.maria = maria.start()
+        # The replicated targets, always the harness's own, on 127.0.0.1 (a standby and a
+        # replica of twophase_dev copy a primary there).
+        if any(DATABASE.get(s) == "pg" and s in ha.HA_SINKS for s in sinks):
+            pair = ha.PostgresPair(log_dir / "postgres-ha")
+            started.append(pair)
+            infra.pg_ha = pair.start()
+        if any(DATABASE.get(s) == "maria" and s in ha.HA_SINKS for s in sinks):
+            maria_pair = ha.MariaDBPair(log_dir / "mariadb-ha")
+            started.append(maria_pair)
+            infra.maria_ha = maria_pair.start()
+        if "kafka-ha" in sinks:
+            cluster = KafkaCluster(log_dir=log_dir / "kafka-cluster")
+            started.append(cluster)
+            infra.kafka_ha = cluster.start()
         yield infra
     finally:
         for server in reversed(started):
@@ -620,6 +749,12 @@ def ensure_running(infra: Infra) -> list[str]:
             continue
         notes.append(f"{name} was down before the trial: started again")
         _ServerOps.run(server.start)
+    # The replicated targets: a new standby after a failover, every broker back and in sync.
+    for pair in (infra.pg_ha, infra.maria_ha):
+        if pair is not None:
+            notes += _ServerOps.run(pair.ensure_ready)
+    if infra.kafka_ha is not None:
+        notes += _ServerOps.run(lambda: ha.ensure_cluster(infra.kafka_ha))
     return notes
 
 
@@ -841,6 +976,25 @@ class Target:
     def _db(self) -> Any:
         return self.infra.db(self.plan.sink)
 
+    @property
+    def _kafka(self) -> Any:
+        return self.infra.kafka_of(self.plan.sink)
+
+    @property
+    def is_kafka(self) -> bool:
+        return self.plan.sink in KAFKA_SINKS
+
+    def refresh(self) -> dict[str, Any]:
+        """Settings of the next driver run that a failover changed: MariaDB's URL.
+
+        PyMySQL takes one host, so a replicated MariaDB sink names the primary; after a
+        failover the next run names the promoted server, as a DNS name or a proxy that moves
+        does in production. (PostgreSQL's DSN names both servers: libpq finds the primary.)
+        """
+        if self.plan.sink in ha.HA_SINKS and DATABASE.get(self.plan.sink) == "maria":
+            return {"url": self.infra.maria_ha.url}
+        return {}
+
     def _quoted(self, table: str) -> str:
         return f"`{table}`" if DATABASE[self.plan.sink] == "maria" else f'"{table}"'
 
@@ -852,10 +1006,10 @@ class Target:
         ``connect_timeout`` 5 s and the default ``network_timeout``).
         """
         short = self.plan.short_bounds
-        if self.plan.sink == "kafka":
-            self.infra.kafka.create_topic(self.topic, partitions=self.plan.topic_partitions)
+        if self.is_kafka:
+            self._kafka.create_topic(self.topic, partitions=self.plan.topic_partitions)
             settings: dict[str, Any] = {
-                "bootstrap": self.infra.kafka.bootstrap_servers,
+                "bootstrap": self._kafka.bootstrap_servers,
                 "topic": self.topic,
                 "control_topic": self.control_topic,
                 "producer_config": {"request.timeout.ms": KAFKA_REQUEST_TIMEOUT_MS},
@@ -871,6 +1025,10 @@ class Target:
         if short:
             settings["network_timeout"] = SHORT_BOUNDS["network_timeout"]
             settings["connect_timeout"] = SHORT_BOUNDS["connect_timeout"]
+        if self.plan.sink in ha.HA_SINKS:
+            if DATABASE[self.plan.sink] == "maria":
+                return {**self.refresh(), **settings}
+            return {"dsn": self.infra.pg_ha.dsn, **settings}  # both servers, read-write
         if DATABASE[self.plan.sink] == "maria":
             # The password user (all privileges on its database only) where the harness knows it.
             url = server.password_url if getattr(server, "managed", False) else server.url
@@ -879,8 +1037,8 @@ class Target:
 
     def counts(self) -> collections.Counter[tuple[int, str]]:
         """How many times each ``(key, value)`` is visible to a reader."""
-        if self.plan.sink == "kafka":
-            return _kafka_counts(self.infra.kafka.bootstrap_servers, self.topic)
+        if self.is_kafka:
+            return _kafka_counts(self._kafka.bootstrap_servers, self.topic)
         rows = _sql(
             self._db, f"SELECT k, v, count(*) FROM {self._quoted(self.table)} GROUP BY k, v"
         )
@@ -889,7 +1047,7 @@ class Target:
     def save_evidence(self, path: Path) -> None:
         """Write what a failed trial's target holds beyond the records: markers, prepared."""
         lines: list[str] = []
-        if self.plan.sink == "kafka":
+        if self.is_kafka:
             pass
         elif PROTOCOL[self.plan.sink] == "markers":
             try:
@@ -908,11 +1066,11 @@ class Target:
 
     def leftovers(self) -> list[str]:
         """Prepared transactions of the sink, or Kafka partitions with an open transaction."""
-        if self.plan.sink == "kafka":
+        if self.is_kafka:
             topics = [self.topic, self.control_topic]
             deadline = time.monotonic() + 15
             while True:  # transaction markers are written just after a commit returns
-                unstable = unstable_partitions(self.infra.kafka.bootstrap_servers, topics)
+                unstable = unstable_partitions(self._kafka.bootstrap_servers, topics)
                 if not unstable or time.monotonic() > deadline:
                     return unstable
                 time.sleep(1.0)
@@ -1049,6 +1207,14 @@ class _Trial:
         self.last_heal = 0.0
         #: When each server fault that fired acted: fault number -> (start, end), epoch seconds.
         self.windows: dict[int, tuple[float, float]] = {}
+        #: The sink's name (its table, topics and transaction ids start with it).
+        self.sink_name = ""
+        #: Every pause point of the driver spec (released at the end of the trial).
+        self.pause_ids: list[str] = []
+
+    def prepared(self, server: Any = None) -> list[str]:
+        """Every prepared transaction on ``server``, by default the sink's (current primary)."""
+        return _prepared(server if server is not None else self.infra.db(self.plan.sink))
 
     # -------------------------------------------------------------- fault actions
     def note(self, **fields: Any) -> None:
@@ -1076,11 +1242,19 @@ class _Trial:
                 fault.fired, fault.detail = self._spawn_zombie(number, self.at[number])
             elif fault.kind in PARTITION_SECONDS:
                 fault.fired, fault.detail = self._partition(number, fault)
+            elif fault.kind == "failover":
+                fault.fired, fault.detail = ha.fail_over(self, number, fault, _ServerOps.run)
+            elif fault.kind == "broker_restart":
+                fault.fired, fault.detail = ha.restart_brokers(self, number, fault, _ServerOps.run)
             else:
                 fault.fired, fault.detail = self._act(fault)
             if fault.fired and fault.kind in SERVER_FAULTS:
                 if fault.kind in PARTITION_SECONDS:
                     started = fault.evidence["cut_at"]
+                elif fault.kind in ("failover", "broker_restart"):
+                    started = fault.evidence.get("down_at") or min(
+                        b["down_at"] for b in fault.evidence["brokers"]
+                    )
                 self.windows[number] = (started, time.time())
         except Exception as exc:
             fault.fired, fault.detail = False, f"action failed: {exc!r}"
@@ -1347,6 +1521,11 @@ class _Trial:
         events, self.offset = read_events(self.events, self.offset)
         for event in events:
             self.seen.append(event)
+            if event.get("name") == "paused" and str(event.get("pause", "")).count("h") == 1:
+                # A rolling restart's hold (ha.holds) whose restart never began: let it go.
+                number = str(event["pause"]).lstrip("f").split("h")[0]
+                if number.isdigit() and int(number) not in self.triggered:
+                    go(self.control, str(event["pause"]))
             if event.get("src") not in ("driver", "task"):
                 continue
             for n, fault in enumerate(self.plan.faults):
@@ -1372,6 +1551,8 @@ class _Trial:
         """Release every pause point (nothing may wait for a fault that will not come)."""
         for n in range(len(self.plan.faults)):
             go(self.control, f"f{n}")
+        for pause_id in self.pause_ids:
+            go(self.control, pause_id)
 
 
 def run_trial(
@@ -1415,6 +1596,7 @@ def run_trial(
     name = f"s{abs(hash(plan.seed)) % 10**6}_{plan.index}_{uuid.uuid4().hex[:6]}"
     trial = _Trial(plan, infra, work)
     trial.in_process_restarts = in_process_restarts
+    trial.sink_name = name
     target = Target(plan, infra, name)
     spec: dict[str, Any] = {
         "sink": plan.sink,
@@ -1434,8 +1616,10 @@ def run_trial(
             {**f.point, "id": f"f{n}"}
             for n, f in enumerate(plan.faults)
             if f.sync and f.kind != "task_failure"
-        ],
+        ]
+        + ha.holds(plan.faults),
     }
+    trial.pause_ids = [p["id"] for p in spec["pauses"]]
     (work / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
     deadline = started + timeout
     try:
@@ -1449,6 +1633,7 @@ def run_trial(
             with contextlib.suppress(FileNotFoundError):
                 (trial.control / "stop").unlink()
             spec["run"] = result.runs
+            spec["target"].update(target.refresh())  # after a failover: the promoted server
             spec_path = work / f"spec-{result.runs}.json"
             spec_path.write_text(json.dumps(spec, indent=1))
             driver = Driver(spec_path, work / f"driver-{result.runs}.log")
@@ -1634,6 +1819,48 @@ def _partition_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
     return rows
 
 
+def _ha_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
+    """The rows of the replicated targets' faults: what each failover and restart proved."""
+    rows = []
+    failovers = [f for r in results for f in r.plan.faults if f.kind == "failover" and f.evidence]
+    if failovers:
+        synchronous = sum(
+            1
+            for f in failovers
+            if f.evidence.get("sync_state") == "sync"
+            or f.evidence.get("semi_sync", {}).get("status") == "ON"
+        )
+        seconds = [f.evidence["promoted_at"] - f.evidence["down_at"] for f in failovers]
+        carried = sum(f.evidence.get("prepared_on_promoted", 0) for f in failovers)
+        rows.append(
+            (
+                "failovers",
+                f"{len(failovers)}: standby synchronous at the crash in {synchronous}, promoted "
+                f"in {min(seconds):.1f}-{max(seconds):.1f} s, {carried} prepared transactions "
+                "of the trials on the promoted servers",
+            )
+        )
+    restarts = [
+        f for r in results for f in r.plan.faults if f.kind == "broker_restart" and f.evidence
+    ]
+    if restarts:
+        targets = collections.Counter(
+            f"{f.evidence['target']}{'' if f.evidence['target'] == 'rolling' else ':'}"
+            f"{'' if f.evidence['target'] == 'rolling' else f.evidence['mode']}"
+            for f in restarts
+        )
+        outages = [b for f in restarts for b in f.evidence["brokers"]]
+        met = sum(1 for b in outages if b["events_meanwhile"] > 0)
+        rows.append(
+            (
+                "broker restarts",
+                ", ".join(f"{k}: {v}" for k, v in sorted(targets.items()))
+                + f"; {len(outages)} broker outages, {met} with the query at work during them",
+            )
+        )
+    return rows
+
+
 def summarize(
     results: Sequence[TrialResult], seed: str, wall: float, *, partitions: str | None = None
 ) -> tuple[str, bool]:
@@ -1716,6 +1943,7 @@ def summarize(
     if partitions:
         rows.append(("partitions", partitions))
     rows += _partition_rows(results)
+    rows += _ha_rows(results)
     width = max(len(k) for k, _ in rows)
     header = f"| {'what'.ljust(width)} | count |\n|{'-' * (width + 2)}|-------|\n"
     table = header + "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)
@@ -1782,8 +2010,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sinks",
         default=",".join(DEFAULT_SINKS),
         help=f"comma-separated subset of {','.join(SINKS)} (default: {','.join(DEFAULT_SINKS)}, "
-        "so that a seed draws what it drew before the MariaDB sinks; pg-A and pg-B, "
-        "former names, still work)",
+        "so that a seed draws what it drew before the MariaDB and the replicated -ha sinks; "
+        "pg-A and pg-B, former names, still work)",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per trial")
     parser.add_argument(

@@ -38,8 +38,10 @@ class _Probed:
     _chaos_kind = ""
     _chaos: dict[str, Any]
 
-    def _probe(self, name: str, context: Any) -> None:
+    def _probe(self, name: str, context: Any, txn: Any = None) -> None:
         chaos = self._chaos
+        # A Kafka transaction's id names its coordinator (a broker_restart's target).
+        tid = getattr(txn, "transactional_id", None) if txn is not None else None
         probe(
             chaos["events"],
             chaos["control"],
@@ -51,6 +53,7 @@ class _Probed:
             attempt=context.attempt,
             identity=context.identity,
             epoch=context.epoch,
+            **({"tid": tid} if tid else {}),
         )
 
     def _context(self, txn: Any) -> Any:
@@ -67,7 +70,7 @@ class _Probed:
         entry = self._context(txn)
         if entry is not None and not entry[1]:
             entry[1] = True  # once per transaction: after its first rows are in
-            self._probe("write", entry[0])
+            self._probe("write", entry[0], txn)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         state = {k: v for k, v in self.__dict__.items() if k not in (*_FAULT_ATTRS, "_chaos_txns")}
@@ -93,7 +96,7 @@ class _ProbedMarkers(_Probed):
     def commit_with_marker(self, txn: Any, marker: Any) -> None:
         entry = self._context(txn)
         if entry is not None:
-            self._probe("commit_with_marker", entry[0])
+            self._probe("commit_with_marker", entry[0], txn)
         super().commit_with_marker(txn, marker)  # type: ignore[misc]
         if entry is not None:
             self._probe("commit_with_marker_done", entry[0])
@@ -135,6 +138,12 @@ _CLASSES: dict[str, type[Any]] = {
     "pg-markers": ChaosPostgresMarkerSink,
     "maria-coordinated": ChaosMariaDBTwoPhaseSink,
     "maria-markers": ChaosMariaDBMarkerSink,
+    # The replicated targets (tests/chaos/ha.py): the same sinks, built on other settings.
+    "kafka-ha": ChaosKafkaSink,
+    "pg-coordinated-ha": ChaosPostgresTwoPhaseSink,
+    "pg-markers-ha": ChaosPostgresMarkerSink,
+    "maria-coordinated-ha": ChaosMariaDBTwoPhaseSink,
+    "maria-markers-ha": ChaosMariaDBMarkerSink,
 }
 
 
