@@ -76,17 +76,23 @@ _idle: OrderedDict[tuple[tuple[str, str], ...], list[tuple[AdminClient, Consumer
 
 
 @contextlib.contextmanager
-def _clients(conf: Mapping[str, Any]) -> Iterator[tuple[AdminClient, Consumer]]:
+def _clients(
+    conf: Mapping[str, Any], probe: TopicPartition
+) -> Iterator[tuple[AdminClient, Consumer]]:
     """Lend an admin client and a ``read_committed`` consumer for one read, then keep them.
 
-    A read that fails closes its consumer instead of keeping it.
+    A kept pair is lent only if it answers for ``probe`` (the partition the read is about) at
+    once; otherwise it is replaced by a new one. A read that fails closes its consumer instead of
+    keeping it.
     """
     key = tuple(sorted((str(k), str(v)) for k, v in conf.items()))
     with _idle_lock:
         pool = _idle.setdefault(key, [])
         pair = pool.pop() if pool else None
-    if pair is not None and not _answers(pair[1]):
-        pair[1].close()  # its connections may be stuck in TCP's backoff since a partition
+    if pair is not None and not _answers(pair, probe):
+        # Its connections may be stuck in TCP's backoff since a partition, or its metadata may
+        # still name a leader of ``probe`` that died: new clients learn the cluster anew.
+        pair[1].close()
         pair = None
     if pair is None:
         consumer = Consumer(
@@ -120,13 +126,26 @@ def _clients(conf: Mapping[str, Any]) -> Iterator[tuple[AdminClient, Consumer]]:
         consumer.close()
 
 
-def _answers(consumer: Consumer) -> bool:
-    """Whether a pooled consumer reaches the brokers at once (one metadata round trip)."""
+def _answers(pair: tuple[AdminClient, Consumer], probe: TopicPartition) -> bool:
+    """Whether a kept pair reaches the brokers at once, and the leader of ``probe``.
+
+    The consumer makes one metadata round trip; the admin client asks the leader of ``probe`` for
+    its end offset. An admin client whose metadata names a leader since killed keeps such a
+    request queued for that broker until it is back (seen on a 3-broker cluster): within
+    ``_HEALTH_TIMEOUT`` or not at all.
+    """
+    admin, consumer = pair
     try:
         consumer.list_topics(timeout=_HEALTH_TIMEOUT)
-    except KafkaException:
+        futures = admin.list_offsets(
+            {probe: latest_offset()},
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=_HEALTH_TIMEOUT,
+        )
+        offset = next(iter(futures.values())).result(timeout=_HEALTH_TIMEOUT)
+    except (KafkaException, concurrent.futures.TimeoutError):
         return False
-    return True
+    return int(offset.offset) >= 0
 
 
 def close_idle_clients() -> None:
@@ -258,7 +277,8 @@ class MarkerReader:
         """
         self.records_read = 0
         self.fences = []
-        with _clients(self.client_conf) as (admin, consumer):
+        probe = TopicPartition(self.control_topic, CONTROL_PARTITION)
+        with _clients(self.client_conf, probe) as (admin, consumer):
             low = self._offsets(admin, earliest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
             high = self._offsets(admin, latest_offset(), IsolationLevel.READ_UNCOMMITTED, batch_id)
             if high <= low:
