@@ -1,4 +1,4 @@
-"""A small seeded chaos run in the default test suite (issue 9, item 4).
+"""A small seeded chaos run, in the ``extended`` selection (issue 9, item 4; issue 39).
 
 Four trials of seed 21 through :func:`tests.chaos.harness.run_trials`, the same code as
 ``scripts/chaos.sh --trials 4 --seed 21``, one test each (the test runner's workers run them side
@@ -21,10 +21,15 @@ import pytest
 
 from tests.chaos.harness import Infra, draw_plan, run_trials, summarize
 
+# Not in the default run (20-minute budget, issue 39): random trials are the chaos run's, a
+# separate command (scripts/chaos.sh) whose results docs/chaos.md gives with date and commit; each
+# fault they draw is also bound to exact points by tests/chaos/test_target_faults.py, and the
+# drawing itself is pinned by tests/unit/test_chaos_plans.py.
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.chaos,
     pytest.mark.slow,
+    pytest.mark.extended,
     pytest.mark.timeout(600),
 ]
 

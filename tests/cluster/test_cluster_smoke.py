@@ -11,13 +11,12 @@ from tests.cluster.support import CONNECTORS, Scenario, describe, failed_tasks
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.slow]
 
 
-# The coordinated PostgreSQL sink and the Kafka sink also run on the cluster in the default run's
-# deployment test (tests/deploy: shipped environment, a driver kill, checked by content): their
-# fault-free runs here are "extended".
-@pytest.mark.parametrize(
-    "connector",
-    [c if c == "pg-markers" else pytest.param(c, marks=pytest.mark.extended) for c in CONNECTORS],
-)
+# Not in the default run (20-minute budget): every sink runs the same query on the cluster in the
+# fault tests beside this file (test_cluster_executor_loss.py, test_cluster_zombie.py), checked by
+# content the same way, and the coordinated PostgreSQL and Kafka sinks again in the deployment
+# test (tests/deploy); what a fault-free run adds is only the absence of failed tasks.
+@pytest.mark.extended
+@pytest.mark.parametrize("connector", CONNECTORS)
 def test_a_streaming_query_on_the_cluster_writes_every_row_once(
     make_scenario: Callable[..., Scenario], connector: str
 ) -> None:

@@ -30,7 +30,10 @@ def drive(tmp_path: Path, protocol: str, *crash: str, target: str | None = None)
     # in the middle of the job, and a kill between two phase-2 commits.
     [
         ("coordinated", "phase1", "-"),  # during phase 1 (an executor kills the driver)
-        ("coordinated", "committed_handle", "0"),  # between two commits of phase 2
+        # between two commits of phase 2. Not in the default run (20-minute budget): the same
+        # kill of a driver process is tests/integration/jdbc/test_postgres_chaos.py's
+        # committed_handle-0, and the restart from Spark's checkpoint is the case above.
+        pytest.param("coordinated", "committed_handle", "0", marks=pytest.mark.extended),
     ],
 )
 def test_sigkilled_driver_restarts_exactly_once(
