@@ -77,8 +77,13 @@ Ops = Callable[[Callable[[], Any]], Any]
 # ----------------------------------------------------------------------------- topologies
 
 
-class PostgresPair:
-    """A PostgreSQL primary and its synchronous standby, made whole again after a failover."""
+class _Pair:
+    """A primary and its replica, made whole again after a failover (the shared life cycle)."""
+
+    #: The database, for notes; how a server of it is stopped for good; what its replica is called.
+    database = ""
+    stop_mode = ""
+    replica_word = ""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
@@ -87,6 +92,53 @@ class PostgresPair:
         self.generation = 0
         #: Crashed primaries, removed before the next trial.
         self.retired: list[Any] = []
+
+    def _new_standby(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def servers(self) -> list[Any]:
+        return [s for s in (self.primary, self.standby) if s is not None]
+
+    def crash_primary(self) -> None:
+        self.primary.kill()  # PostgreSQL: an immediate shutdown; MariaDB: SIGKILL
+
+    def _promote(self) -> None:
+        self.standby.promote()
+        self.retired.append(self.primary)
+        self.primary, self.standby = self.standby, None
+
+    def ensure_ready(self) -> list[str]:
+        """Remove crashed primaries, start a new standby if there is none; return notes."""
+        notes = []
+        for old in self.retired:
+            with contextlib.suppress(Exception):
+                old.stop(mode=self.stop_mode)  # and its data
+        self.retired.clear()
+        if not self.primary.is_running():
+            self.primary.start()
+            notes.append(f"the {self.database} primary was down before the trial: started again")
+        if self.standby is None or not self.standby.is_running():
+            if self.standby is not None:
+                with contextlib.suppress(Exception):
+                    self.standby.stop(mode=self.stop_mode)
+            started = time.monotonic()
+            self._new_standby()
+            notes.append(
+                f"{self.database} {self.replica_word} rebuilt in {time.monotonic() - started:.1f} s"
+            )
+        return notes
+
+    def stop(self) -> None:
+        for server in [*self.servers, *self.retired]:
+            with contextlib.suppress(Exception):
+                server.stop(mode=self.stop_mode)
+
+
+class PostgresPair(_Pair):
+    """A PostgreSQL primary and its synchronous standby, made whole again after a failover."""
+
+    database, stop_mode, replica_word = "PostgreSQL", "immediate", "standby"
 
     def start(self) -> PostgresPair:
         """Start the primary and a synchronous standby."""
@@ -115,10 +167,6 @@ class PostgresPair:
         hosts = ",".join(f"{s.host}:{s.port}" for s in (self.primary, self.standby) if s)
         return f"postgresql://{parts.username}@{hosts}{parts.path}?target_session_attrs=read-write"
 
-    @property
-    def servers(self) -> list[Any]:
-        return [s for s in (self.primary, self.standby) if s is not None]
-
     def sync_state(self) -> str | None:
         """``pg_stat_replication.sync_state`` of the standby, read on the primary."""
         conn = self.primary.connect(dbname="postgres")
@@ -133,50 +181,16 @@ class PostgresPair:
             conn.close()
         return None if row is None else str(row[0])
 
-    def crash_primary(self) -> None:
-        self.primary.kill()  # immediate shutdown: a crash
-
     def promote(self) -> bool:
         """Promote the standby; return whether it accepts writes."""
-        self.standby.promote()
-        self.retired.append(self.primary)
-        self.primary, self.standby = self.standby, None
+        self._promote()
         return not self.primary.in_recovery()
 
-    def ensure_ready(self) -> list[str]:
-        """Remove crashed primaries, start a new standby if there is none; return notes."""
-        notes = []
-        for old in self.retired:
-            with contextlib.suppress(Exception):
-                old.stop(mode="immediate")  # and its data
-        self.retired.clear()
-        if not self.primary.is_running():
-            self.primary.start()
-            notes.append("the PostgreSQL primary was down before the trial: started again")
-        if self.standby is None or not self.standby.is_running():
-            if self.standby is not None:
-                with contextlib.suppress(Exception):
-                    self.standby.stop(mode="immediate")
-            started = time.monotonic()
-            self._new_standby()
-            notes.append(f"PostgreSQL standby rebuilt in {time.monotonic() - started:.1f} s")
-        return notes
 
-    def stop(self) -> None:
-        for server in [*self.servers, *self.retired]:
-            with contextlib.suppress(Exception):
-                server.stop(mode="immediate")
-
-
-class MariaDBPair:
+class MariaDBPair(_Pair):
     """A MariaDB primary and its semi-synchronous replica, made whole again after a failover."""
 
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.primary: Any = None
-        self.standby: Any = None
-        self.generation = 0
-        self.retired: list[Any] = []
+    database, stop_mode, replica_word = "MariaDB", "kill", "replica"
 
     def start(self) -> MariaDBPair:
         from twophase_dev import MariaDBServer
@@ -205,10 +219,6 @@ class MariaDBPair:
         """The password user's URL of the primary (PyMySQL takes one host)."""
         return str(self.primary.password_url)
 
-    @property
-    def servers(self) -> list[Any]:
-        return [s for s in (self.primary, self.standby) if s is not None]
-
     def semi_sync(self) -> dict[str, str]:
         """The primary's ``Rpl_semi_sync_master_*`` status (``status``, ``clients``, ``no_tx``)."""
         conn = self.primary.connect(autocommit=True)
@@ -220,13 +230,9 @@ class MariaDBPair:
             conn.close()
         return {str(k).removeprefix("Rpl_semi_sync_master_"): str(v) for k, v in rows}
 
-    def crash_primary(self) -> None:
-        self.primary.kill()  # SIGKILL
-
     def promote(self) -> bool:
-        self.standby.promote()
-        self.retired.append(self.primary)
-        self.primary, self.standby = self.standby, None
+        """Promote the replica; return whether it accepts writes."""
+        self._promote()
         conn = self.primary.connect(autocommit=True)
         try:
             with conn.cursor() as cur:
@@ -235,29 +241,6 @@ class MariaDBPair:
         finally:
             conn.close()
         return row is not None and int(row[0]) == 0
-
-    def ensure_ready(self) -> list[str]:
-        notes = []
-        for old in self.retired:
-            with contextlib.suppress(Exception):
-                old.stop(mode="kill")
-        self.retired.clear()
-        if not self.primary.is_running():
-            self.primary.start()
-            notes.append("the MariaDB primary was down before the trial: started again")
-        if self.standby is None or not self.standby.is_running():
-            if self.standby is not None:
-                with contextlib.suppress(Exception):
-                    self.standby.stop(mode="kill")
-            started = time.monotonic()
-            self._new_standby()
-            notes.append(f"MariaDB replica rebuilt in {time.monotonic() - started:.1f} s")
-        return notes
-
-    def stop(self) -> None:
-        for server in [*self.servers, *self.retired]:
-            with contextlib.suppress(Exception):
-                server.stop(mode="kill")
 
 
 def ensure_cluster(cluster: Any) -> list[str]:
