@@ -44,9 +44,9 @@ SECTION = "Kafka on a 3-broker cluster"
 
 # 420 s: on a loaded machine (another suite beside this one) the cluster's start took 52 s and a
 # batch with a broker killed 30 s or more.
-# Extended, all three: the cluster's start (18 s quiet, 52 s loaded) and the two kills (about 65 s
+# Extended, all four: the cluster's start (18 s quiet, 52 s loaded) and the kills (about 65 s
 # quiet) are beyond the suite's budget; run them with `pytest -m kafka_cluster`
-# (docs/guarantees.md has the results). The single broker's restart and freeze faults stay in the default run.
+# (docs/guarantees.md has the results). The single broker's freeze fault stays in the default run.
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.chaos,
