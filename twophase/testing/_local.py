@@ -10,6 +10,7 @@ production code.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
@@ -175,6 +176,17 @@ def _no_wait(_seconds: float) -> None:
     pass
 
 
+#: The temporary log directories of this process's runners, removed at its exit.
+_TEMP_DIRS: set[str] = set()
+
+
+@atexit.register
+def _remove_temp_dirs() -> None:
+    for path in list(_TEMP_DIRS):
+        shutil.rmtree(path, ignore_errors=True)
+    _TEMP_DIRS.clear()
+
+
 class LocalRunner:
     """Drive a sink through the production coordinator, without Spark.
 
@@ -183,8 +195,10 @@ class LocalRunner:
     sink
         The sink under test (the driver's copy; executors get pickled copies).
     log_dir
-        Directory of the coordinator log (a "checkpoint"); a temporary
-        directory when omitted.
+        Directory of the coordinator log (a "checkpoint"); when omitted, a
+        temporary directory, removed by :meth:`close` or at the interpreter's
+        exit (another runner may go on from it as a restarted query: it lives
+        as long as the process).
     query_id
         The query id (a UUID); new when omitted. A runner with another query
         id behaves like a query started from a reset checkpoint.
@@ -222,6 +236,8 @@ class LocalRunner:
         self.sink = sink
         self._tmp = None if log_dir is not None else tempfile.mkdtemp(prefix="twophase-log-")
         self.checkpoint = os.fspath(log_dir) if log_dir is not None else str(self._tmp)
+        if self._tmp is not None:
+            _TEMP_DIRS.add(self._tmp)  # test suites make many runners and close few
         self.query_id = query_id or str(uuid.uuid4())
         self.max_task_failures = max_task_failures
         self.fsync = fsync
@@ -327,6 +343,7 @@ class LocalRunner:
         """Remove the temporary log directory, if the runner made one."""
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+            _TEMP_DIRS.discard(self._tmp)
 
 
 def install_step_listener(sink: object, listener: StepListener | None) -> None:
