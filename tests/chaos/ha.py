@@ -219,28 +219,26 @@ class MariaDBPair(_Pair):
         """The password user's URL of the primary (PyMySQL takes one host)."""
         return str(self.primary.password_url)
 
-    def semi_sync(self) -> dict[str, str]:
-        """The primary's ``Rpl_semi_sync_master_*`` status (``status``, ``clients``, ``no_tx``)."""
+    def _query(self, sql: str) -> list[Any]:
+        """Rows of one statement on the primary."""
         conn = self.primary.connect(autocommit=True)
         try:
             with conn.cursor() as cur:
-                cur.execute("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'")
-                rows = cur.fetchall()
+                cur.execute(sql)
+                return list(cur.fetchall())
         finally:
             conn.close()
+
+    def semi_sync(self) -> dict[str, str]:
+        """The primary's ``Rpl_semi_sync_master_*`` status (``status``, ``clients``, ``no_tx``)."""
+        rows = self._query("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'")
         return {str(k).removeprefix("Rpl_semi_sync_master_"): str(v) for k, v in rows}
 
     def promote(self) -> bool:
         """Promote the replica; return whether it accepts writes."""
         self._promote()
-        conn = self.primary.connect(autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT @@read_only")
-                row = cur.fetchone()
-        finally:
-            conn.close()
-        return row is not None and int(row[0]) == 0
+        rows = self._query("SELECT @@read_only")
+        return bool(rows) and int(rows[0][0]) == 0
 
 
 def ensure_cluster(cluster: Any) -> list[str]:
