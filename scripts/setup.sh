@@ -135,6 +135,12 @@ else
         -c scripts/constraints.txt -e '.[dev]' -e ./tools
     echo "$stamp" >"$stamp_file"
 fi
+# The checkout's own modules byte-compiled, as pip compiles an installed package's: where
+# PYTHONDONTWRITEBYTECODE is set, every Python process of a run (drivers, Spark's Python workers,
+# the examples) would otherwise compile them from source at each import (0.3 CPU-s a process,
+# docs/development.md). A stale file is compiled again at import, as always.
+"$PY" -m compileall -q -j 0 twophase connectors tools/twophase_dev examples tests >/dev/null \
+    || log "warning: some modules did not byte-compile (a syntax error? ruff and pytest will say)"
 
 # --------------------------------------------------------------------------------------------
 # 3. Jars (Maven downloads them once; the resolved classpaths are cached in ~/.cache/twophase),
