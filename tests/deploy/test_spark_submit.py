@@ -45,8 +45,8 @@ pytestmark = [
 ]
 
 JOB = Path(__file__).with_name("job.py")
-#: The input: ROWS ids over 2 partitions, read ROWS_PER_BATCH at a time (5 batches per query).
-ROWS, ROWS_PER_BATCH = 125, 25
+#: The input: ROWS ids over 2 partitions, read ROWS_PER_BATCH at a time (4 batches per query).
+ROWS, ROWS_PER_BATCH = 100, 25
 
 
 @dataclass
@@ -63,11 +63,13 @@ def shipped_environment(tmp_path_factory: pytest.TempPathFactory) -> ShippedEnvi
     wheel = build_wheel(copy_sources(work / "src"), work / "dist", "twophase-*.whl")
     venv = work / "env"
     # The interpreter of the driver and of the cluster: PySpark needs one Python minor version.
-    run(sys._base_executable, "-m", "venv", venv, cwd=work)  # type: ignore[attr-defined]
+    # No pip of its own (ensurepip took 8 s): this virtualenv's pip installs into it (--python).
+    base = sys._base_executable  # type: ignore[attr-defined]
+    run(base, "-m", "venv", "--without-pip", venv, cwd=work)
     python = venv / "bin" / "python"
-    pip = (python, "-m", "pip", "install", "-q", "--disable-pip-version-check")
-    run(*pip, f"{wheel}[kafka,jdbc]", cwd=work, timeout=600)
-    listed = run(python, "-m", "pip", "list", "--format=json", cwd=work).stdout
+    pip = (sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check")
+    run(*pip, "install", "-q", f"{wheel}[kafka,jdbc]", cwd=work, timeout=600)
+    listed = run(*pip, "list", "--format=json", cwd=work).stdout
     installed = {p["name"].lower() for p in json.loads(listed)}
     assert "twophase" in installed, installed
     assert "pyspark" not in installed, installed  # the cluster's own PySpark serves
