@@ -11,11 +11,13 @@ import pytest
 from twophase_dev import (
     SHORT_LIVED_JVM_OPTIONS,
     DevInfraError,
+    KafkaBroker,
     _jvm,
     spark_class_archive,
     spark_jvm_options,
 )
 from twophase_dev._jvm import make_class_archive
+from twophase_dev._kafka._archive import _ArchivingBroker
 from twophase_dev._kafka._install import kafka_class_archive, kafka_jvm_options
 
 pytestmark = pytest.mark.unit
@@ -141,3 +143,24 @@ def test_a_run_that_dumps_nothing_fails_and_leaves_no_archive(kafka_jars: list[P
     assert len(partials) == 1
     assert make_class_archive(None, "the run", _fake_run(partials, dump=True)) is None
     assert len(partials) == 1
+
+
+def test_every_jvm_of_a_broker_maps_it_and_only_the_archiving_broker_dumps(
+    kafka_jars: list[Path], tmp_path: Path
+) -> None:
+    archive = kafka_class_archive(kafka_jars)
+    assert archive is not None
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"archive")
+    mapped = f"-XX:SharedArchiveFile={archive}"
+    broker = KafkaBroker(work_dir=tmp_path / "broker")
+    for main in ("kafka.tools.StorageTool", "kafka.Kafka"):
+        assert mapped in broker._java_command(kafka_jars, main)
+    archiving = _ArchivingBroker(work_dir=tmp_path / "archiving")
+    archiving.dump_options = "-XX:ArchiveClassesAtExit=/dump.jsa"
+    storage_tool = archiving._java_command(kafka_jars, "kafka.tools.StorageTool")
+    dumping = archiving._java_command(kafka_jars, "kafka.Kafka")
+    assert mapped in storage_tool
+    assert "-XX:ArchiveClassesAtExit=/dump.jsa" not in storage_tool
+    assert "-XX:ArchiveClassesAtExit=/dump.jsa" in dumping
+    assert mapped not in dumping
