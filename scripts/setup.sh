@@ -16,8 +16,9 @@
 #      tools/twophase_dev/_emulators/_install.py: fake-gcs-server (built with Go from the Go module proxy;
 #      a machine without Go gets the toolchain pinned in tools/twophase_dev/_go.py from the same
 #      proxy, into the cache) and Azurite (npm), installed once into ~/.cache/twophase/emulators.
-#   5. for the tests, the class-data archive that Spark's JVMs start from (tools/twophase_dev/_jvm.py),
-#      made once per Java and PySpark into ~/.cache/twophase/jvm.
+#   5. for the tests, the class-data archives that Spark's JVMs and Kafka brokers start from
+#      (tools/twophase_dev/_jvm.py, tools/twophase_dev/_kafka/_archive.py), made once per Java,
+#      PySpark and Kafka into ~/.cache/twophase/jvm.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -155,8 +156,9 @@ else
     emulators=$!
     "$PY" -m twophase_dev resolve | sed 's/^/[setup] jars: /'
     wait "$emulators" || { log "error: installing the storage emulators failed (above)"; exit 1; }
-    # 5. The class-data archive of Spark's classes (a minute, once per Java and PySpark): every
-    #    Spark JVM of the tests maps it and starts in about half the time.
+    # 5. The class-data archives of Spark's classes and of the Kafka broker's (a minute, once per
+    #    Java, PySpark and Kafka): every Spark JVM and Kafka broker of the tests maps its archive
+    #    and starts in about half to two thirds of the time.
     "$PY" -m twophase_dev class-archive | sed 's/^/[setup] class-data archive: /'
 fi
 

@@ -23,8 +23,9 @@ Commands::
                          'go install', with the Go toolchain fetched from the Go module proxy if
                          the machine has none; Azurite with 'npm install') into the cache
     class-archive [--force]
-                         make the class-data archive of Spark's classes for this Java and
-                         PySpark once (a minute), which every test's Spark JVM then maps
+                         make the class-data archives of Spark's classes and of the Kafka
+                         broker's for this Java, PySpark and Kafka once (a minute), which every
+                         test's Spark JVM and Kafka broker then map
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from twophase_dev._emulators._install import install_emulators
 from twophase_dev._errors import DevInfraError
 from twophase_dev._gcs_connector import gcs_connector_jar
 from twophase_dev._jvm import build_spark_class_archive
+from twophase_dev._kafka._archive import build_kafka_class_archive
 from twophase_dev._kafka._install import kafka_classpath
 from twophase_dev._spark._cluster import SparkCluster
 from twophase_dev._spark._jars import spark_connect_jars, spark_kafka_jars
@@ -118,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     archive = sub.add_parser(
         "class-archive",
-        help="make the class-data archive that starts every test's Spark JVM faster",
+        help="make the class-data archives that start every test's Spark JVM and broker faster",
     )
     archive.add_argument("--force", action="store_true", help="make it again if it exists")
     return parser
@@ -254,12 +256,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 jars = resolve(refresh=args.refresh)
                 print(f"{label}: {len(jars)} jars ({time.monotonic() - started:.1f} s)")
         elif args.command == "class-archive":
-            made = build_spark_class_archive(force=args.force)
-            if made is None:
-                print("no java found: nothing to archive", file=sys.stderr)
-                return 1
-            path, seconds = made
-            print(f"{path} ({path.stat().st_size >> 20} MiB, {seconds:.1f} s)")
+            for build in (build_spark_class_archive, build_kafka_class_archive):
+                made = build(force=args.force)
+                if made is None:
+                    print("no java found: nothing to archive", file=sys.stderr)
+                    return 1
+                path, seconds = made
+                print(f"{path} ({path.stat().st_size >> 20} MiB, {seconds:.1f} s)")
         elif args.command == "emulators":
             for label, (path, seconds) in install_emulators().items():
                 print(f"{label}: {path} ({seconds:.1f} s)")

@@ -25,13 +25,13 @@ from twophase_dev._errors import DevInfraError, PortRaceError
 from twophase_dev._host._files import tail
 from twophase_dev._host._ports import LOOPBACK, free_ports, wait_for_port
 from twophase_dev._host._process import ManagedProcess, run_logged
-from twophase_dev._jvm import SHORT_LIVED_JVM_OPTIONS
 from twophase_dev._kafka._admin import create_topic, has_broker
 from twophase_dev._kafka._install import (
     KAFKA_VERSION,
     LOG4J2_PROPERTIES,
     java_executable,
     kafka_classpath,
+    kafka_jvm_options,
     random_cluster_id,
     server_properties,
 )
@@ -234,13 +234,17 @@ class KafkaBroker(ManagedService):
             self.host, self.port, self.controller_port, data_dir, self.extra_config
         )
 
+    def _jvm_options(self, classpath: list[Path], main: str) -> str:
+        """Return the options of a JVM running ``main`` (broker, storage tool), heap aside."""
+        return kafka_jvm_options(classpath)
+
     def _java_command(self, classpath: list[Path], main: str, *args: str) -> list[str]:
         assert self.work_dir is not None
         return [
             java_executable(),
             f"-Xmx{self.heap}",
             "-Xms128m",
-            *SHORT_LIVED_JVM_OPTIONS.split(),
+            *self._jvm_options(classpath, main).split(),
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",

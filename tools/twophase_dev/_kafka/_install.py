@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from twophase_dev._errors import DevInfraError
 from twophase_dev._host._ports import LOOPBACK
-from twophase_dev._jvm import find_java
+from twophase_dev._jvm import archive_jvm_options, class_archive, find_java
 from twophase_dev._maven import MavenArtifact, resolve_classpath
 
 __all__ = [
     "KAFKA_VERSION",
     "LOG4J2_PROPERTIES",
     "java_executable",
+    "kafka_class_archive",
     "kafka_classpath",
+    "kafka_jvm_options",
     "random_cluster_id",
     "server_properties",
 ]
@@ -84,6 +86,39 @@ def kafka_classpath(version: str = KAFKA_VERSION, *, refresh: bool = False) -> l
     return resolve_classpath(
         [broker, MavenArtifact.parse(_LOG4J_SLF4J)], name=f"kafka-{version}", refresh=refresh
     )
+
+
+def kafka_class_archive(classpath: Sequence[Path]) -> Path | None:
+    """Return where the class-data archive of a broker with this class path lives.
+
+    Parameters
+    ----------
+    classpath : sequence of pathlib.Path
+        The broker's jars (:func:`kafka_classpath`), in their order.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The archive (it may not exist yet; ``twophase_dev._kafka._archive`` makes it), or
+        ``None`` when no ``java`` is found.
+    """
+    return class_archive("kafka", classpath)
+
+
+def kafka_jvm_options(classpath: Sequence[Path]) -> str:
+    """Return the JVM options of every JVM run on the broker's class path (broker, storage tool).
+
+    Parameters
+    ----------
+    classpath : sequence of pathlib.Path
+        The JVM's class path.
+
+    Returns
+    -------
+    str
+        The short-lived JVM options, plus the broker's class-data archive once it is made.
+    """
+    return archive_jvm_options(kafka_class_archive(classpath))
 
 
 def java_executable() -> str:
