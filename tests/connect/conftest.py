@@ -23,7 +23,9 @@ from twophase_dev import SparkConnectServer, gcs_connector_jar, gcs_hadoop_conf
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
+# Package scope: the Connect tests are one work unit of one worker (tests/workers.py), so the
+# server starts once and stops after the last of them instead of idling to the end of the run.
+@pytest.fixture(scope="package")
 def _connect_server(_stale_dirs_cleaned: None, gcs_endpoint: Any) -> Iterator[SparkConnectServer]:
     # local[2,2]: a failed task is retried once, as on a cluster.
     # TWOPHASE_SPARK_KAFKA=0: no Kafka connector (a PySpark whose connector is not served).
