@@ -34,7 +34,7 @@ def drive(tmp_path: Path, kind: str, options: dict[str, str]) -> tuple[int, str]
     # The steps only format() reaches this way; after the decision: the PostgreSQL case below;
     # between two commits: tests/connect/test_connect_format.py.
     # Both out of the default run (20-minute budget): format() under a driver kill stays there with
-    # PostgreSQL (below) and under Spark Connect (tests/connect/test_connect_format.py).
+    # PostgreSQL (below).
     [
         pytest.param("recovered", marks=pytest.mark.extended),  # planning batch 1
         pytest.param("recorded_committed", marks=pytest.mark.extended),  # Spark's log lags
