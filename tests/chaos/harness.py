@@ -1073,7 +1073,7 @@ class Target:
                 unstable = unstable_partitions(self._kafka.bootstrap_servers, topics)
                 if not unstable or time.monotonic() > deadline:
                     return unstable
-                time.sleep(1.0)
+                time.sleep(0.2)
         if PROTOCOL[self.plan.sink] == "markers":
             return []
         # The gid (PostgreSQL) or the XA gtrid (MariaDB) starts with tp:<identity>, and the
