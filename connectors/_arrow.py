@@ -91,7 +91,8 @@ def first_true(mask: pa.BooleanArray) -> int:
     Parameters
     ----------
     mask
-        A boolean array; it may be a slice.
+        A boolean array, maybe a slice (``offset`` > 0); its nulls count as
+        False.
 
     Returns
     -------

@@ -85,7 +85,7 @@ def fixed_values(array: pa.Array, dtype: Any) -> np.ndarray[Any, Any]:
 
 
 def bool_values(array: pa.BooleanArray) -> np.ndarray[Any, Any]:
-    """Return the values of a boolean array as a numpy mask (null slots unspecified).
+    """Return the values of a boolean array as a numpy mask.
 
     Parameters
     ----------
@@ -95,7 +95,8 @@ def bool_values(array: pa.BooleanArray) -> np.ndarray[Any, Any]:
     Returns
     -------
     numpy.ndarray
-        ``len(array)`` booleans.
+        ``len(array)`` booleans; those of null slots are unspecified (mask
+        them with :func:`valid_mask`).
     """
     data = array.buffers()[1]
     if data is None:
