@@ -85,3 +85,43 @@ def test_twophase_and_its_connectors_run_a_batch_without_importing_pandas() -> N
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False", "pandas was imported by a twophase code path"
+
+
+#: Digests (versions 1, 2) of NESTED_NANOSECONDS's batch by the release that imported pandas
+#: with twophase (main at fd7315f); durable, they are in markers.
+EXPECTED_NESTED_DIGESTS = [9604516045721092667, 11928159628991976202]
+
+NESTED_NANOSECONDS = textwrap.dedent(
+    """
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+
+    from twophase import fingerprint_batches
+
+    values = pa.py_buffer(np.array([1, 10**18 + 7, 5], np.int64))
+    ts = pa.Array.from_buffers(pa.timestamp("ns", "UTC"), 3, [None, values])
+    du = pa.Array.from_buffers(pa.duration("ns"), 3, [None, values])
+    nested = pa.StructArray.from_arrays([ts, du], names=["t", "d"])
+    batch = pa.RecordBatch.from_arrays([nested], names=["s"])
+    assert "pandas" not in sys.modules
+    print([fingerprint_batches([batch], version).digest for version in (1, 2)])
+    """
+)
+
+
+def test_a_nested_nanosecond_value_hashes_as_when_pandas_was_imported_first() -> None:
+    """pyarrow turns a nested ns value into pandas' Timestamp text: pandas is imported then.
+
+    The digests are those of the release that imported pandas with twophase.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", NESTED_NANOSECONDS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(EXPECTED_NESTED_DIGESTS)
