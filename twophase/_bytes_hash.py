@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._arrow import binary_array, bool_array, fixed_values, valid_mask
 from ._types import FINGERPRINT_VERSIONS
 
 __all__ = ["U64", "BytesHasher", "bytes_hasher", "mix"]
@@ -46,7 +47,7 @@ _LONG_VALUE = 48
 _WORD_CHUNK_BYTES = 1 << 18
 _BLAKE_BYTES = 1 << 16
 _WORD_KEY = np.uint64(0xD6E8FEB86659FD93)
-_NO_SEPARATOR = pa.scalar(b"", pa.large_binary())
+_NO_SEPARATOR = binary_array([b""])[0]
 
 
 def mix(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -81,16 +82,16 @@ def _hash_bytes_v1(arr: pa.Array) -> np.ndarray[Any, Any]:
     so equal values always hash alike.
     """
     arr = arr.cast(pa.large_binary())
-    lengths_all = np.asarray(
-        pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64
-    )
+    lengths_all = fixed_values(pc.binary_length(arr), np.int64)
+    if arr.null_count:  # a null's length is 0, whatever its slot holds
+        lengths_all = np.where(valid_mask(arr), lengths_all, 0)
     long = lengths_all >= _LONG_VALUE
     if long.any():
         out = np.empty(len(arr), dtype=U64)
         short = ~long
         if short.any():
-            out[short] = _hash_short_bytes(arr.filter(pa.array(short)))
-        out[long] = _hash_long_bytes(arr.filter(pa.array(long)))
+            out[short] = _hash_short_bytes(arr.filter(bool_array(short)))
+        out[long] = _hash_long_bytes(arr.filter(bool_array(long)))
         return out
     return _hash_short_bytes(arr)
 
@@ -162,7 +163,8 @@ def _hash_bytes_v2(arr: pa.Array) -> np.ndarray[Any, Any]:
     """
     arr = arr.cast(pa.large_binary())
     if arr.null_count:
-        arr = arr.fill_null(b"")  # null slots may hold bytes; their hash is replaced anyway
+        # b"": null slots may hold bytes; their hash is replaced anyway
+        arr = arr.fill_null(_NO_SEPARATOR)
     lengths = np.diff(
         np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
     )
@@ -170,9 +172,9 @@ def _hash_bytes_v2(arr: pa.Array) -> np.ndarray[Any, Any]:
     if not huge.any():
         return _hash_words(arr, lengths)
     out = np.empty(len(arr), dtype=U64)
-    out[huge] = _hash_long_bytes(arr.filter(pa.array(huge)))
+    out[huge] = _hash_long_bytes(arr.filter(bool_array(huge)))
     if not huge.all():
-        out[~huge] = _hash_words(arr.filter(pa.array(~huge)), lengths[~huge])
+        out[~huge] = _hash_words(arr.filter(bool_array(~huge)), lengths[~huge])
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ._arrow import binary_array, bool_values, fixed_values, valid_mask
 from ._bytes_hash import U64, BytesHasher, bytes_hasher, mix
 from ._types import FINGERPRINT_VERSION, Fingerprint
 
@@ -48,7 +49,7 @@ def _hash_nested(arr: pa.Array, hash_bytes: BytesHasher) -> np.ndarray[Any, Any]
         json.dumps(v, sort_keys=True, default=_json_default, separators=(",", ":")).encode()
         for v in arr.to_pylist()
     ]
-    return hash_bytes(pa.array(texts, type=pa.large_binary()))
+    return hash_bytes(binary_array(texts))
 
 
 def _column_hashes(arr: pa.Array, hash_bytes: BytesHasher) -> np.ndarray[Any, Any]:
@@ -62,12 +63,12 @@ def _column_hashes(arr: pa.Array, hash_bytes: BytesHasher) -> np.ndarray[Any, An
     if pa.types.is_null(typ):
         return np.full(len(arr), _NULL, dtype=U64)
     if pa.types.is_boolean(typ):
-        values = np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=U64)
+        values = bool_values(arr).astype(U64)  # a null's hash is replaced below
         hashed = mix(values + U64(1))
     elif pa.types.is_floating(typ):
-        floats = np.asarray(
-            arr.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False), dtype=np.float64
-        )
+        floats = fixed_values(arr.cast(pa.float64()), np.float64)
+        if arr.null_count:  # a null slot may hold any bits, even a signalling NaN
+            floats = np.where(valid_mask(arr), floats, 0.0)
         floats = np.where(floats == 0.0, 0.0, floats)  # -0.0 == 0.0
         floats = np.where(np.isnan(floats), np.nan, floats)  # one NaN
         hashed = mix(floats.view(U64) ^ U64(0x5851F42D4C957F2D))
@@ -76,15 +77,13 @@ def _column_hashes(arr: pa.Array, hash_bytes: BytesHasher) -> np.ndarray[Any, An
             ints = arr.cast(pa.int64()) if typ != pa.uint64() else arr
         else:
             width = typ.bit_width
-            ints = arr.view(pa.int64() if width == 64 else pa.int32()).cast(pa.int64())
+            values = fixed_values(arr, np.int64 if width == 64 else np.int32).astype(np.int64)
             # the unit is part of the value: 1 s and 1 ms must not collide
             unit = {"s": 1, "ms": 2, "us": 3, "ns": 4}.get(getattr(typ, "unit", ""), 0)
-            ints = ints.fill_null(0)
-            values = np.asarray(ints.to_numpy(zero_copy_only=False)).astype(np.int64)
             hashed = mix(values.view(U64) + U64(unit * 0x1000193 + width))
             return _apply_nulls(arr, hashed)
-        values = np.asarray(ints.fill_null(0).to_numpy(zero_copy_only=False))
-        hashed = mix(values.astype(np.int64).view(U64) if values.dtype != U64 else values)
+        values = fixed_values(ints, U64 if typ == pa.uint64() else np.int64)
+        hashed = mix(values.view(U64))
     elif (
         pa.types.is_binary(typ)
         or pa.types.is_large_binary(typ)
@@ -105,8 +104,7 @@ def _column_hashes(arr: pa.Array, hash_bytes: BytesHasher) -> np.ndarray[Any, An
 
 def _apply_nulls(arr: pa.Array, hashed: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     if arr.null_count:
-        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        hashed = np.where(valid, hashed, _NULL)
+        hashed = np.where(valid_mask(arr), hashed, _NULL)  # whatever null slots hold
     return hashed
 
 

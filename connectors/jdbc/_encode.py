@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from twophase.errors import DataError
 
+from .._arrow import text_array
 from ._table import is_type
 
 __all__ = ["ColumnPlan", "hex_text", "json_text"]
@@ -90,7 +91,7 @@ def hex_text(array: pa.Array, prefix: bytes = b"") -> pa.Array:
         n, pa.py_buffer(new_offsets.astype(np.int64)), pa.py_buffer(out)
     )
     if array.null_count:
-        text = pc.if_else(pc.is_valid(array), text, pa.scalar(None, pa.large_string()))
+        text = pc.if_else(pc.is_valid(array), text, pa.nulls(1, pa.large_string())[0])
     return text
 
 
@@ -123,7 +124,7 @@ def json_text(array: pa.Array, name: str) -> pa.Array:
             out.append(None if value is None else "".join(_json(value, arrow_type)))
     except ValueError as exc:
         raise DataError(f"cannot write the value as JSON: {exc}", column=name) from None
-    return pa.array(out, pa.string())
+    return text_array(out, pa.string())
 
 
 def _json(value: Any, arrow_type: pa.DataType) -> list[str]:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from twophase.errors import ConfigurationError, DataError
 
+from .._arrow import text_array
 from ._encode import ColumnPlan
 from ._options import JdbcOptions
 from ._table import TableColumn, TableInfo
@@ -259,7 +260,8 @@ def create_table_fields(
     return fields
 
 
-_CDC_OPS = pa.array(["c", "r", "u", "d"])
+_CDC_OPS = text_array(["c", "r", "u", "d"], pa.string())
+_FALSE = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(b"\x00")])[0]
 
 
 def checked_ops(ops: pa.Array, options: JdbcOptions, where: dict[str, Any]) -> pa.Array:
@@ -288,7 +290,7 @@ def checked_ops(ops: pa.Array, options: JdbcOptions, where: dict[str, Any]) -> p
     if pa.types.is_dictionary(ops.type):
         ops = ops.dictionary_decode()
     ops = ops.cast(pa.string())
-    valid = pc.fill_null(pc.is_in(ops, value_set=_CDC_OPS), False)
+    valid = pc.fill_null(pc.is_in(ops, value_set=_CDC_OPS), _FALSE)
     if not pc.all(valid).as_py():
         bad = pc.filter(ops, pc.invert(valid))
         raise DataError(

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException
 
 from twophase.errors import DataError, RetriableError
 
+from .._arrow import first_true
 from ._columns import RecordPlan
 
 __all__ = ["produce_one", "produce_rows"]
@@ -34,9 +35,9 @@ _MAX_PARTITION = 2**31 - 1
 def _objects(column: pa.Array) -> list[Any]:
     if pa.types.is_null(column.type):
         return [None] * len(column)
-    # One C++ conversion to Python objects (bytes / str / None), the fastest
-    # way out of Arrow.
-    return list(column.to_numpy(zero_copy_only=False).tolist())
+    # One conversion to Python objects (bytes / str / None): as fast as
+    # to_numpy(zero_copy_only=False), which would import pandas.
+    return list(column.to_pylist())
 
 
 def _payloads(column: pa.Array) -> list[Any]:
@@ -173,11 +174,11 @@ def produce_rows(
         if pa.types.is_null(column.type):
             partitions: list[Any] = [-1] * n
         else:
-            partitions = column.fill_null(-1).to_numpy(zero_copy_only=False).tolist()
-            # A null became -1 (let the partitioner choose); a real negative is an error.
-            nulls = column.is_null().to_numpy(zero_copy_only=False)
+            partitions = column.to_pylist()
             for i, p in enumerate(partitions):
-                if (p < 0 or p > _MAX_PARTITION) and not nulls[i]:
+                if p is None:  # let the partitioner choose
+                    partitions[i] = -1
+                elif p < 0 or p > _MAX_PARTITION:
                     raise DataError(
                         f"row {start + i} has partition {p}; partitions are >= 0 (or null to "
                         "let the partitioner choose)",
@@ -214,7 +215,7 @@ def _check_headers(
     if not pc.any(bad).as_py():
         return
     owner = pc.list_parent_indices(column)
-    row = start + int(owner[pc.index(bad, True).as_py()].as_py())
+    row = start + int(owner[first_true(bad)].as_py())
     raise DataError(
         f"row {row} has a null header or a header with a null key; every header needs a key "
         "(its value may be null). Filter the nulls out of the array, e.g. "

@@ -127,8 +127,9 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
         "then restart the query: the batch is replayed and completes exactly once (partitions "
         "committed before are skipped)"
     )
+    rows = column.to_pylist() if topics else []
     for topic in topics:
-        row = pc.index(column, topic).as_py()
+        row = rows.index(topic)
         named = f"the 'topic' column names topic {topic!r} (first at row {row} of the record batch)"
         if not is_valid_topic_name(topic):
             raise DataError(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +158,19 @@ def test_wrong_checkpoint_location_is_refused(spark: Any, tmp_path: Path) -> Non
 def test_plain_foreach_batch_finds_the_checkpoint(spark: Any, tmp_path: Path) -> None:
     target = FakeTarget(tmp_path / "target")
     expected = write_input(tmp_path / "in", 2)
-    sink = FakeSink("plain", target)
+    probes = tmp_path / "pandas"
+    probes.mkdir()
+
+    class PandasProbe(FakeSink):  # a local class: pickled by value, nothing else to import
+        """Say in each task's write whether its Python worker has imported pandas."""
+
+        def write(self, txn: Any, batch: Any) -> None:
+            super().write(txn, batch)
+            c = txn.context
+            probe = probes / f"{os.getpid()}-{c.batch_id}-{c.partition_id}-{c.attempt}"
+            probe.write_text(str("pandas" in sys.modules))
+
+    sink = PandasProbe("plain", target)
     df = (
         spark.readStream.schema("id long, payload string")
         .option("maxFilesPerTrigger", 1)
@@ -171,6 +185,10 @@ def test_plain_foreach_batch_finds_the_checkpoint(spark: Any, tmp_path: Path) ->
     assert query.awaitTermination(120)
     assert_exactly_once(ids(target), expected)
     assert (tmp_path / "chk" / "twophase" / "plain" / query.id / "batches").is_dir()
+    # Spark reuses its Python workers: a task that imported pandas shows in a later one.
+    seen = {p.name: p.read_text() for p in probes.iterdir()}
+    assert seen, "no task wrote a probe: nothing was checked"
+    assert set(seen.values()) == {"False"}, f"a worker running twophase imported pandas: {seen}"
 
 
 def test_calling_the_sink_outside_a_stream_is_a_clear_error(spark: Any) -> None:

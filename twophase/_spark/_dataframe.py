@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from .._arrow import binary_array
 from .._engine._coordinator import Coordinator
 from .._engine._hooks import AnySink
 from .._engine._participant import TaskPlan, TaskResult, run_participant
@@ -176,6 +177,11 @@ _COALESCED = "__twophase_coalesced"
 _RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
 
 
+def _result_batch(result: bytes) -> pa.RecordBatch:
+    """One task's result as the one row of a batch (``from_pylist`` would import pandas)."""
+    return pa.RecordBatch.from_arrays([binary_array([result], pa.binary())], schema=_RESULT_SCHEMA)
+
+
 _ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
@@ -186,7 +192,7 @@ def _participant_fn(sink: AnySink, plan: TaskPlan) -> _ArrowFn:
         task = SparkTaskContext.get()
         assert task is not None
         result = run_participant(sink, plan, task.partitionId(), task.attemptNumber(), batches)
-        yield pa.RecordBatch.from_pylist([{"result": dumps(result)}], schema=_RESULT_SCHEMA)
+        yield _result_batch(dumps(result))
 
     return run
 
@@ -198,9 +204,7 @@ def _fingerprint_fn(version: int) -> _ArrowFn:
         task = SparkTaskContext.get()
         assert task is not None
         fingerprint = fingerprint_batches(batches, version)
-        yield pa.RecordBatch.from_pylist(
-            [{"result": dumps((task.partitionId(), fingerprint))}], schema=_RESULT_SCHEMA
-        )
+        yield _result_batch(dumps((task.partitionId(), fingerprint)))
 
     return run
 

@@ -34,9 +34,11 @@ import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
+from .._arrow import binary_array
 from .._engine._steps import COORDINATED_STEPS, MARKER_STEPS, Step
 from .._fingerprint import fingerprint_batches
 from .._sinks._coordinated import TwoPhaseCommitSink
@@ -86,11 +88,11 @@ class SinkContract:
         pyarrow.RecordBatch
             One row per id.
         """
-        return pa.record_batch(
-            {
-                "id": pa.array(list(ids), pa.int64()),
-                "payload": pa.array([f"row-{i}" for i in ids], pa.string()),
-            }
+        id_values = pa.py_buffer(np.array(list(ids), dtype=np.int64))
+        payloads = binary_array([f"row-{i}".encode() for i in ids], pa.string())
+        return pa.RecordBatch.from_arrays(
+            [pa.Array.from_buffers(pa.int64(), len(ids), [None, id_values]), payloads],
+            names=["id", "payload"],
         )
 
     def batch_ids(self, batch_id: int) -> list[int]:

@@ -20,9 +20,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from .._arrow import bool_array
 from .._engine._coordinator import Coordinator
 from .._engine._execution import StepListener
 from .._engine._hooks import AnySink
@@ -112,7 +114,7 @@ class _LocalExecution:
             keys = zip(*(batch.column(c).to_pylist() for c in columns), strict=True)
             slots = [_key_slot(key, len(groups)) for key in keys]
             for slot in sorted(set(slots)):
-                mask = pa.array([s == slot for s in slots])
+                mask = bool_array(np.array([s == slot for s in slots], dtype=bool))
                 groups[slot].append(batch.filter(mask))
         self.partitions = groups
 

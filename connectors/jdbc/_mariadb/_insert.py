@@ -15,13 +15,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..._arrow import text_scalar
 from .._encode import ColumnPlan
 from ._types import render_literals
 
 __all__ = ["insert_statements", "rows_text"]
 
-_OPEN = pa.scalar("(", pa.large_string())
-_CLOSE = pa.scalar("),", pa.large_string())
+_OPEN = text_scalar("(", pa.large_string())
+_CLOSE = text_scalar("),", pa.large_string())
+_COMMA = text_scalar(",", pa.large_string())
+_NONE = text_scalar("", pa.large_string())
 
 
 def rows_text(
@@ -48,10 +51,8 @@ def rows_text(
         for p in plans
     ]
     literals.extend(a.cast(pa.large_string()) for a in extra)
-    joined = pc.binary_join_element_wise(*literals, pa.scalar(",", pa.large_string()))
-    text: pa.LargeStringArray = pc.binary_join_element_wise(
-        _OPEN, joined, _CLOSE, pa.scalar("", pa.large_string())
-    )
+    joined = pc.binary_join_element_wise(*literals, _COMMA)
+    text: pa.LargeStringArray = pc.binary_join_element_wise(_OPEN, joined, _CLOSE, _NONE)
     return text
 
 

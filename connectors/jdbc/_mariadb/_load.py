@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from twophase.errors import DataError
 
+from ..._arrow import text_scalar
 from .._encode import ColumnPlan
 from ._errors import guess_column
 from ._sql import columns, literal
@@ -33,9 +34,9 @@ __all__ = ["LOCAL_INFILE_REFUSED", "fields_text", "load"]
 #: Error numbers of a server or client that does not allow ``LOAD DATA LOCAL``.
 LOCAL_INFILE_REFUSED = frozenset({1148, 2068, 3948, 4166})
 
-_TAB = pa.scalar(b"\t", pa.large_binary())
-_NEWLINE = pa.scalar(b"\n", pa.large_binary())
-_NONE = pa.scalar(b"", pa.large_binary())
+_TAB = text_scalar(b"\t", pa.large_binary())
+_NEWLINE = text_scalar(b"\n", pa.large_binary())
+_NONE = text_scalar(b"", pa.large_binary())
 
 
 def fields_text(

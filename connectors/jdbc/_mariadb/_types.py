@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 
 from twophase.errors import DataError
 
+from ..._arrow import first_true, text_scalar
 from .._encode import hex_text, json_text
 from .._plan import TypeRules
 from .._table import TableColumn, unwrap
@@ -235,10 +236,11 @@ def column_kind(arrow_type: pa.DataType, column: TableColumn | None) -> str:
 MARIADB_TYPES = TypeRules("MariaDB", compatibility_problem, column_kind, mariadb_type)
 
 # ------------------------------------------------------------------ rendering
-_NULL = pa.scalar("NULL", pa.large_string())
-_NULL_FIELD = pa.scalar(b"\\N", pa.large_binary())
-_QUOTE = pa.scalar("'", pa.large_string())
-_EMPTY = pa.scalar("", pa.large_string())
+_NULL = text_scalar("NULL", pa.large_string())
+_NULL_FIELD = text_scalar(b"\\N", pa.large_binary())
+_QUOTE = text_scalar("'", pa.large_string())
+_EMPTY = text_scalar("", pa.large_string())
+_HEX_OPEN = text_scalar("X'", pa.large_string())
 
 
 def _values(array: pa.Array, kind: str, name: str) -> tuple[pa.Array, bool]:
@@ -264,7 +266,7 @@ def _values(array: pa.Array, kind: str, name: str) -> tuple[pa.Array, bool]:
             array = array.cast(pa.float32())
         bad = pc.and_(pc.invert(pc.is_finite(array)), pc.is_valid(array))
         if pc.any(bad).as_py():
-            row = pc.index(bad, True).as_py()
+            row = first_true(bad)
             raise DataError(
                 f"row {row} has {array[row].as_py()!r}: MariaDB FLOAT and DOUBLE columns "
                 "cannot store NaN or infinity; map them to NULL (or a sentinel) in Spark",
@@ -306,9 +308,7 @@ def render_literals(array: pa.Array, kind: str, name: str) -> pa.Array:
     """
     values, quoted = _values(array, kind, name)
     if kind == Kind.BINARY:
-        text = pc.binary_join_element_wise(
-            pa.scalar("X'", pa.large_string()), hex_text(values), _QUOTE, _EMPTY
-        )
+        text = pc.binary_join_element_wise(_HEX_OPEN, hex_text(values), _QUOTE, _EMPTY)
     elif quoted:
         escaped = pc.replace_substring(values, "\\", "\\\\")
         escaped = pc.replace_substring(escaped, "'", "\\'")

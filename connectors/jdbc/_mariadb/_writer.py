@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 
 from twophase import TaskContext
 from twophase.errors import DataError
 
+from ..._arrow import numbers
 from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, key_lock_hint
 from .._writer import TransactionWriter
 from ._client import MariaDBClient, describe_table
@@ -123,7 +125,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
         # (values, kind, column) written after the planned columns
         extra: list[tuple[pa.Array, str, str]] = []
         if self.options.mode != "append":
-            seq = pa.array(range(txn.seq, txn.seq + batch.num_rows), pa.int64())
+            seq = numbers(np.arange(txn.seq, txn.seq + batch.num_rows), pa.int64())
             extra.append((seq, Kind.NUMBER, SEQ_COLUMN))
             txn.seq += batch.num_rows
         into = STAGING if self.options.mode != "append" else table(self.options.table)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from ..._arrow import number_values, numbers, text_scalar
 from .._encode import ColumnPlan, hex_text, json_text
 from .._table import is_type
 from ._types import ColumnKind
@@ -130,7 +131,16 @@ def _bytea_hex(array: pa.Array) -> pa.Array:
     return hex_text(array, b"\\x")
 
 
-_INTERVAL_UNITS = {"s": " seconds", "ms": " milliseconds", "us": " microseconds"}
+_INTERVAL_UNITS = {
+    unit: text_scalar(name, pa.string())
+    for unit, name in {"s": " seconds", "ms": " milliseconds", "us": " microseconds"}.items()
+}
+_EMPTY = text_scalar("", pa.string())
+_QUOTE = text_scalar('"', pa.string())
+_NULL = text_scalar("NULL", pa.string())
+_COMMA = text_scalar(",", pa.string())
+_OPEN = text_scalar("{", pa.string())
+_CLOSE = text_scalar("}", pa.string())
 
 
 def _interval_text(array: pa.Array) -> pa.Array:
@@ -140,7 +150,7 @@ def _interval_text(array: pa.Array) -> pa.Array:
         array = array.cast(pa.duration("us"), safe=False)
         unit = "us"
     digits = array.cast(pa.int64()).cast(pa.string())
-    return pc.binary_join_element_wise(digits, pa.scalar(_INTERVAL_UNITS[unit]), "")
+    return pc.binary_join_element_wise(digits, _INTERVAL_UNITS[unit], _EMPTY)
 
 
 def _element_text(values: pa.Array) -> pa.Array:
@@ -166,19 +176,19 @@ def _array_literal(array: pa.Array) -> pa.Array:
     t = array.type
     if not pa.types.is_list(t):  # large, fixed-size and view lists
         array = array.cast(pa.list_(t.value_type))
-    offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int32)
+    offsets = number_values(array.offsets).astype(np.int32)
     first = int(offsets[0])
     values = array.values.slice(first, int(offsets[-1]) - first)
     text = _element_text(values)
     text = pc.replace_substring(text, "\\", "\\\\")
     text = pc.replace_substring(text, '"', '\\"')
-    quoted = pc.binary_join_element_wise(pa.scalar('"'), text, pa.scalar('"'), "")
-    quoted = pc.fill_null(quoted, "NULL")
+    quoted = pc.binary_join_element_wise(_QUOTE, text, _QUOTE, _EMPTY)
+    quoted = pc.fill_null(quoted, _NULL)
     lists = pa.ListArray.from_arrays(
-        pa.array(offsets - first, pa.int32()), quoted, mask=array.is_null()
+        numbers(offsets - first, pa.int32()), quoted, mask=array.is_null()
     )
-    joined = pc.binary_join(lists, ",")
-    return pc.binary_join_element_wise(pa.scalar("{"), joined, pa.scalar("}"), "")
+    joined = pc.binary_join(lists, _COMMA)
+    return pc.binary_join_element_wise(_OPEN, joined, _CLOSE, _EMPTY)
 
 
 # --------------------------------------------------------------------- JSON

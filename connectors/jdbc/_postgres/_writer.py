@@ -20,6 +20,7 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import DataError, TwoPhaseError
 
+from ..._arrow import numbers
 from .._gid import format_gid
 from .._options import QualifiedName
 from .._plan import checked_ops, key_lock_hint
@@ -120,7 +121,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         plan = self.planned(txn, batch.schema)
         extra: list[pa.Array] = []
         if self.options.mode != "append":
-            extra.append(pa.array(np.arange(txn.seq, txn.seq + batch.num_rows, dtype=np.int64)))
+            extra.append(numbers(np.arange(txn.seq, txn.seq + batch.num_rows), pa.int64()))
             txn.seq += batch.num_rows
         if plan.op_index is not None:
             extra.append(checked_ops(batch.column(plan.op_index), self.options, txn.where))
