@@ -105,7 +105,13 @@ def is_connection_error(exc: BaseException) -> bool:
     code = sqlstate(exc)
     if code is not None:  # a read-only session stays on a standby: drop it as if it were gone
         return code.startswith("08") or code in ("57P01", "57P02", "57P03", _READ_ONLY)
-    return isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError))
+    # Every error the server sends has a SQLSTATE; one without is libpq's own. psycopg2 raises a
+    # lost connection as OperationalError only if libpq has already marked it bad, else as a
+    # plain DatabaseError ("server closed the connection unexpectedly" on a pooled connection
+    # whose server restarted while it was idle): the session is gone either way.
+    return isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)) or (
+        type(exc) is psycopg2.DatabaseError
+    )
 
 
 def _diag(exc: BaseException, name: str) -> str | None:

@@ -115,6 +115,12 @@ def test_connection_errors_without_sqlstate_are_retriable() -> None:
     assert isinstance(map_error(lost, "COPY"), RetriableError)
     assert not is_connection_error(FakePgError("23502", "null value"))
     assert isinstance(map_error(ValueError("client bug"), "COPY"), AbortRequiredError)
+    # The same loss seen before libpq marked the connection bad: psycopg2's plain DatabaseError
+    # (a pooled connection whose server restarted while it was idle; seen in a whole-suite run).
+    unmarked = psycopg2.DatabaseError("server closed the connection unexpectedly")
+    assert is_connection_error(unmarked)
+    assert isinstance(map_error(unmarked, "reading the server settings"), RetriableError)
+    assert not is_connection_error(psycopg2.DataError("invalid input syntax"))
 
 
 def test_column_comes_from_diag_then_copy_context_then_message() -> None:
