@@ -47,7 +47,8 @@ _LONG_VALUE = 48
 _WORD_CHUNK_BYTES = 1 << 18
 _BLAKE_BYTES = 1 << 16
 _WORD_KEY = np.uint64(0xD6E8FEB86659FD93)
-_NO_SEPARATOR = binary_array([b""])[0]
+#: ``b""`` as an Arrow scalar (``pa.scalar`` would import pandas): a null's fill, no separator.
+_EMPTY = binary_array([b""])[0]
 
 
 def mix(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -163,8 +164,7 @@ def _hash_bytes_v2(arr: pa.Array) -> np.ndarray[Any, Any]:
     """
     arr = arr.cast(pa.large_binary())
     if arr.null_count:
-        # b"": null slots may hold bytes; their hash is replaced anyway
-        arr = arr.fill_null(_NO_SEPARATOR)
+        arr = arr.fill_null(_EMPTY)  # null slots may hold bytes; their hash is replaced anyway
     lengths = np.diff(
         np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
     )
@@ -221,7 +221,7 @@ def _word_sums(
                 pa.py_buffer(np.zeros(int(pad_offsets[-1]), np.uint8)),
             ],
         )
-        chunk = pc.binary_join_element_wise(chunk, pad, _NO_SEPARATOR)
+        chunk = pc.binary_join_element_wise(chunk, pad, _EMPTY)
     words_per_value = (lengths[filled] + 7) >> 3
     first_word = np.cumsum(words_per_value) - words_per_value
     total = int(first_word[-1] + words_per_value[-1])
