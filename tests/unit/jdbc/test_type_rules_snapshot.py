@@ -1,7 +1,7 @@
 """Both dialects' type rules over a broad list of Arrow types, held to a recorded snapshot.
 
 ``type_rules_snapshot.json`` was recorded from the rules as they were before they became a
-description: for each Arrow type below, a digest of the
+description (``connectors/jdbc/_type_rules.py``): for each Arrow type below, a digest of the
 created type (as a key column too), every compatibility answer and message against each column
 below, and every rendering kind. A change of any of them is a change of behaviour, and fails here
 showing the answers now. To record again after a deliberate change:
@@ -19,10 +19,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from twophase.connectors.jdbc._mariadb._types import MARIADB_TYPES
-from twophase.connectors.jdbc._plan import TypeRules
-from twophase.connectors.jdbc._postgres._types import POSTGRES_TYPES
+from twophase.connectors.jdbc._mariadb._type_map import MARIADB_TYPES
+from twophase.connectors.jdbc._postgres._type_map import POSTGRES_TYPES
 from twophase.connectors.jdbc._table import TableColumn
+from twophase.connectors.jdbc._type_rules import TypeRules
 
 pytestmark = pytest.mark.unit
 
