@@ -51,6 +51,9 @@ class TypeRow:
         table is being created) giving it.
     key_created
         The type created instead when the column is part of the primary key.
+    tests
+        The ``pyarrow.types`` tests ``arrow`` names (derived; an unknown name
+        is refused with a ValueError when the row is declared).
     """
 
     arrow: str
