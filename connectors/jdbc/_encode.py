@@ -13,6 +13,7 @@ import datetime as _dt
 import decimal
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from twophase.errors import DataError
 from .._arrow import text_array
 from ._table import is_type
 
-__all__ = ["ColumnPlan", "hex_text", "json_text"]
+__all__ = ["ColumnPlan", "hex_text", "json_text", "rendered_columns"]
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
@@ -48,6 +49,36 @@ class ColumnPlan:
     index: int
     name: str
     kind: str
+
+
+def rendered_columns(
+    batch: pa.RecordBatch,
+    plans: Sequence[ColumnPlan],
+    render: Callable[[pa.Array, str, str], pa.Array],
+    extra: Sequence[pa.Array] = (),
+) -> list[pa.Array]:
+    """Render the planned columns of ``batch`` the dialect's way, then append ``extra``.
+
+    Parameters
+    ----------
+    batch
+        The input record batch.
+    plans
+        The columns to send, in the order of the statement's column list.
+    render
+        ``(array, kind, name) -> array``: the dialect's rendering of one column.
+    extra
+        Arrays appended after the planned columns (the CDC operation and the
+        row sequence), as long as the batch.
+
+    Returns
+    -------
+    list of pyarrow.Array
+        The columns to send, in order.
+    """
+    arrays = [render(batch.column(p.index), p.kind, p.name) for p in plans]
+    arrays.extend(extra)
+    return arrays
 
 
 def hex_text(array: pa.Array, prefix: bytes = b"") -> pa.Array:

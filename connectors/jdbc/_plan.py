@@ -9,7 +9,6 @@ inside the transaction that writes).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +20,8 @@ from twophase.errors import ConfigurationError, DataError
 from .._arrow import text_array
 from ._encode import ColumnPlan
 from ._options import JdbcOptions
-from ._table import TableColumn, TableInfo
+from ._table import TableInfo
+from ._type_rules import TypeRules
 
 #: Staging-table column holding the CDC operation.
 OP_COLUMN = "__twophase_op"
@@ -41,31 +41,6 @@ __all__ = [
     "key_lock_hint",
     "plan_write",
 ]
-
-
-@dataclass(frozen=True)
-class TypeRules:
-    """A dialect's type mapping, as the write plan uses it.
-
-    Attributes
-    ----------
-    database
-        The database's name, for messages.
-    compatibility_problem
-        ``(arrow_type, column) -> str | None``: why the values cannot go into
-        the column (None: they can).
-    column_kind
-        ``(arrow_type, column or None) -> str``: how the values are rendered.
-    sql_type
-        ``(arrow_type, key) -> str``: the type ``create_table=True`` creates
-        (``key``: the column is part of the primary key); raises TypeError
-        when there is none.
-    """
-
-    database: str
-    compatibility_problem: Callable[[pa.DataType, TableColumn], str | None]
-    column_kind: Callable[[pa.DataType, TableColumn | None], str]
-    sql_type: Callable[[pa.DataType, bool], str]
 
 
 @dataclass(frozen=True)

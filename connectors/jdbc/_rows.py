@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from twophase import __version__
@@ -21,6 +23,7 @@ __all__ = [
     "FORMAT_COLUMN",
     "FORMAT_DEFINITION",
     "ROW_FORMAT",
+    "FormatColumnAdder",
     "add_format_column",
     "check_row_format",
     "row_dicts",
@@ -44,6 +47,28 @@ def row_dicts(cur: Any) -> list[dict[str, Any]]:
     """
     names = [d[0] for d in cur.description]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+@dataclass(frozen=True)
+class FormatColumnAdder:
+    """A database's :func:`add_format_column`: how it asks for the column, how it adds it.
+
+    Attributes
+    ----------
+    has_column
+        ``(cursor, quoted table, column) -> bool``: whether the table has the
+        column, asked of the catalog without waiting for a lock on the table.
+    alter
+        The statements that add it with a short lock wait (``{}``: the table).
+    """
+
+    has_column: Callable[[Any, str, str], bool]
+    alter: tuple[str, ...]
+
+    def __call__(self, cur: Any, table: str) -> bool:
+        """Give ``table`` (quoted) its ``record_format`` if it can now; say whether it has it."""
+        present = self.has_column(cur, table, FORMAT_COLUMN)
+        return add_format_column(cur, table, present=present, alter=list(self.alter))
 
 
 def add_format_column(cur: Any, table: str, *, present: bool, alter: list[str]) -> bool:

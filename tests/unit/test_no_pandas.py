@@ -49,14 +49,15 @@ SCRIPT = textwrap.dedent(
 
     # phase 1 of the connectors, without their servers
     from twophase.connectors.jdbc._encode import ColumnPlan
-    from twophase.connectors.jdbc._mariadb import _insert, _load, _types
+    from twophase.connectors.jdbc._mariadb import _insert, _load, _type_map
     from twophase.connectors.jdbc._plan import checked_ops
     from twophase.connectors.jdbc._postgres._csv import encode_csv
     from twophase.connectors.kafka._columns import RecordPlan
     from twophase.connectors.kafka._records import produce_rows
 
     encode_csv(batch, [ColumnPlan(0, "id", "text"), ColumnPlan(2, "key", "bytea")], [ids])
-    plans = [ColumnPlan(0, "id", _types.Kind.NUMBER), ColumnPlan(1, "value", _types.Kind.TEXT)]
+    kind = _type_map.Kind
+    plans = [ColumnPlan(0, "id", kind.NUMBER), ColumnPlan(1, "value", kind.TEXT)]
     _load.fields_text(batch, plans)
     _insert.rows_text(batch, plans)
     checked_ops(text.slice(2, 2).fill_null(text[1]), None, {})  # "c", "d"

@@ -16,7 +16,7 @@ from .._plan import WritePlan
 from .._table import TableInfo
 from ._client import TRANSACTIONAL_ENGINES, MariaDBClient, describe_table
 from ._sql import columns, quote, table
-from ._types import MARIADB_TYPES
+from ._type_map import MARIADB_TYPES
 from ._xid import GTRIDS
 
 __all__ = ["MariaDBChecker"]

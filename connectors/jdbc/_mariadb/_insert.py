@@ -1,6 +1,6 @@
 """Record batches to multi-row ``INSERT`` statements, rendered with Arrow kernels.
 
-Each column becomes SQL literals (:func:`~._types.render_literals`); the
+Each column becomes SQL literals (:func:`~._render.render_literals`); the
 literals of a row are joined into ``(a,b,c),`` by Arrow, so the text of every
 row lies back to back in one buffer. Statements are cut from that buffer at
 row boundaries, each at most ``max_bytes`` long (a row longer than that goes
@@ -13,46 +13,19 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..._arrow import text_scalar
-from .._encode import ColumnPlan
-from ._types import render_literals
+from .._encode import ColumnPlan, rendered_columns
+from ._render import join_rows, render_literals
 
 __all__ = ["insert_statements", "rows_text"]
-
-_OPEN = text_scalar("(", pa.large_string())
-_CLOSE = text_scalar("),", pa.large_string())
-_COMMA = text_scalar(",", pa.large_string())
-_NONE = text_scalar("", pa.large_string())
 
 
 def rows_text(
     batch: pa.RecordBatch, plans: Sequence[ColumnPlan], extra: Sequence[pa.Array] = ()
 ) -> pa.LargeStringArray:
-    """Render each row as ``(literal,literal,...),``.
-
-    Parameters
-    ----------
-    batch
-        The input rows.
-    plans
-        The columns to write, in the statement's column order.
-    extra
-        Columns of literals appended after the planned ones.
-
-    Returns
-    -------
-    pyarrow.LargeStringArray
-        One ``(...),`` per row, without nulls.
-    """
-    literals = [
-        render_literals(batch.column(p.index), p.kind, p.name).cast(pa.large_string())
-        for p in plans
-    ]
-    literals.extend(a.cast(pa.large_string()) for a in extra)
-    joined = pc.binary_join_element_wise(*literals, _COMMA)
-    text: pa.LargeStringArray = pc.binary_join_element_wise(_OPEN, joined, _CLOSE, _NONE)
+    """Render each row as ``(literal,literal,...),`` (``extra``: columns of literals appended)."""
+    literals = rendered_columns(batch, plans, render_literals, extra)
+    text: pa.LargeStringArray = join_rows(literals, pa.large_string(), ",", "(", "),")
     return text
 
 

@@ -1,6 +1,6 @@
 r"""Record batches to ``LOAD DATA LOCAL INFILE``: tab-separated fields rendered by Arrow kernels.
 
-Each column becomes fields (:func:`~._types.render_fields`: ``\N`` for NULL,
+Each column becomes fields (:func:`~._render.render_fields`: ``\N`` for NULL,
 backslash, tab and newline escaped, every other byte as it is); Arrow joins a
 row's fields with tabs and ends it with a newline, so the whole file is one
 buffer, written to a temporary file and sent by PyMySQL when the server
@@ -19,49 +19,26 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from twophase.errors import DataError
 
-from ..._arrow import text_scalar
-from .._encode import ColumnPlan
+from .._encode import ColumnPlan, rendered_columns
 from ._errors import guess_column
+from ._render import join_rows, render_fields
 from ._sql import columns, literal
-from ._types import render_fields
 
 __all__ = ["LOCAL_INFILE_REFUSED", "fields_text", "load"]
 
 #: Error numbers of a server or client that does not allow ``LOAD DATA LOCAL``.
 LOCAL_INFILE_REFUSED = frozenset({1148, 2068, 3948, 4166})
 
-_TAB = text_scalar(b"\t", pa.large_binary())
-_NEWLINE = text_scalar(b"\n", pa.large_binary())
-_NONE = text_scalar(b"", pa.large_binary())
-
 
 def fields_text(
     batch: pa.RecordBatch, plans: Sequence[ColumnPlan], extra: Sequence[pa.Array] = ()
 ) -> pa.LargeBinaryArray:
-    r"""Render each row as its fields joined by tabs, ending in a newline.
-
-    Parameters
-    ----------
-    batch
-        The input rows.
-    plans
-        The columns to write, in the statement's column order.
-    extra
-        Columns of fields appended after the planned ones.
-
-    Returns
-    -------
-    pyarrow.LargeBinaryArray
-        One ``f1\tf2\n`` per row.
-    """
-    fields = [render_fields(batch.column(p.index), p.kind, p.name) for p in plans]
-    fields.extend(a.cast(pa.large_binary()) for a in extra)
-    joined = pc.binary_join_element_wise(*fields, _TAB)
-    rows: pa.LargeBinaryArray = pc.binary_join_element_wise(joined, _NEWLINE, _NONE)
+    r"""Render each row as its fields joined by tabs, ending in a newline (``extra``: fields)."""
+    fields = rendered_columns(batch, plans, render_fields, extra)
+    rows: pa.LargeBinaryArray = join_rows(fields, pa.large_binary(), "\t", "", "\n")
     return rows
 
 

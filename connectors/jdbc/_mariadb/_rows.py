@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, add_format_column
+from .._rows import FORMAT_DEFINITION, FormatColumnAdder
 
 __all__ = ["mariadb_add_format_column", "mariadb_has_column"]
 
@@ -15,14 +15,11 @@ def mariadb_has_column(cur: Any, table: str, column: str) -> bool:
     return bool(cur.fetchall())
 
 
-def mariadb_add_format_column(cur: Any, table: str) -> bool:
-    """:func:`add_format_column` for MariaDB (waits at most a second for the metadata lock)."""
-    return add_format_column(
-        cur,
-        table,
-        present=mariadb_has_column(cur, table, FORMAT_COLUMN),
-        alter=[
-            "SET STATEMENT lock_wait_timeout = 1 FOR "
-            f"ALTER TABLE {{}} ADD COLUMN IF NOT EXISTS {FORMAT_DEFINITION}"
-        ],
-    )
+#: :func:`~.._rows.add_format_column` for MariaDB (waits at most a second for the metadata lock).
+mariadb_add_format_column = FormatColumnAdder(
+    mariadb_has_column,
+    (
+        "SET STATEMENT lock_wait_timeout = 1 FOR "
+        f"ALTER TABLE {{}} ADD COLUMN IF NOT EXISTS {FORMAT_DEFINITION}",
+    ),
+)

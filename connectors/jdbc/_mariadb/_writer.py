@@ -28,9 +28,10 @@ from ._errors import errno
 from ._fencing import release_slot, take_slot
 from ._insert import insert_statements, rows_text
 from ._load import LOCAL_INFILE_REFUSED, fields_text, load
+from ._render import render_fields, render_literals
 from ._sql import STAGING, columns, create_staging, dedupes_at_load, merge, table
 from ._transaction import MariaDBTransaction
-from ._types import MARIADB_TYPES, Kind, render_fields, render_literals
+from ._type_map import MARIADB_TYPES, Kind
 from ._xa import XATransactions
 from ._xid import xid_of
 

@@ -23,7 +23,7 @@ from ._catalog import (
 )
 from ._client import PostgresClient
 from ._gid import GIDS
-from ._types import POSTGRES_TYPES
+from ._type_map import POSTGRES_TYPES
 
 __all__ = ["PostgresChecker"]
 

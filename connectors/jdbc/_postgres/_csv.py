@@ -24,9 +24,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ..._arrow import number_values, numbers, text_scalar
-from .._encode import ColumnPlan, hex_text, json_text
+from .._encode import ColumnPlan, hex_text, json_text, rendered_columns
 from .._table import is_type
-from ._types import ColumnKind
+from ._type_map import ColumnKind
 
 __all__ = ["encode_csv", "render_column"]
 
@@ -60,8 +60,7 @@ def encode_csv(
     DataError
         A value cannot be rendered (NaN inside a JSON column), naming the column.
     """
-    arrays = [render_column(batch.column(p.index), p.kind, p.name) for p in plans]
-    arrays.extend(extra)
+    arrays = rendered_columns(batch, plans, render_column, extra)
     table = pa.Table.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
     sink = pa.BufferOutputStream()
     pacsv.write_csv(table, sink, _WRITE_OPTIONS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, add_format_column
+from .._rows import FORMAT_DEFINITION, FormatColumnAdder
 
 __all__ = ["pg_add_format_column", "pg_has_column"]
 
@@ -19,16 +19,13 @@ def pg_has_column(cur: Any, table: str, column: str) -> bool:
     return bool(cur.fetchall())
 
 
-def pg_add_format_column(cur: Any, table: str) -> bool:
-    """:func:`add_format_column` for PostgreSQL (waits at most half a second for the lock)."""
-    return add_format_column(
-        cur,
-        table,
-        present=pg_has_column(cur, table, FORMAT_COLUMN),
-        alter=[
-            "BEGIN",
-            "SET LOCAL lock_timeout = '500ms'",
-            f"ALTER TABLE {{}} ADD COLUMN IF NOT EXISTS {FORMAT_DEFINITION}",
-            "COMMIT",
-        ],
-    )
+#: :func:`~.._rows.add_format_column` for PostgreSQL (waits at most half a second for the lock).
+pg_add_format_column = FormatColumnAdder(
+    pg_has_column,
+    (
+        "BEGIN",
+        "SET LOCAL lock_timeout = '500ms'",
+        f"ALTER TABLE {{}} ADD COLUMN IF NOT EXISTS {FORMAT_DEFINITION}",
+        "COMMIT",
+    ),
+)

@@ -3,7 +3,7 @@
 Identifiers (tables, columns) always go through :class:`psycopg2.sql.Identifier`
 and values always travel as query parameters: nothing from the data or the
 user's options is ever formatted into SQL text. The only literal SQL fragments
-are the PostgreSQL type names of :func:`~._types.postgres_type`, which come
+are the PostgreSQL type names of :data:`~._type_map.POSTGRES_TYPES`, which come
 from a fixed table in this package. The marker table's statements follow the
 same rule in :mod:`._markers`.
 """

@@ -35,7 +35,7 @@ from ._fencing import application_name, take_slot
 from ._gid import GIDS
 from ._prepared import PreparedTransactions
 from ._transaction import PostgresTransaction
-from ._types import POSTGRES_TYPES
+from ._type_map import POSTGRES_TYPES
 
 __all__ = ["PostgresWriter"]
 

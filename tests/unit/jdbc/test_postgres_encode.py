@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from twophase.connectors.jdbc._encode import ColumnPlan
 from twophase.connectors.jdbc._postgres._csv import encode_csv, render_column
-from twophase.connectors.jdbc._postgres._types import ColumnKind
+from twophase.connectors.jdbc._postgres._type_map import ColumnKind
 from twophase.errors import DataError
 
 pytestmark = pytest.mark.unit

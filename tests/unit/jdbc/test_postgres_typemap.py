@@ -5,17 +5,16 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from twophase.connectors.jdbc._postgres._types import (
-    ColumnKind,
-    TableColumn,
-    column_kind,
-    compatibility_problem,
-    postgres_type,
-)
+from twophase.connectors.jdbc._postgres._type_map import POSTGRES_TYPES, ColumnKind
+from twophase.connectors.jdbc._table import TableColumn
 
 pytestmark = pytest.mark.unit
 
-# The table of docs/jdbc.md and _postgres/_types.py, row by row.
+postgres_type = POSTGRES_TYPES.sql_type
+compatibility_problem = POSTGRES_TYPES.compatibility_problem
+column_kind = POSTGRES_TYPES.column_kind
+
+# The table of docs/jdbc.md and _postgres/_type_map.py, row by row.
 MAPPING = [
     (pa.bool_(), "boolean"),
     (pa.int8(), "smallint"),
