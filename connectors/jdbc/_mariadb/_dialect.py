@@ -15,7 +15,7 @@ from ._xa import MariaDBHandle, XATransactions
 __all__ = ["MARIADB", "MariaDBDialect", "MariaDBMarkerSink", "MariaDBTwoPhaseSink"]
 
 
-class MariaDBDialect(PartsDialect):
+class MariaDBDialect(PartsDialect[MariaDBTransaction, MariaDBHandle]):
     """MariaDB 10.5 or newer; not MySQL (see ``docs/mariadb.md``).
 
     Its parts: ``XA START`` or ``BEGIN``, ``LOAD DATA``/``INSERT``, roll back

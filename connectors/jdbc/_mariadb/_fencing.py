@@ -47,6 +47,7 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import FatalError
 
+from ..._context import ErrorContext
 from .._fence import Rank, attempt_rank, refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
 from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, check_row_format, row_dicts
@@ -310,9 +311,7 @@ def _holder_ranks(cur: Any, options: JdbcOptions, context: TaskContext, holder: 
             row.get(FORMAT_COLUMN),
             table=table,
             row=f"identity {c.identity!r}, partition {c.partition_id}",
-            sink=c.sink_name,
-            batch_id=c.batch_id,
-            partition_id=c.partition_id,
+            where=ErrorContext.of_task(c),
         )
     return [(int(r["epoch"]), int(r["batch_id"]), int(r["attempt"])) for r in rows]
 

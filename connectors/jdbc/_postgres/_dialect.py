@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-class PostgresDialect(PartsDialect):
+class PostgresDialect(PartsDialect[PostgresTransaction, PostgresHandle]):
     """PostgreSQL 12 or newer (see ``docs/jdbc.md`` for the server settings).
 
     Its parts: ``BEGIN``, ``COPY``, merge, ``ROLLBACK``
