@@ -29,7 +29,7 @@ from twophase.errors import (
 )
 
 from . import _pool
-from ._errors import ErrorContext, is_fenced, kafka_error_of, map_kafka_error
+from ._errors import KafkaErrorContext, is_fenced, kafka_error_of, map_kafka_error
 from ._options import KafkaOptions
 
 __all__ = ["TransactionFailures"]
@@ -61,7 +61,7 @@ class TransactionFailures:
         return time.monotonic() - self.started
 
     # -------------------------------------------------------------- helpers
-    def _ctx(self, action: str, topic: str | None = None) -> ErrorContext:
+    def _ctx(self, action: str, topic: str | None = None) -> KafkaErrorContext:
         return self.options.error_context(
             action,
             context=self.context,
