@@ -40,25 +40,16 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ._pool import close_connections
-from ._registry import DATABASES as _DATABASES
+from ._registry import public_names as _public_names
 
 if _TYPE_CHECKING:
+    from ._mariadb import register_mariadb_format
     from ._mariadb._dialect import MariaDBMarkerSink, MariaDBTwoPhaseSink
     from ._mariadb._factory import mariadb_sink
-    from ._mariadb._format import register_mariadb_format
+    from ._postgres import register_postgres_format
     from ._postgres._admin import PreparedTransaction, list_prepared_transactions
     from ._postgres._dialect import PostgresMarkerSink, PostgresTwoPhaseSink
     from ._postgres._factory import postgres_sink
-    from ._postgres._format import register_postgres_format
-
-
-def _public_names() -> dict[str, str]:
-    """Return where each registered database's public names live (``PUBLIC`` of its package)."""
-    where: dict[str, str] = {}
-    for db in _DATABASES:
-        package = _importlib.import_module(f".{db.package}", __name__)
-        where.update({name: f".{db.package}.{module}" for name, module in package.PUBLIC.items()})
-    return where
 
 
 #: Where each public name lives (imported on first use: a dialect's client

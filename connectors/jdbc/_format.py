@@ -3,19 +3,21 @@
 The coordinated protocol only (``protocol=coordinated``, the default here): a
 Python data source has no driver step before its write tasks, which the markers
 protocol's replay check needs (``docs/modes.md``). Each dialect's ``_format``
-module declares one :class:`FormatSpec` (its format, factory and options);
-reading the options is written once, here.
+package declares one :class:`FormatSpec` in its ``__init__`` (its format, its
+factory, its connection option and its own options), which imports no client
+library; reading the options and registering the format are written once, here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+import twophase
 from twophase.errors import ConfigurationError
 
-__all__ = ["COMMON_OPTIONS", "FormatSpec", "text_option"]
+__all__ = ["COMMON_OPTIONS", "FormatRegistrar", "FormatSpec", "text_option"]
 
 
 def text_option(value: str) -> str:
@@ -87,16 +89,29 @@ class FormatSpec:
     factory
         ``module:function`` of the sink factory, imported when a sink is built
         (so that registering a format needs no client library).
-    options
-        Option name (lower case) -> (factory argument, parser).
-    required
-        Options that must be given.
+    connection_option
+        The factory argument holding the connection string (``"dsn"``,
+        ``"url"``): an option of the same name, required.
+    own_options
+        The dialect's other options: option name (lower case) -> (factory
+        argument, parser).
     """
 
     format: str
     factory: str
-    options: Mapping[str, tuple[str, Callable[[str], Any]]]
-    required: tuple[str, ...]
+    connection_option: str
+    own_options: Mapping[str, tuple[str, Callable[[str], Any]]] = field(default_factory=dict)
+
+    @property
+    def options(self) -> dict[str, tuple[str, Callable[[str], Any]]]:
+        """Return every option of the format: option name (lower case) -> (argument, parser)."""
+        connection = {self.connection_option: (self.connection_option, text_option)}
+        return {**COMMON_OPTIONS, **connection, **self.own_options}
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """Return the options that must be given."""
+        return ("name", "table", self.connection_option)
 
     def sink_from_options(self, options: Mapping[str, str]) -> Any:
         """Build the sink from a data source's string options.
@@ -117,13 +132,14 @@ class FormatSpec:
             An unknown option, a missing one, or a value of the wrong kind; the
             message names the option.
         """
+        known = self.options
         given = {k.lower(): v for k, v in options.items()}
         sink_name = given.get("name", "?")
-        unknown = sorted(set(given) - set(self.options))
+        unknown = sorted(set(given) - set(known))
         if unknown:
             raise ConfigurationError(
                 f"unknown option(s) {', '.join(map(_spelled, unknown))} of "
-                f"format({self.format!r}); known: {', '.join(_spelled(k) for k in self.options)}",
+                f"format({self.format!r}); known: {', '.join(_spelled(k) for k in known)}",
                 sink=sink_name,
                 setting=_spelled(unknown[0]),
             )
@@ -136,7 +152,7 @@ class FormatSpec:
             )
         arguments: dict[str, Any] = {"protocol": "coordinated"}
         for key, raw in given.items():
-            argument, parse = self.options[key]
+            argument, parse = known[key]
             try:
                 arguments[argument] = parse(raw)
             except ValueError as exc:
@@ -149,3 +165,66 @@ class FormatSpec:
         module, _, function = self.factory.partition(":")
         factory = getattr(__import__(module, fromlist=[function]), function)
         return factory(**arguments)
+
+    def registrar(self, module: str, name: str) -> FormatRegistrar:
+        """Return the dialect's public ``register_<dialect>_format`` function.
+
+        Parameters
+        ----------
+        module
+            The module that exports it (its ``__module__``, so that it pickles
+            and documents as that module's).
+        name
+            Its name.
+
+        Returns
+        -------
+        FormatRegistrar
+            ``register(spark, name=None)``, documented with this format's name.
+        """
+        spec = self
+
+        def register(spark: Any, name: str | None = None) -> None:
+            twophase.register_format(spark, name or spec.format, spec.sink_from_options)
+
+        register.__module__ = module
+        register.__name__ = register.__qualname__ = name
+        register.__doc__ = _REGISTER_DOC.format(format=self.format, option=self.connection_option)
+        return register
+
+
+class FormatRegistrar(Protocol):
+    """A dialect's ``register_<dialect>_format(spark, name=None)``."""
+
+    def __call__(self, spark: Any, name: str | None = None) -> None:
+        """Register the dialect's format in ``spark`` (under ``name``, default its own)."""
+        ...
+
+
+_REGISTER_DOC = """Register ``df.writeStream.format("{format}")`` in a session.
+
+The format's options (case-insensitive) are the factory's arguments in camel
+case: ``name``, ``table`` (``schema.table`` allowed) and ``{option}`` are
+required; ``mode``, ``keyColumns`` (comma-separated), ``cdcOpColumn``,
+``orderColumn``, ``protocol`` (default ``coordinated``), ``createTable``
+(``true``/``false``), ``lockTimeout``, ``statementTimeout``,
+``idleInTransactionTimeout``, ``networkTimeout`` (seconds), ``connectTimeout``,
+``maxPartitions`` and the dialect's own options mean what the factory's
+arguments of the same name mean. The format refuses ``mode`` ``upsert`` and
+``cdc`` when the query starts: their rows must be routed by key, which only
+``foreachBatch`` does.
+
+Parameters
+----------
+spark
+    A classic or Spark Connect session.
+name
+    The format name (default ``"{format}"``).
+
+Examples
+--------
+>>> register(spark)  # doctest: +SKIP
+>>> (orders.writeStream.format("{format}")  # doctest: +SKIP
+...     .option("name", "orders").option("table", "shop.orders")
+...     .option("{option}", "...").option("checkpointLocation", "/chk/orders").start())
+"""

@@ -11,9 +11,10 @@ database".
 
 from __future__ import annotations
 
+import importlib
 from typing import Final, NamedTuple
 
-__all__ = ["DATABASES", "Database"]
+__all__ = ["DATABASES", "Database", "public_names"]
 
 
 class Database(NamedTuple):
@@ -37,3 +38,21 @@ DATABASES: Final = (
     Database("_mariadb", "pymysql"),
     Database("_postgres", "psycopg2"),
 )
+
+
+def public_names() -> dict[str, str]:
+    """Return each registered database's public names and where they live.
+
+    Returns
+    -------
+    dict
+        Name -> module relative to the family (``"._postgres._factory"``;
+        ``"._postgres"`` for a name of the package's ``__init__``), from each
+        package's ``PUBLIC``.
+    """
+    where: dict[str, str] = {}
+    for db in DATABASES:
+        package = importlib.import_module(f"{__package__}.{db.package}")
+        for name, module in package.PUBLIC.items():
+            where[name] = f".{db.package}.{module}" if module else f".{db.package}"
+    return where

@@ -21,6 +21,7 @@ from twophase import (
     Marker,
     MarkerCommitSink,
     RecoveryContext,
+    RetryPolicy,
     SinkContext,
     TransactionHandle,
     TransactionStatus,
@@ -53,17 +54,28 @@ class JdbcTwoPhaseSink(
 
     Parameters
     ----------
+    name
+        The sink name.
     options
         What to write and how.
     connection
         Connection parameters.
-    **base
-        ``name``, ``checkpoint_location``, ``retry``: see
-        :class:`twophase.TwoPhaseCommitSink`.
+    checkpoint_location, retry
+        See :class:`twophase.TwoPhaseCommitSink`.
     """
 
-    def __init__(self, options: JdbcOptions, connection: ConnectionConfig, **base: Any) -> None:
-        super().__init__(options, connection, **base)
+    def __init__(
+        self,
+        name: str,
+        options: JdbcOptions,
+        connection: ConnectionConfig,
+        *,
+        checkpoint_location: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__(
+            options, connection, name=name, checkpoint_location=checkpoint_location, retry=retry
+        )
         self._prepared: PreparedStore[TxnT, HandleT] = self.dialect.prepared(options, connection)
 
     # ================================================ coordinator hooks (driver)
@@ -134,17 +146,37 @@ class JdbcMarkerSink(JdbcSinkMixin[TxnT], MarkerCommitSink[TxnT]):
 
     Parameters
     ----------
+    name
+        The sink name.
     options
         What to write and how.
     connection
         Connection parameters.
-    **base
-        ``name``, ``staging``, ``checkpoint_location``, ``retry``: see
-        :class:`twophase.MarkerCommitSink`.
+    staging
+        Stage each batch in the checkpoint first, so that replays are
+        deterministic even when the pipeline is not.
+    checkpoint_location, retry
+        See :class:`twophase.MarkerCommitSink`.
     """
 
-    def __init__(self, options: JdbcOptions, connection: ConnectionConfig, **base: Any) -> None:
-        super().__init__(options, connection, **base)
+    def __init__(
+        self,
+        name: str,
+        options: JdbcOptions,
+        connection: ConnectionConfig,
+        *,
+        staging: bool = False,
+        checkpoint_location: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__(
+            options,
+            connection,
+            name=name,
+            staging=staging,
+            checkpoint_location=checkpoint_location,
+            retry=retry,
+        )
         self._markers: MarkerStore[TxnT] = self.dialect.markers(options, connection)
         self.max_transactions_per_batch = options.max_partitions
 

@@ -77,17 +77,17 @@ def build_fake(options: Mapping[str, str]) -> Any:
 
 def build_postgres(options: Mapping[str, str]) -> Any:
     """The connector's own builder (``format("twophase-postgres")``), plus ``crash``."""
-    from twophase.connectors.jdbc._postgres._format import postgres_sink_from_options
+    from twophase.connectors.jdbc._postgres import FORMAT
 
-    sink = postgres_sink_from_options({k: v for k, v in options.items() if k != "crash"})
+    sink = FORMAT.sink_from_options({k: v for k, v in options.items() if k != "crash"})
     return _with_crash(sink, options)
 
 
 def build_mariadb(options: Mapping[str, str]) -> Any:
     """The connector's own builder (``format("twophase-mariadb")``), plus ``crash``."""
-    from twophase.connectors.jdbc._mariadb._format import mariadb_sink_from_options
+    from twophase.connectors.jdbc._mariadb import FORMAT
 
-    sink = mariadb_sink_from_options({k: v for k, v in options.items() if k != "crash"})
+    sink = FORMAT.sink_from_options({k: v for k, v in options.items() if k != "crash"})
     return _with_crash(sink, options)
 
 

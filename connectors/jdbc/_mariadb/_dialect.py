@@ -1,18 +1,37 @@
-"""The MariaDB dialect: PyMySQL, ``LOAD DATA LOCAL INFILE``, ``XA PREPARE``; and its sinks."""
+"""The MariaDB dialect: PyMySQL, ``LOAD DATA LOCAL INFILE``, ``XA PREPARE``; and its sinks.
+
+:class:`MariaDBDialect` declares what MariaDB does its own way: its four parts
+(:class:`~._writer.MariaDBWriter`, :class:`~._checks.MariaDBChecker`,
+:class:`~._xa.XATransactions`, :class:`~._markers.MariaDBMarkerTable`), its
+identifier limit, PyMySQL's connection keywords, and what ``protocol="auto"``
+means (always the coordinated protocol: MariaDB cannot turn XA off). The
+family's core builds the factory and the ``format(...)`` from it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from .._config import ConnectionConfig
 from .._dialect import PartsDialect
+from .._factory import Choice, SinkClasses
 from .._options import JdbcOptions
 from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._checks import MariaDBChecker
+from ._dbapi import CONNECT_KEYS, parse_url
 from ._markers import MariaDBMarkerTable
 from ._transaction import MariaDBTransaction
 from ._writer import MariaDBWriter
 from ._xa import MariaDBHandle, XATransactions
 
-__all__ = ["MARIADB", "MariaDBDialect", "MariaDBMarkerSink", "MariaDBTwoPhaseSink"]
+__all__ = [
+    "MARIADB",
+    "MARIADB_SINKS",
+    "MariaDBDialect",
+    "MariaDBMarkerSink",
+    "MariaDBTwoPhaseSink",
+]
 
 
 class MariaDBDialect(PartsDialect[MariaDBTransaction, MariaDBHandle]):
@@ -28,6 +47,36 @@ class MariaDBDialect(PartsDialect[MariaDBTransaction, MariaDBHandle]):
     name = "MariaDB"
     instance = "MARIADB"
     parts = (MariaDBWriter, MariaDBChecker, XATransactions, MariaDBMarkerTable)
+    #: MariaDB's identifier limit (64 characters; the check counts bytes).
+    max_identifier_bytes = 64
+    sink_options: frozenset[str] = frozenset()
+    #: PyMySQL's keywords the sink passes on (any other is refused).
+    connection_keywords = CONNECT_KEYS
+
+    def connection(self, target: str | None, keywords: Mapping[str, object]) -> ConnectionConfig:
+        """Parse the ``mysql://`` URL (``target``) and merge the keywords into it."""
+        params: dict[str, Any] = parse_url(target) if target else {}
+        params.update({k: v for k, v in keywords.items() if v is not None})
+        return ConnectionConfig(None, **params)
+
+    def accepts_keyword(self, keyword: str) -> bool:
+        """Tell whether ``keyword`` is one of PyMySQL's the sink passes on."""
+        return keyword in CONNECT_KEYS
+
+    def application_name(self, sink: str) -> str | None:
+        """MariaDB sessions keep no application name."""
+        return None
+
+    def choose(
+        self, requested: str, options: JdbcOptions, connection: ConnectionConfig, sink: str
+    ) -> Choice:
+        """Pick the coordinated protocol unless ``markers`` is pinned: MariaDB always has XA.
+
+        It does not connect: the sink checks the server when the query starts.
+        """
+        if requested == "markers":
+            return Choice("markers", "forced")
+        return Choice("coordinated", "XA")
 
 
 #: The one MariaDB dialect object (it pickles by name).
@@ -51,16 +100,11 @@ class MariaDBTwoPhaseSink(JdbcTwoPhaseSink[MariaDBTransaction, MariaDBHandle]):
         What to write and how.
     connection
         Connection parameters.
-    **base
-        ``checkpoint_location``, ``retry``: see :class:`twophase.TwoPhaseCommitSink`.
+    checkpoint_location, retry
+        See :class:`twophase.TwoPhaseCommitSink`.
     """
 
     dialect = MARIADB
-
-    def __init__(
-        self, name: str, options: JdbcOptions, connection: ConnectionConfig, **base: object
-    ) -> None:
-        super().__init__(options, connection, name=name, **base)
 
 
 class MariaDBMarkerSink(JdbcMarkerSink[MariaDBTransaction]):
@@ -77,14 +121,12 @@ class MariaDBMarkerSink(JdbcMarkerSink[MariaDBTransaction]):
         What to write and how.
     connection
         Connection parameters.
-    **base
-        ``staging``, ``checkpoint_location``, ``retry``: see
-        :class:`twophase.MarkerCommitSink`.
+    staging, checkpoint_location, retry
+        See :class:`twophase.MarkerCommitSink`.
     """
 
     dialect = MARIADB
 
-    def __init__(
-        self, name: str, options: JdbcOptions, connection: ConnectionConfig, **base: object
-    ) -> None:
-        super().__init__(options, connection, name=name, **base)
+
+#: The sink of each protocol, for the factory.
+MARIADB_SINKS = SinkClasses(MariaDBTwoPhaseSink, MariaDBMarkerSink)

@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from twophase import RetryPolicy
-from twophase.errors import ConfigurationError
+from .._factory import SinkOptions, build_sink
+from ._dialect import MARIADB, MARIADB_SINKS, MariaDBMarkerSink, MariaDBTwoPhaseSink
 
-from .._config import ConnectionConfig
-from .._factory import Protocol, sink_options, unused_staging
-from .._options import WriteMode
-from ._dbapi import check_keys, parse_url
-from ._dialect import MariaDBMarkerSink, MariaDBTwoPhaseSink
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-__all__ = ["mariadb_sink"]
+__all__ = ["MariaDBOptions", "mariadb_sink"]
 
-_log = logging.getLogger("twophase.connectors.jdbc")
 
-#: MariaDB's identifier limit (64 characters; the check counts bytes).
-_MAX_IDENTIFIER = 64
+class MariaDBOptions(SinkOptions, total=False):
+    """:func:`mariadb_sink`'s keywords: the family's and PyMySQL's (no other is taken)."""
+
+    host: str
+    port: str | int
+    user: str
+    password: str
+    database: str
+    unix_socket: str
+    ssl_ca: str
+    ssl_cert: str
+    ssl_key: str
+    ssl_verify_cert: str | int
+    ssl_verify_identity: str | int
+    ssl_disabled: str | int
+    read_timeout: str | int
+    write_timeout: str | int
 
 
 def mariadb_sink(
@@ -28,24 +37,7 @@ def mariadb_sink(
     *,
     table: str | tuple[str, str],
     url: str | None = None,
-    mode: WriteMode = "append",
-    key_columns: Sequence[str] = (),
-    cdc_op_column: str = "op",
-    order_column: str | None = None,
-    protocol: Protocol = "auto",
-    create_table: bool = False,
-    marker_table: str | tuple[str, str] = "twophase_markers",
-    marker_retention: int = 100,
-    lock_timeout: float = 30.0,
-    statement_timeout: float = 600.0,
-    idle_in_transaction_timeout: float = 600.0,
-    connect_timeout: int = 10,
-    network_timeout: float = 60.0,
-    max_partitions: int | None = None,
-    staging: bool = False,
-    checkpoint_location: str | None = None,
-    retry: RetryPolicy | None = None,
-    **connect_params: str | int,
+    **options: Unpack[MariaDBOptions],
 ) -> MariaDBTwoPhaseSink | MariaDBMarkerSink:
     """Build an exactly-once MariaDB sink (MariaDB 10.5 or newer; not MySQL).
 
@@ -138,9 +130,11 @@ def mariadb_sink(
     retry
         Backoff of the driver's commit steps that fail transiently (a
         :class:`twophase.RetryPolicy`; its defaults when omitted).
-    **connect_params
-        Connection keywords (those listed under ``url``); any other keyword is
-        refused by name.
+    **options
+        The options above (``mode`` ... ``retry``; their defaults are those of
+        :func:`~twophase.connectors.jdbc.postgres_sink`), and the connection
+        keywords listed under ``url``. Any other keyword is refused by name,
+        with the closest valid one.
 
     Returns
     -------
@@ -158,20 +152,4 @@ def mariadb_sink(
     ...     "orders", table="shop.orders", url="mysql://etl@db:3306/shop")
     >>> df.writeStream.foreachBatch(sink).start()  # doctest: +SKIP
     """
-    options = sink_options(
-        name, protocol, locals(), database="MariaDB", max_identifier_bytes=_MAX_IDENTIFIER
-    )
-    try:
-        params: dict[str, Any] = parse_url(url) if url else {}
-        check_keys(connect_params)
-        params.update({k: v for k, v in connect_params.items() if v is not None})
-        connection = ConnectionConfig(None, **params)
-    except ConfigurationError as exc:
-        raise exc.with_context(sink=name) from None
-    common: dict[str, Any] = {"checkpoint_location": checkpoint_location, "retry": retry}
-    if protocol == "markers":
-        _log.info("sink %s: protocol 'markers' on %s", name, connection.describe())
-        return MariaDBMarkerSink(name, options, connection, staging=staging, **common)
-    unused_staging(name, staging)
-    _log.info("sink %s: protocol 'coordinated' (XA) on %s", name, connection.describe())
-    return MariaDBTwoPhaseSink(name, options, connection, **common)
+    return build_sink(MARIADB, MARIADB_SINKS, name, table, url, options)

@@ -16,7 +16,61 @@ from twophase.errors import ConfigurationError
 from .._config import ConnectionConfig
 from .._network import NetworkBounds
 
-__all__ = ["PSYCOPG2", "Psycopg2DbApi", "libpq_bounds", "parse_dsn", "postgres_connection"]
+__all__ = [
+    "LIBPQ_KEYWORDS",
+    "PSYCOPG2",
+    "Psycopg2DbApi",
+    "libpq_bounds",
+    "libpq_keyword",
+    "parse_dsn",
+    "postgres_connection",
+]
+
+#: libpq's usual connection keywords, to name the closest to a misspelt one
+#: (which keywords are valid, the linked libpq itself says: :func:`libpq_keyword`).
+LIBPQ_KEYWORDS = frozenset(
+    {
+        "application_name",
+        "channel_binding",
+        "client_encoding",
+        "connect_timeout",
+        "dbname",
+        "gssencmode",
+        "host",
+        "hostaddr",
+        "keepalives",
+        "keepalives_count",
+        "keepalives_idle",
+        "keepalives_interval",
+        "options",
+        "passfile",
+        "password",
+        "port",
+        "service",
+        "sslcert",
+        "sslcrl",
+        "sslkey",
+        "sslmode",
+        "sslpassword",
+        "sslrootcert",
+        "target_session_attrs",
+        "tcp_user_timeout",
+        "user",
+    }
+)
+
+
+def libpq_keyword(keyword: str) -> bool:
+    """Tell whether the libpq psycopg2 links takes ``keyword`` as a connection option."""
+    import psycopg2
+
+    if keyword in LIBPQ_KEYWORDS:
+        return True
+    try:
+        psycopg2.extensions.make_dsn(**{keyword: "0"})
+    except psycopg2.ProgrammingError:
+        return False
+    return True
 
 
 def postgres_connection(dsn: str | None = None, **params: object) -> ConnectionConfig:

@@ -1,20 +1,27 @@
 """The PostgreSQL dialect: psycopg2, ``COPY``, ``PREPARE TRANSACTION``; and its sinks.
 
-It builds the four parts of :mod:`._dialect` from the PostgreSQL modules:
-:class:`~._writer.PostgresWriter`, :class:`~._checks.PostgresChecker`,
-:class:`~._prepared.PreparedTransactions` and :class:`~._markers.PostgresMarkerTable`.
+:class:`PostgresDialect` declares what PostgreSQL does its own way: its four
+parts (:class:`~._writer.PostgresWriter`, :class:`~._checks.PostgresChecker`,
+:class:`~._prepared.PreparedTransactions`, :class:`~._markers.PostgresMarkerTable`),
+its identifier limit, libpq's connection keywords, and what ``protocol="auto"``
+means (the server's ``max_prepared_transactions``). The family's core builds
+the factory and the ``format(...)`` from it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from twophase import RetryPolicy
 
 from .._config import ConnectionConfig
 from .._dialect import PartsDialect
+from .._factory import Choice, SinkClasses
 from .._options import JdbcOptions
 from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._catalog import ServerInfo
 from ._checks import PostgresChecker
+from ._dbapi import LIBPQ_KEYWORDS, libpq_keyword, postgres_connection
 from ._markers import PostgresMarkerTable
 from ._prepared import PostgresHandle, PreparedTransactions
 from ._slots import partition_limit
@@ -23,6 +30,7 @@ from ._writer import PostgresWriter
 
 __all__ = [
     "POSTGRES",
+    "POSTGRES_SINKS",
     "PostgresDialect",
     "PostgresMarkerSink",
     "PostgresSink",
@@ -43,6 +51,52 @@ class PostgresDialect(PartsDialect[PostgresTransaction, PostgresHandle]):
     name = "PostgreSQL"
     instance = "POSTGRES"
     parts = (PostgresWriter, PostgresChecker, PreparedTransactions, PostgresMarkerTable)
+    #: PostgreSQL truncates names over 63 bytes silently: they are refused.
+    max_identifier_bytes = 63
+    sink_options = frozenset({"merge_schema"})
+
+    #: libpq's usual keywords, to suggest the closest to a misspelt one.
+    connection_keywords = LIBPQ_KEYWORDS
+
+    def connection(self, target: str | None, keywords: Mapping[str, object]) -> ConnectionConfig:
+        """Parse the DSN (``target``) and merge libpq's keywords into it."""
+        return postgres_connection(target, **keywords)
+
+    def accepts_keyword(self, keyword: str) -> bool:
+        """Tell whether the libpq linked here takes ``keyword`` (it tells, not a list)."""
+        return libpq_keyword(keyword)
+
+    def application_name(self, sink: str) -> str | None:
+        """Return ``twophase:<sink>``, within PostgreSQL's 63 bytes."""
+        return f"twophase:{sink}"[:63]
+
+    def choose(
+        self, requested: str, options: JdbcOptions, connection: ConnectionConfig, sink: str
+    ) -> Choice:
+        """Coordinated when the server can prepare (``max_prepared_transactions > 0``).
+
+        ``auto`` connects once and reads the setting; a pinned ``coordinated``
+        on a server that cannot prepare fails at once with the server's hint.
+        """
+        if requested == "markers":
+            return Choice("markers", "forced")
+        server = PostgresChecker(options, connection).server(sink=sink)
+        version = f"PostgreSQL {server.describe_version()}"
+        if server.max_prepared_transactions == 0:
+            if requested == "coordinated":
+                PreparedTransactions(options, connection).probe(sink=sink)
+            return Choice(
+                "markers",
+                f"{version} has max_prepared_transactions=0: per-partition commit with "
+                f"markers in {options.marker_table}",
+            )
+        limit = partition_limit(server.max_prepared_transactions, options.max_partitions)
+        return Choice(
+            "coordinated",
+            f"{version} has max_prepared_transactions={server.max_prepared_transactions}: "
+            f"PREPARE TRANSACTION, at most {limit} partitions per batch",
+            limit,
+        )
 
 
 #: The one PostgreSQL dialect object (it pickles by name).
@@ -90,7 +144,7 @@ class PostgresTwoPhaseSink(JdbcTwoPhaseSink[PostgresTransaction, PostgresHandle]
         retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__(
-            options, connection, name=name, checkpoint_location=checkpoint_location, retry=retry
+            name, options, connection, checkpoint_location=checkpoint_location, retry=retry
         )
         if server is not None and server.max_prepared_transactions > 0:
             self.max_transactions_per_batch = partition_limit(
@@ -123,25 +177,9 @@ class PostgresMarkerSink(JdbcMarkerSink[PostgresTransaction]):
 
     dialect = POSTGRES
 
-    def __init__(
-        self,
-        name: str,
-        options: JdbcOptions,
-        connection: ConnectionConfig,
-        *,
-        staging: bool = False,
-        checkpoint_location: str | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(
-            options,
-            connection,
-            name=name,
-            staging=staging,
-            checkpoint_location=checkpoint_location,
-            retry=retry,
-        )
-
 
 #: Either PostgreSQL sink, as returned by :func:`~twophase.connectors.jdbc.postgres_sink`.
 PostgresSink = PostgresTwoPhaseSink | PostgresMarkerSink
+
+#: The sink of each protocol, for the factory.
+POSTGRES_SINKS = SinkClasses(PostgresTwoPhaseSink, PostgresMarkerSink)

@@ -2,26 +2,48 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from twophase import RetryPolicy
+from .._factory import SinkOptions, build_sink
+from ._dialect import POSTGRES, POSTGRES_SINKS, PostgresMarkerSink, PostgresTwoPhaseSink
 
-from .._factory import Protocol, sink_options, unused_staging
-from .._options import WriteMode
-from ._checks import PostgresChecker
-from ._dbapi import postgres_connection
-from ._dialect import PostgresMarkerSink, PostgresTwoPhaseSink
-from ._prepared import PreparedTransactions
-from ._slots import partition_limit
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-__all__ = ["Protocol", "postgres_sink"]
+__all__ = ["PostgresOptions", "postgres_sink"]
 
-_log = logging.getLogger("twophase.connectors.jdbc")
 
-#: PostgreSQL truncates names over 63 bytes silently: they are refused.
-_MAX_IDENTIFIER = 63
+class PostgresOptions(SinkOptions, total=False):
+    """:func:`postgres_sink`'s keywords: the family's, ``merge_schema`` and libpq's usual ones.
+
+    Any other keyword libpq takes is accepted too (libpq is asked); type
+    checkers know these.
+    """
+
+    merge_schema: str | None
+    host: str
+    hostaddr: str
+    port: str | int
+    dbname: str
+    user: str
+    password: str
+    passfile: str
+    options: str
+    application_name: str
+    sslmode: str
+    sslrootcert: str
+    sslcert: str
+    sslkey: str
+    sslpassword: str
+    sslcrl: str
+    target_session_attrs: str
+    keepalives: str | int
+    keepalives_idle: str | int
+    keepalives_interval: str | int
+    keepalives_count: str | int
+    tcp_user_timeout: str | int
+    gssencmode: str
+    service: str
 
 
 def postgres_sink(
@@ -29,25 +51,7 @@ def postgres_sink(
     *,
     table: str | tuple[str, str],
     dsn: str | None = None,
-    mode: WriteMode = "append",
-    key_columns: Sequence[str] = (),
-    cdc_op_column: str = "op",
-    order_column: str | None = None,
-    protocol: Protocol = "auto",
-    create_table: bool = False,
-    marker_table: str | tuple[str, str] = "twophase_markers",
-    marker_retention: int = 100,
-    lock_timeout: float = 30.0,
-    statement_timeout: float = 600.0,
-    idle_in_transaction_timeout: float = 600.0,
-    connect_timeout: int = 10,
-    network_timeout: float = 60.0,
-    max_partitions: int | None = None,
-    merge_schema: str | None = None,
-    staging: bool = False,
-    checkpoint_location: str | None = None,
-    retry: RetryPolicy | None = None,
-    **connect_params: str | int,
+    **options: Unpack[PostgresOptions],
 ) -> PostgresTwoPhaseSink | PostgresMarkerSink:
     """Build an exactly-once PostgreSQL sink, choosing the protocol from the server.
 
@@ -147,11 +151,17 @@ def postgres_sink(
     retry
         Backoff of the driver's commit steps that fail transiently (a
         :class:`twophase.RetryPolicy`; its defaults when omitted).
-    **connect_params
-        libpq keywords (``host``, ``port``, ``dbname``, ``user``,
-        ``password``, ``sslmode``, ``target_session_attrs``,
-        ``keepalives_idle``...), passed through unchanged; they win over the
-        DSN.
+    **options
+        The options above (``mode`` ... ``retry``, with the defaults shown in
+        ``docs/jdbc.md``: ``mode="append"``, ``protocol="auto"``,
+        ``marker_table="twophase_markers"``, ``marker_retention=100``,
+        ``lock_timeout=30``, ``statement_timeout=600``,
+        ``idle_in_transaction_timeout=600``, ``connect_timeout=10``,
+        ``network_timeout=60``), and libpq keywords (``host``, ``port``,
+        ``dbname``, ``user``, ``password``, ``sslmode``,
+        ``target_session_attrs``, ``keepalives_idle``...), passed through
+        unchanged; they win over the DSN. A keyword that is neither is refused
+        by name, with the closest valid one.
 
     Returns
     -------
@@ -175,41 +185,4 @@ def postgres_sink(
     >>> df.writeStream.foreachBatch(sink).option(  # doctest: +SKIP
     ...     "checkpointLocation", "/chk/orders").start()
     """
-    options = sink_options(
-        name,
-        protocol,
-        locals(),
-        database="PostgreSQL",
-        max_identifier_bytes=_MAX_IDENTIFIER,
-        application_name=f"twophase:{name}"[:63],
-    )
-    connection = postgres_connection(dsn, **connect_params)
-    common: dict[str, Any] = {"checkpoint_location": checkpoint_location, "retry": retry}
-    if protocol == "markers":
-        _log.info("sink %s: protocol 'markers' (forced) on %s", name, connection.describe())
-        return PostgresMarkerSink(name, options, connection, staging=staging, **common)
-    server = PostgresChecker(options, connection).server(sink=name)
-    if server.max_prepared_transactions == 0:
-        if protocol == "coordinated":
-            PreparedTransactions(options, connection).probe(sink=name)
-        _log.info(
-            "sink %s: PostgreSQL %s at %s has max_prepared_transactions=0: using protocol "
-            "'markers' (per-partition commit with markers in %s)",
-            name,
-            server.describe_version(),
-            connection.describe(),
-            options.marker_table,
-        )
-        return PostgresMarkerSink(name, options, connection, staging=staging, **common)
-    limit = partition_limit(server.max_prepared_transactions, max_partitions)
-    _log.info(
-        "sink %s: PostgreSQL %s at %s has max_prepared_transactions=%d: using protocol "
-        "'coordinated' (PREPARE TRANSACTION), at most %d partitions per batch",
-        name,
-        server.describe_version(),
-        connection.describe(),
-        server.max_prepared_transactions,
-        limit,
-    )
-    unused_staging(name, staging)
-    return PostgresTwoPhaseSink(name, options, connection, server=server, **common)
+    return build_sink(POSTGRES, POSTGRES_SINKS, name, table, dsn, options)

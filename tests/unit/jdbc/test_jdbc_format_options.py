@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twophase.connectors.jdbc._postgres._format import postgres_sink_from_options
+from twophase.connectors.jdbc._postgres import FORMAT as POSTGRES_FORMAT
 from twophase.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit
@@ -26,7 +26,7 @@ def test_a_bad_option_is_refused_with_its_name(
     options: dict[str, str], setting: str, text: str
 ) -> None:
     with pytest.raises(ConfigurationError, match="format") as caught:
-        postgres_sink_from_options(options)
+        POSTGRES_FORMAT.sink_from_options(options)
     assert caught.value.setting == setting
     assert caught.value.sink == "orders"
     assert text in str(caught.value)
@@ -48,10 +48,10 @@ MARIA = {"name": "orders", "table": "shop.orders", "url": "mysql://etl@db.invali
 def test_a_bad_mariadb_option_is_refused_with_its_name(
     options: dict[str, str], setting: str, text: str
 ) -> None:
-    from twophase.connectors.jdbc._mariadb._format import mariadb_sink_from_options
+    from twophase.connectors.jdbc._mariadb import FORMAT
 
     with pytest.raises(ConfigurationError) as caught:
-        mariadb_sink_from_options(options)
+        FORMAT.sink_from_options(options)
     assert caught.value.setting == setting
     assert caught.value.sink == "orders"
     assert text in str(caught.value)
@@ -59,9 +59,9 @@ def test_a_bad_mariadb_option_is_refused_with_its_name(
 
 def test_the_mariadb_format_builds_the_coordinated_sink_from_strings() -> None:
     from twophase.connectors.jdbc import MariaDBTwoPhaseSink
-    from twophase.connectors.jdbc._mariadb._format import mariadb_sink_from_options
+    from twophase.connectors.jdbc._mariadb import FORMAT
 
-    sink = mariadb_sink_from_options(
+    sink = FORMAT.sink_from_options(
         {**MARIA, "MODE": "upsert", "keyColumns": "id, region", "lockTimeout": "2.5"}
     )
     assert isinstance(sink, MariaDBTwoPhaseSink)

@@ -66,7 +66,7 @@ def test_a_package_left_out_of_the_registry_is_found(tmp_path: Path) -> None:
 def _public_names() -> dict[str, str]:
     """Return each public name of every registered database and its module (``PUBLIC``)."""
     return {
-        name: f".{db.package}.{module}"
+        name: f".{db.package}.{module}" if module else f".{db.package}"
         for db in DATABASES
         for name, module in importlib.import_module(
             f"twophase.connectors.jdbc.{db.package}"
