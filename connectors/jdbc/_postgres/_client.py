@@ -39,15 +39,13 @@ class PostgresClient(JdbcClient):
         """
         return self.options.session_settings()
 
-    def server(self, where: ErrorContext | None = None, *, sink: str = "") -> ServerInfo:
+    def server(self, where: ErrorContext) -> ServerInfo:
         """Read the server's version and ``max_prepared_transactions``.
 
         Parameters
         ----------
         where
             Error context (sink, batch, partition).
-        sink
-            The sink, when ``where`` is not given (``postgres_sink``'s spelling).
 
         Returns
         -------
@@ -56,4 +54,4 @@ class PostgresClient(JdbcClient):
         """
         from ._catalog import server_info
 
-        return self.run("reading the server settings", server_info, where or ErrorContext(sink))
+        return self.run("reading the server settings", server_info, where)

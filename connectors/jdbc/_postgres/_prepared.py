@@ -221,7 +221,7 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
         self.rollback(handle.transaction_id, where)
 
     # ------------------------------------------------------------ statements
-    def probe(self, where: ErrorContext | None = None, *, sink: str = "") -> None:
+    def probe(self, where: ErrorContext) -> None:
         """Check that the server accepts ``PREPARE TRANSACTION``; fail with its own hint.
 
         Prepares an empty transaction under a gid no real transaction uses and
@@ -231,8 +231,6 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
         ----------
         where
             Error context (sink, batch, partition).
-        sink
-            The sink, when ``where`` is not given (``postgres_sink``'s spelling).
 
         Raises
         ------
@@ -240,7 +238,6 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
             The server refuses (``max_prepared_transactions = 0``), with the
             server's message and hint.
         """
-        where = where or ErrorContext(sink)
         probe_gid = f"{GID_PREFIX}probe:{uuid.uuid4().hex}"
 
         def probe(cur: Any) -> None:
