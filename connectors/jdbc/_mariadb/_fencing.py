@@ -232,9 +232,7 @@ def take_slot(cur: Any, options: JdbcOptions, context: TaskContext) -> None:
             raise FatalError(
                 f"partition {c.partition_id}'s slot stayed taken for {timeout} s (lock_timeout) "
                 "by a session that is not an attempt of this sink",
-                sink=c.sink_name,
-                batch_id=c.batch_id,
-                partition_id=c.partition_id,
+                **ErrorContext.of_task(c).keywords(),
             )
     cur.execute(
         f"DELETE FROM {table} WHERE identity = %s AND partition_id = %s "
@@ -260,9 +258,7 @@ def _fence_the_holder(cur: Any, options: JdbcOptions, context: TaskContext, slot
                 f"{c.partition_id} is fenced: attempt {theirs[2]} of batch {theirs[1]} (run "
                 f"{theirs[0]}) holds the partition's slot. This attempt is a zombie (Spark gave "
                 "up on it) and must not write",
-                sink=c.sink_name,
-                batch_id=c.batch_id,
-                partition_id=c.partition_id,
+                **ErrorContext.of_task(c).keywords(),
             )
         cur.execute(f"KILL CONNECTION {int(holder)}")
         _log.warning(
