@@ -14,8 +14,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
-from twophase import CommitProtocol, SinkContext, TaskContext, TransactionHandle
+from twophase import CommitProtocol, SinkContext, TaskContext
 
+from .._context import ErrorContext
 from ._config import ConnectionConfig
 from ._dialect import Checker, Dialect, Writer
 from ._options import JdbcOptions
@@ -79,22 +80,18 @@ class JdbcSinkMixin(Generic[TxnT]):
             f"mode={o.mode!r}{keys}, server={self.connection.describe()!r})"
         )
 
-    def _where(self, handle: TransactionHandle) -> dict[str, Any]:
-        """Error context of a handle."""
-        return {"sink": self.name, "batch_id": handle.batch_id, "partition_id": handle.partition_id}
-
     # ================================================ coordinator hooks (driver)
     def open(self, context: SinkContext) -> None:
         """Check the identity's transaction ids, the table and the sink user's privileges."""
         self._checker.check_open(
             context.identity,
             coordinated=self.protocol is CommitProtocol.COORDINATED,
-            sink=self.name,
+            where=ErrorContext(self.name),
         )
 
     def check_schema(self, schema: pa.Schema, batch_id: int) -> None:
         """Create the table if ``create_table=True``, then check the schema against it."""
-        self._checker.check_schema(schema, sink=self.name, batch_id=batch_id)
+        self._checker.check_schema(schema, ErrorContext(self.name, batch_id))
 
     # ============================================ participant hooks (executor)
     def begin_transaction(self, context: TaskContext) -> TxnT:

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from twophase.errors import ConfigurationError
 
+from .._context import ErrorContext
 from ._client import JdbcClient
 from ._gid import IdLimit
 from ._options import QualifiedName
@@ -53,7 +54,7 @@ class TableChecks(JdbcClient):
         raise NotImplementedError
 
     def check_target(
-        self, cur: Any, found: TableInfo | None, *, coordinated: bool, **context: Any
+        self, cur: Any, found: TableInfo | None, *, coordinated: bool, where: ErrorContext
     ) -> None:
         """Check the table and the user's rights at open (``found`` None: it will be created)."""
 
@@ -61,7 +62,7 @@ class TableChecks(JdbcClient):
         """Check what the plan of a batch needs of the table, beyond columns and types."""
 
     # ------------------------------------------------------------------- open
-    def check_open(self, identity: str, *, coordinated: bool, **context: Any) -> None:
+    def check_open(self, identity: str, *, coordinated: bool, where: ErrorContext) -> None:
         """Check that the identity's ids fit, then the table and the rights.
 
         Parameters
@@ -70,13 +71,13 @@ class TableChecks(JdbcClient):
             The sink identity.
         coordinated
             The coordinated protocol.
-        **context
-            Error context.
+        where
+            The sink, named by every error.
         """
         try:
             self.ids.check_identity(identity)
         except ConfigurationError as exc:
-            raise exc.with_context(**context) from None
+            raise exc.with_context(**where.keywords()) from None
         options = self.options
 
         def check(cur: Any) -> None:
@@ -86,22 +87,22 @@ class TableChecks(JdbcClient):
                     f"table {options.table} does not exist (or is not visible to the sink's "
                     "user); create it, or pass create_table=True",
                     setting="table",
-                    **context,
+                    **where.keywords(),
                 )
-            self.check_target(cur, found, coordinated=coordinated, **context)
+            self.check_target(cur, found, coordinated=coordinated, where=where)
 
-        self.run(f"checking table {options.table}", check, **context)
+        self.run(f"checking table {options.table}", check, where)
 
     # ----------------------------------------------------------------- schema
-    def check_schema(self, schema: pa.Schema, **context: Any) -> None:
+    def check_schema(self, schema: pa.Schema, where: ErrorContext) -> None:
         """Create the table if asked, then check the batch schema against it.
 
         Parameters
         ----------
         schema
             The Arrow schema of the batch.
-        **context
-            Error context (sink, batch_id).
+        where
+            The sink and the batch, named by every error.
         """
         options = self.options
 
@@ -122,6 +123,6 @@ class TableChecks(JdbcClient):
             )
 
         try:
-            self.run(f"checking the schema against {options.table}", check, **context)
+            self.run(f"checking the schema against {options.table}", check, where)
         except ConfigurationError as exc:
-            raise exc.with_context(**context) from exc.__cause__
+            raise exc.with_context(**where.keywords()) from exc.__cause__

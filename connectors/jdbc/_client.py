@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypeVar
 
 from twophase.errors import RetriableError, TwoPhaseError
 
+from .._context import ErrorContext
 from ._config import ConnectionConfig
 from ._errors import ErrorMap
 from ._options import JdbcOptions
@@ -66,7 +67,7 @@ class JdbcClient:
         """
         return pool_for(self.connection, self.session_settings(), self.options.bounds, self.dbapi)
 
-    def session(self, doing: str, fn: Callable[[Any], T], **context: Any) -> tuple[T, Any]:
+    def session(self, doing: str, fn: Callable[[Any], T], where: ErrorContext) -> tuple[T, Any]:
         """Run ``fn(cursor)`` on a pooled connection and hand the connection over.
 
         A pooled connection that turns out dead at its first statement is
@@ -80,8 +81,8 @@ class JdbcClient:
             What is being done, for error messages.
         fn
             The work; it receives a cursor.
-        **context
-            Error context (sink, batch_id, partition_id, column, setting).
+        where
+            The sink, batch and partition, named by every error.
 
         Returns
         -------
@@ -97,11 +98,11 @@ class JdbcClient:
                 conn, reused = pool.acquire()
             except errors.error as exc:
                 failed = errors.connection_error(
-                    exc, self.connection.describe(), secrets=secrets, **context
+                    exc, self.connection.describe(), secrets=secrets, where=where
                 )
                 raise unreachable(failed, pool) from None
             except TwoPhaseError as exc:  # the dialect refused the server (not the target)
-                raise exc.with_context(**context) from None
+                raise exc.with_context(**where.keywords()) from None
             try:
                 cur = conn.cursor()
                 try:
@@ -117,13 +118,13 @@ class JdbcClient:
                     doing, hint = lost_connection(doing, pool)
                 else:
                     pool.release(conn, rollback=True)
-                raise errors.map_error(exc, doing, secrets=secrets, hint=hint, **context) from exc
+                raise errors.map_error(exc, doing, secrets=secrets, hint=hint, where=where) from exc
             except BaseException:
                 pool.release(conn, rollback=True)
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def run(self, doing: str, fn: Callable[[Any], T], **context: Any) -> T:
+    def run(self, doing: str, fn: Callable[[Any], T], where: ErrorContext) -> T:
         """Run ``fn(cursor)`` on a pooled connection in autocommit mode and give it back.
 
         Parameters
@@ -132,15 +133,15 @@ class JdbcClient:
             What is being done, for error messages.
         fn
             The work; it receives a cursor.
-        **context
-            Error context.
+        where
+            The sink, batch and partition, named by every error.
 
         Returns
         -------
         T
             What ``fn`` returned.
         """
-        result, conn = self.session(doing, fn, **context)
+        result, conn = self.session(doing, fn, where)
         self.pool().release(conn)
         return result
 

@@ -12,18 +12,21 @@ identity become handles.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from twophase import TransactionHandle
 from twophase.errors import ConfigurationError
 
+from .._context import ErrorContext
 from ._client import JdbcClient
 from ._gid import ParsedGid, parse_gid
 
 __all__ = ["PreparedStatements"]
 
+HandleT = TypeVar("HandleT", bound=TransactionHandle)
 
-class PreparedStatements(JdbcClient):
+
+class PreparedStatements(JdbcClient, Generic[HandleT]):
     """The coordinated protocol's driver side, from the dialect's statements.
 
     Subclasses set :attr:`handle_type` and :attr:`fence_rights`, and
@@ -32,7 +35,7 @@ class PreparedStatements(JdbcClient):
     """
 
     #: The dialect's handle class, built as ``handle_type(gid, batch, partition, attempt)``.
-    handle_type: ClassVar[type[TransactionHandle]]
+    handle_type: type[HandleT]
     #: The rights the sink's user needs on them, for messages.
     fence_rights: ClassVar[str]
 
@@ -50,20 +53,20 @@ class PreparedStatements(JdbcClient):
         """Fence every attempt up to ``rank``; False while a prepared one holds the fence."""
         raise NotImplementedError
 
-    def prepared_gids(self, identity: str, **context: Any) -> list[str]:
+    def prepared_gids(self, identity: str, where: ErrorContext) -> list[str]:
         """List the gids the server holds prepared, of this identity's prefix."""
         raise NotImplementedError
 
     # ------------------------------------------------------------- the steps
-    def ensure_fences(self, identity: str, **context: Any) -> None:
+    def ensure_fences(self, identity: str, where: ErrorContext) -> None:
         """Create the fence if missing; refuse, with the rights it needs, one the user may not use.
 
         Parameters
         ----------
         identity
             The sink identity.
-        **context
-            Error context.
+        where
+            The sink, named by every error.
 
         Raises
         ------
@@ -75,7 +78,7 @@ class PreparedStatements(JdbcClient):
             self.run(
                 f"preparing the fence ({self.fence_tables})",
                 lambda cur: self.create_fences(cur, identity),
-                **context,
+                where,
             )
         except ConfigurationError as exc:
             raise ConfigurationError(
@@ -83,10 +86,10 @@ class PreparedStatements(JdbcClient):
                 f"{self.fence_tables}, beside the marker table; {self.fence_rights}, or set "
                 "marker_table to a schema where it may",
                 setting="marker_table",
-                **context,
+                **where.keywords(),
             ) from exc
 
-    def fence(self, identity: str, epoch: int, batch_id: int, **context: Any) -> bool:
+    def fence(self, identity: str, epoch: int, batch_id: int, where: ErrorContext) -> bool:
         """Record that every attempt up to ``(epoch, batch_id)`` is stale (driver).
 
         Parameters
@@ -95,8 +98,8 @@ class PreparedStatements(JdbcClient):
             The sink identity.
         epoch, batch_id
             The rank at or below which attempts are stale.
-        **context
-            Error context.
+        where
+            The sink, named by every error.
 
         Returns
         -------
@@ -106,27 +109,27 @@ class PreparedStatements(JdbcClient):
         return self.run(
             "fencing stale attempts",
             lambda cur: self.move_fence(cur, identity, (epoch, batch_id)),
-            **context,
+            where,
         )
 
-    def in_doubt(self, identity: str, **context: Any) -> Sequence[TransactionHandle]:
+    def in_doubt(self, identity: str, where: ErrorContext) -> Sequence[HandleT]:
         """List exactly this identity's prepared transactions, as handles.
 
         Parameters
         ----------
         identity
             The sink identity.
-        **context
-            Error context.
+        where
+            The sink, named by every error.
 
         Returns
         -------
-        list of TransactionHandle
+        list of HandleT
             One per prepared transaction of this identity (never of an
             identity this one is a prefix of), by gid.
         """
         handles = []
-        for gid in sorted(self.prepared_gids(identity, **context)):
+        for gid in sorted(self.prepared_gids(identity, where)):
             parsed = parse_gid(gid, identity)
             if parsed is not None:
                 handles.append(
@@ -134,7 +137,7 @@ class PreparedStatements(JdbcClient):
                 )
         return handles
 
-    def ours(self, gid: str, **context: Any) -> ParsedGid:
+    def ours(self, gid: str, where: ErrorContext) -> ParsedGid:
         """Return the parts of a gid of this connector; refuse any other.
 
         Raises
@@ -145,6 +148,6 @@ class PreparedStatements(JdbcClient):
         parsed = parse_gid(gid)
         if parsed is None:
             raise ConfigurationError(
-                f"{gid!r} is not a transaction id of this connector", **context
+                f"{gid!r} is not a transaction id of this connector", **where.keywords()
             )
         return parsed

@@ -25,14 +25,26 @@ adding a database") walks through what each part must guarantee.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
 from twophase import Marker, TaskContext, TransactionHandle, TransactionStatus
 
-__all__ = ["Checker", "Dialect", "MarkerStore", "PartsDialect", "PreparedStore", "Writer"]
+from .._context import ErrorContext
+from ._config import ConnectionConfig
+from ._options import JdbcOptions
+
+__all__ = [
+    "Checker",
+    "Dialect",
+    "MarkerStore",
+    "PartsDialect",
+    "PreparedStore",
+    "Writer",
+    "WriterClass",
+]
 
 TxnT = TypeVar("TxnT")
 TxnT_contra = TypeVar("TxnT_contra", contravariant=True)
@@ -62,11 +74,11 @@ class Writer(Protocol[TxnT]):
 class Checker(Protocol):
     """The driver's checks of the target."""
 
-    def check_open(self, identity: str, *, coordinated: bool, **context: Any) -> None:
+    def check_open(self, identity: str, *, coordinated: bool, where: ErrorContext) -> None:
         """Check the identity's transaction ids, the table and the user's privileges."""
         ...
 
-    def check_schema(self, schema: pa.Schema, **context: Any) -> None:
+    def check_schema(self, schema: pa.Schema, where: ErrorContext) -> None:
         """Create the table if asked, then check a batch's schema against it."""
         ...
 
@@ -74,11 +86,11 @@ class Checker(Protocol):
 class PreparedStore(Protocol[TxnT_contra, HandleT]):
     """The coordinated protocol's statements on prepared transactions."""
 
-    def capacity(self, identity: str, **context: Any) -> int | None:
+    def capacity(self, identity: str, where: ErrorContext) -> int | None:
         """Refuse a server that cannot prepare; return how many partitions a batch may have."""
         ...
 
-    def ensure_ready(self, identity: str, **context: Any) -> None:
+    def ensure_ready(self, identity: str, where: ErrorContext) -> None:
         """Create the fence for this identity; warn of other sinks' stale transactions."""
         ...
 
@@ -86,23 +98,23 @@ class PreparedStore(Protocol[TxnT_contra, HandleT]):
         """Refuse a fenced attempt, prepare the finished transaction (executor)."""
         ...
 
-    def fence(self, identity: str, epoch: int, batch_id: int, **context: Any) -> bool:
+    def fence(self, identity: str, epoch: int, batch_id: int, where: ErrorContext) -> bool:
         """Fence every attempt up to ``(epoch, batch_id)``; False while a prepared one holds it."""
         ...
 
-    def commit_prepared(self, handle: HandleT, **context: Any) -> str:
+    def commit_prepared(self, handle: HandleT, where: ErrorContext) -> str:
         """Commit by transaction id; idempotent. Returns what happened, for the log."""
         ...
 
-    def rollback_prepared(self, handle: HandleT, **context: Any) -> None:
+    def rollback_prepared(self, handle: HandleT, where: ErrorContext) -> None:
         """Roll back by transaction id; an unknown id is success, a foreign one refused."""
         ...
 
-    def status(self, handle: HandleT, **context: Any) -> TransactionStatus | None:
+    def status(self, handle: HandleT, where: ErrorContext) -> TransactionStatus | None:
         """Tell prepared, committed (its own proof row says so) or lost; None: cannot tell."""
         ...
 
-    def in_doubt(self, identity: str, **context: Any) -> Sequence[HandleT]:
+    def in_doubt(self, identity: str, where: ErrorContext) -> Sequence[HandleT]:
         """List exactly this identity's prepared transactions."""
         ...
 
@@ -110,11 +122,11 @@ class PreparedStore(Protocol[TxnT_contra, HandleT]):
 class MarkerStore(Protocol[TxnT_contra]):
     """Return the markers protocol's marker table."""
 
-    def ensure(self, identity: str, **context: Any) -> None:
+    def ensure(self, identity: str, where: ErrorContext) -> None:
         """Create the marker table if missing; prune this identity's old markers."""
         ...
 
-    def read(self, identity: str, batch: int, **context: Any) -> list[Marker]:
+    def read(self, identity: str, batch: int, where: ErrorContext) -> list[Marker]:
         """Return the committed markers of one batch."""
         ...
 
@@ -137,24 +149,38 @@ class Dialect(Protocol[TxnT, HandleT]):
         """The database's name."""
         ...
 
-    def writer(self, options: Any, connection: Any, *, prepare: bool) -> Writer[TxnT]:
+    def writer(
+        self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
+    ) -> Writer[TxnT]:
         """Return the executor side (``prepare``: the transaction will be prepared)."""
         ...
 
-    def checker(self, options: Any, connection: Any) -> Checker:
+    def checker(self, options: JdbcOptions, connection: ConnectionConfig) -> Checker:
         """Return the driver's checks."""
         ...
 
-    def prepared(self, options: Any, connection: Any) -> PreparedStore[TxnT, HandleT]:
+    def prepared(
+        self, options: JdbcOptions, connection: ConnectionConfig
+    ) -> PreparedStore[TxnT, HandleT]:
         """Return the coordinated protocol's statements."""
         ...
 
-    def markers(self, options: Any, connection: Any) -> MarkerStore[TxnT]:
+    def markers(self, options: JdbcOptions, connection: ConnectionConfig) -> MarkerStore[TxnT]:
         """Return the markers protocol's marker table."""
         ...
 
 
-class PartsDialect:
+class WriterClass(Protocol[TxnT]):
+    """A :class:`Writer` class: built from options, connection parameters and ``prepare``."""
+
+    def __call__(
+        self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
+    ) -> Writer[TxnT]:
+        """Return the executor side (``prepare``: the transaction will be prepared)."""
+        ...
+
+
+class PartsDialect(Generic[TxnT, HandleT]):
     """A dialect made of its four part classes, each built from options and connection.
 
     A subclass names its database and its parts; its one module-level instance
@@ -166,22 +192,31 @@ class PartsDialect:
     #: The module-level name of the dialect's instance.
     instance: ClassVar[str]
     #: The classes of the :class:`Writer`, :class:`Checker`, :class:`PreparedStore`
-    #: and :class:`MarkerStore`.
-    parts: ClassVar[tuple[type[Any], type[Any], type[Any], type[Any]]]
+    #: and :class:`MarkerStore` (a class attribute of each subclass).
+    parts: tuple[
+        WriterClass[TxnT],
+        Callable[[JdbcOptions, ConnectionConfig], Checker],
+        Callable[[JdbcOptions, ConnectionConfig], PreparedStore[TxnT, HandleT]],
+        Callable[[JdbcOptions, ConnectionConfig], MarkerStore[TxnT]],
+    ]
 
-    def writer(self, options: Any, connection: Any, *, prepare: bool) -> Any:
+    def writer(
+        self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool
+    ) -> Writer[TxnT]:
         """Return the executor side (``prepare``: the transaction will be prepared)."""
         return self.parts[0](options, connection, prepare=prepare)
 
-    def checker(self, options: Any, connection: Any) -> Any:
+    def checker(self, options: JdbcOptions, connection: ConnectionConfig) -> Checker:
         """Return the driver's checks."""
         return self.parts[1](options, connection)
 
-    def prepared(self, options: Any, connection: Any) -> Any:
+    def prepared(
+        self, options: JdbcOptions, connection: ConnectionConfig
+    ) -> PreparedStore[TxnT, HandleT]:
         """Return the coordinated protocol's statements."""
         return self.parts[2](options, connection)
 
-    def markers(self, options: Any, connection: Any) -> Any:
+    def markers(self, options: JdbcOptions, connection: ConnectionConfig) -> MarkerStore[TxnT]:
         """Return the markers protocol's marker table."""
         return self.parts[3](options, connection)
 

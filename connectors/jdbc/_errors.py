@@ -10,10 +10,11 @@ client library tells a lost connection, a refused login and a missing database.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from twophase.errors import ConfigurationError, FatalError, RetriableError, TwoPhaseError
 
+from .._context import ErrorContext, keywords_of
 from ._config import redact
 
 __all__ = ["ErrorMap", "Refusal"]
@@ -67,7 +68,9 @@ class ErrorMap:
         secrets: Iterable[str] = (),
         columns: Sequence[tuple[str, str]] = (),
         hint: str | None = None,
-        **context: Any,
+        where: ErrorContext | None = None,
+        column: str | None = None,
+        setting: str | None = None,
     ) -> TwoPhaseError:
         """Return the twophase error for a failed statement.
 
@@ -83,8 +86,12 @@ class ErrorMap:
             Written columns and their types, to name the column at fault.
         hint
             An extra sentence of advice added to the message.
-        **context
-            ``sink``, ``batch_id``, ``partition_id``, ``setting``, ``column``.
+        where
+            The sink, batch and partition (None: no sink, e.g. the command line).
+        column
+            The column at fault, when the caller knows it (else told from ``exc``).
+        setting
+            The setting at fault, when the caller knows it (else the dialect's).
 
         Returns
         -------
@@ -94,13 +101,17 @@ class ErrorMap:
         text = redact(f"{doing}: {self.server_text(exc)}", secrets)
         if hint:
             text += f". {hint}"
-        column = context.pop("column", None) or self.column_of(exc, columns)
-        setting = context.pop("setting", None)
+        column = column or self.column_of(exc, columns)
         cls, at_fault, advice = self.classify(exc, text)
-        return cls(text + advice, column=column, setting=setting or at_fault, **context)
+        return cls(text + advice, column=column, setting=setting or at_fault, **keywords_of(where))
 
     def connection_error(
-        self, exc: BaseException, where: str, *, secrets: Iterable[str] = (), **context: Any
+        self,
+        exc: BaseException,
+        server: str,
+        *,
+        secrets: Iterable[str] = (),
+        where: ErrorContext | None = None,
     ) -> TwoPhaseError:
         """Return the error for a failed connect: it names the server, never a secret.
 
@@ -108,12 +119,12 @@ class ErrorMap:
         ----------
         exc
             The client library's error.
-        where
+        server
             The secret-free server description.
         secrets
             Values to scrub (the password).
-        **context
-            ``sink``, ``batch_id``...
+        where
+            The sink, batch and partition (None: no sink, e.g. the command line).
 
         Returns
         -------
@@ -122,8 +133,9 @@ class ErrorMap:
             credentials, ConfigurationError for a missing database.
         """
         message = redact(self.connect_text(exc), secrets)
-        text = f"cannot connect to {self.database} at {where}: {message}"
+        text = f"cannot connect to {self.database} at {server}: {message}"
         refused = self.refusal(exc, message)
+        context = keywords_of(where)
         if refused == "credentials":
             return FatalError(text + " (check user and password)", **context)
         if refused == "database":

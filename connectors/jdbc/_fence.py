@@ -19,6 +19,7 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import FatalError
 
+from .._context import ErrorContext
 from ._rows import FORMAT_COLUMN, check_row_format
 
 __all__ = ["Rank", "attempt_rank", "refuse_stale_attempt"]
@@ -55,13 +56,9 @@ def refuse_stale_attempt(rows: list[dict[str, Any]], table: str, context: TaskCo
     if not rows:
         return
     row = rows[0]
-    where: dict[str, Any] = {
-        "sink": context.sink_name,
-        "batch_id": context.batch_id,
-        "partition_id": context.partition_id,
-    }
+    where = ErrorContext.of_task(context)
     check_row_format(
-        row.get(FORMAT_COLUMN), table=table, row=f"identity {context.identity!r}", **where
+        row.get(FORMAT_COLUMN), table=table, row=f"identity {context.identity!r}", where=where
     )
     fenced = (int(row["epoch"]), int(row["batch_id"]))
     if (context.epoch, context.batch_id) > fenced:
@@ -75,5 +72,5 @@ def refuse_stale_attempt(rows: list[dict[str, Any]], table: str, context: TaskCo
         f"attempt {context.attempt} of partition {context.partition_id} is fenced: {what}, "
         "and the coordinator does not wait for this attempt any more. It is a zombie (Spark "
         "gave up on it) and must not prepare; its transaction is rolled back",
-        **where,
+        **where.keywords(),
     )

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from twophase import Fingerprint, Marker, TaskContext
 from twophase.errors import AbortRequiredError, FatalError, RetriableError
 
+from .._context import ErrorContext
 from ._client import JdbcClient
 from ._rows import FORMAT_COLUMN, check_row_format, row_dicts
 from ._transaction import JdbcTransaction
@@ -91,22 +92,18 @@ def newer_or_sibling_marker(cur: Any, table: str, context: TaskContext) -> None:
     if row is None:
         return
     epoch, attempt = int(row[0]), int(row[1])
-    where: dict[str, Any] = {
-        "sink": c.sink_name,
-        "batch_id": c.batch_id,
-        "partition_id": c.partition_id,
-    }
+    where = ErrorContext.of_task(c)
     if epoch > c.epoch:
         raise FatalError(
             f"attempt {c.attempt} (run {c.epoch}) is a zombie: run {epoch} already "
             f"committed partition {c.partition_id} of this batch; not writing it again",
-            **where,
+            **where.keywords(),
         )
     raise AbortRequiredError(
         f"attempt {attempt} of this run already committed partition {c.partition_id} "
         f"of this batch while attempt {c.attempt} was writing it; not writing it twice "
         "(the task's next attempt finds that marker and skips the partition)",
-        **where,
+        **where.keywords(),
     )
 
 
@@ -173,15 +170,15 @@ class MarkerTable(JdbcClient):
         txn.pool.release(conn, rollback=True)
 
     # ------------------------------------------------------------ driver
-    def ensure(self, identity: str, **context: Any) -> None:
+    def ensure(self, identity: str, where: ErrorContext) -> None:
         """Create the marker table if missing and prune this identity's old markers.
 
         Parameters
         ----------
         identity
             The sink identity.
-        **context
-            Error context.
+        where
+            The sink, named by every error.
         """
         table = self.table
         retention = self.options.marker_retention
@@ -193,9 +190,9 @@ class MarkerTable(JdbcClient):
             if newest is not None:
                 cur.execute(_PRUNE.format(table), (identity, int(newest) - retention + 1))
 
-        self.run(f"preparing the marker table {self.options.marker_table}", ensure, **context)
+        self.run(f"preparing the marker table {self.options.marker_table}", ensure, where)
 
-    def read(self, identity: str, batch: int, **context: Any) -> list[Marker]:
+    def read(self, identity: str, batch: int, where: ErrorContext) -> list[Marker]:
         """Read the committed markers of one batch.
 
         Parameters
@@ -204,8 +201,8 @@ class MarkerTable(JdbcClient):
             The sink identity.
         batch
             The batch id.
-        **context
-            Error context.
+        where
+            The sink and the batch, named by every error.
 
         Returns
         -------
@@ -219,25 +216,26 @@ class MarkerTable(JdbcClient):
             markers = []
             for row in row_dicts(cur):
                 p, a = int(row["partition_id"]), int(row["attempt"])
-                where = f"identity {identity!r}, batch {batch}, partition {p}, attempt {a}"
                 check_row_format(
-                    row.get(FORMAT_COLUMN), table=self.options.marker_table, row=where, **context
+                    row.get(FORMAT_COLUMN),
+                    table=self.options.marker_table,
+                    row=f"identity {identity!r}, batch {batch}, partition {p}, attempt {a}",
+                    where=where,
                 )
                 markers.append(Marker(identity, batch, p, a, Fingerprint.parse(row["fingerprint"])))
             return markers
 
-        context.setdefault("batch_id", batch)
-        return self.run(f"reading markers from {self.options.marker_table}", query, **context)
+        return self.run(f"reading markers from {self.options.marker_table}", query, where)
 
-    def exists(self, marker: Marker, **context: Any) -> bool:
+    def exists(self, marker: Marker, where: ErrorContext) -> bool:
         """Whether the marker of one transaction (identity, batch, partition, attempt) committed.
 
         Parameters
         ----------
         marker
             The transaction's marker (its fingerprint is not compared).
-        **context
-            Error context.
+        where
+            The sink, batch and partition, named by every error.
 
         Returns
         -------
@@ -251,7 +249,7 @@ class MarkerTable(JdbcClient):
             cur.execute(_EXISTS.format(table), key)
             return cur.fetchone() is not None
 
-        return self.run("checking a marker", query, **context)
+        return self.run("checking a marker", query, where)
 
     # ---------------------------------------------------------- executor
     def commit_with_marker(self, txn: JdbcTransaction, marker: Marker) -> None:
@@ -320,7 +318,7 @@ class MarkerTable(JdbcClient):
             txn.pool.discard(conn, flush=True)
             txn.conn = None
             txn.state = "unknown"
-            if self.exists(marker, **txn.where):
+            if self.exists(marker, txn.where):
                 txn.state = "committed"
                 _log.info("%s: COMMIT's reply was lost but the marker is there", txn.gid)
                 return
@@ -328,7 +326,7 @@ class MarkerTable(JdbcClient):
             raise RetriableError(
                 f"the connection broke during COMMIT of {txn.gid!r} and its marker is not "
                 "there: the transaction did not commit; the task is retried",
-                **txn.where,
+                **txn.where.keywords(),
             ) from exc
         txn.conn = None
         txn.pool.release(conn)
@@ -336,6 +334,6 @@ class MarkerTable(JdbcClient):
             txn.state = "rolled back"
             raise AbortRequiredError(
                 f"COMMIT of {txn.gid!r} rolled back instead (the transaction had failed)",
-                **txn.where,
+                **txn.where.keywords(),
             )
         txn.state = "committed"

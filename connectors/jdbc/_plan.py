@@ -10,7 +10,6 @@ inside the transaction that writes).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,6 +17,7 @@ import pyarrow.compute as pc
 from twophase.errors import ConfigurationError, DataError
 
 from .._arrow import text_array
+from .._context import ErrorContext
 from ._encode import ColumnPlan
 from ._options import JdbcOptions
 from ._table import TableInfo
@@ -239,7 +239,7 @@ _CDC_OPS = text_array(["c", "r", "u", "d"], pa.string())
 _FALSE = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(b"\x00")])[0]
 
 
-def checked_ops(ops: pa.Array, options: JdbcOptions, where: dict[str, Any]) -> pa.Array:
+def checked_ops(ops: pa.Array, options: JdbcOptions, where: ErrorContext) -> pa.Array:
     """Return the CDC operation column as strings, refusing any value but c, r, u, d.
 
     Parameters
@@ -272,7 +272,7 @@ def checked_ops(ops: pa.Array, options: JdbcOptions, where: dict[str, Any]) -> p
             f"{len(bad)} row(s) have an operation other than 'c', 'r', 'u', 'd' "
             f"(first: {bad[0].as_py()!r}); the batch is not written",
             column=options.cdc_op_column,
-            **where,
+            **where.keywords(),
         )
     return ops
 

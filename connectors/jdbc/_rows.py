@@ -19,6 +19,8 @@ from typing import Any
 from twophase import __version__
 from twophase.errors import CoordinatorLogError
 
+from .._context import ErrorContext, keywords_of
+
 __all__ = [
     "FORMAT_COLUMN",
     "FORMAT_DEFINITION",
@@ -117,7 +119,9 @@ def add_format_column(cur: Any, table: str, *, present: bool, alter: list[str]) 
     return True
 
 
-def check_row_format(value: Any, *, table: object, row: str, **context: Any) -> None:
+def check_row_format(
+    value: Any, *, table: object, row: str, where: ErrorContext | None = None
+) -> None:
     """Refuse a row of a format this release does not read.
 
     Parameters
@@ -128,8 +132,8 @@ def check_row_format(value: Any, *, table: object, row: str, **context: Any) -> 
         The table (for the message).
     row
         Which row, e.g. ``"identity 'x', batch 4, partition 1"``.
-    **context
-        Error context (sink, batch_id, partition_id).
+    where
+        The sink, batch and partition, named by the error (None: unknown here).
 
     Raises
     ------
@@ -144,5 +148,5 @@ def check_row_format(value: Any, *, table: object, row: str, **context: Any) -> 
         f"release newer than {__version__}, which reads {FORMAT_COLUMN} 1 to {ROW_FORMAT}: "
         "run the release that wrote it (or a later one) on the driver and every executor "
         "(docs/upgrading.md)",
-        **context,
+        **keywords_of(where),
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from twophase import (
     Marker,
@@ -28,6 +28,7 @@ from twophase import (
     TwoPhaseCommitSink,
 )
 
+from .._context import ErrorContext
 from ._base import JdbcSinkMixin
 from ._config import ConnectionConfig
 from ._dialect import MarkerStore, PreparedStore
@@ -83,17 +84,17 @@ class JdbcTwoPhaseSink(
 
         Then warn of other sinks' prepared transactions left behind.
         """
-        where: dict[str, Any] = {"sink": self.name}
-        self.max_transactions_per_batch = self._prepared.capacity(context.identity, **where)
+        where = ErrorContext(self.name)
+        self.max_transactions_per_batch = self._prepared.capacity(context.identity, where)
         super().open(context)
-        self._prepared.ensure_ready(context.identity, **where)
+        self._prepared.ensure_ready(context.identity, where)
 
     def commit(self, handle: HandleT) -> None:
         """Commit by transaction id; one already committed is success.
 
         Rolled back: FatalError (rows lost).
         """
-        outcome = self._prepared.commit_prepared(handle, **self._where(handle))
+        outcome = self._prepared.commit_prepared(handle, ErrorContext.of_handle(self.name, handle))
         if outcome != "committed":
             _log.info("sink %s: %s was %s", self.name, handle.transaction_id, outcome)
 
@@ -102,22 +103,22 @@ class JdbcTwoPhaseSink(
 
         None for a handle of 0.2.0 on PostgreSQL, whose transaction wrote no proof row.
         """
-        return self._prepared.status(handle, **self._where(handle))
+        return self._prepared.status(handle, ErrorContext.of_handle(self.name, handle))
 
     def fence_attempts(self, identity: str, epoch: int, batch_id: int) -> bool:
         """Update this identity's fence; ``pre_commit`` reads it before preparing.
 
         Live stale attempts holding the fence are terminated; one that prepared returns False.
         """
-        return self._prepared.fence(identity, epoch, batch_id, sink=self.name)
+        return self._prepared.fence(identity, epoch, batch_id, ErrorContext(self.name))
 
     def list_in_doubt(self, context: RecoveryContext) -> Sequence[HandleT]:
         """List the prepared transactions of exactly this identity."""
-        return self._prepared.in_doubt(context.identity, sink=self.name)
+        return self._prepared.in_doubt(context.identity, ErrorContext(self.name))
 
     def recover_and_abort(self, handle: HandleT) -> None:
         """Roll back by transaction id; an id that is not this connector's is refused."""
-        self._prepared.rollback_prepared(handle, **self._where(handle))
+        self._prepared.rollback_prepared(handle, ErrorContext.of_handle(self.name, handle))
 
     # ============================================ participant hooks (executor)
     def pre_commit(self, txn: TxnT) -> HandleT:
@@ -182,11 +183,11 @@ class JdbcMarkerSink(JdbcSinkMixin[TxnT], MarkerCommitSink[TxnT]):
     def open(self, context: SinkContext) -> None:
         """Also create the marker table if missing and prune this identity's old markers."""
         super().open(context)
-        self._markers.ensure(context.identity, sink=self.name)
+        self._markers.ensure(context.identity, ErrorContext(self.name))
 
     def read_markers(self, identity: str, batch_id: int) -> Sequence[Marker]:
         """Select the batch's rows of the marker table (only committed rows are visible)."""
-        return self._markers.read(identity, batch_id, sink=self.name)
+        return self._markers.read(identity, batch_id, ErrorContext(self.name, batch_id))
 
     def commit_with_marker(self, txn: TxnT, marker: Marker) -> None:
         """Merge (upsert/CDC), insert the marker row, commit.

@@ -15,6 +15,7 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import AbortRequiredError, TwoPhaseError
 
+from .._context import ErrorContext
 from ._client import lost_connection
 from ._errors import ErrorMap
 from ._plan import WritePlan
@@ -72,16 +73,9 @@ class JdbcTransaction:
         return f"{type(self).__name__}(gid={self.gid!r}, state={self.state!r}, rows={self.rows})"
 
     @property
-    def where(self) -> dict[str, Any]:
-        """Error context: the sink, batch and partition.
-
-        Returns
-        -------
-        dict
-            Keywords for :mod:`twophase.errors` exceptions.
-        """
-        c = self.context
-        return {"sink": c.sink_name, "batch_id": c.batch_id, "partition_id": c.partition_id}
+    def where(self) -> ErrorContext:
+        """Error context: the sink, batch and partition."""
+        return ErrorContext.of_task(self.context)
 
     def open_connection(self, doing: str) -> Any:
         """Return the connection of an open transaction, or refuse.
@@ -102,7 +96,9 @@ class JdbcTransaction:
             The transaction is not open any more.
         """
         if self.state != "open" or self.conn is None:
-            raise AbortRequiredError(f"{doing} on a transaction that is {self.state}", **self.where)
+            raise AbortRequiredError(
+                f"{doing} on a transaction that is {self.state}", **self.where.keywords()
+            )
         return self.conn
 
     def failure(self, exc: BaseException, doing: str, hint: str | None = None) -> TwoPhaseError:
@@ -135,5 +131,5 @@ class JdbcTransaction:
             secrets=self.pool.config.secrets,
             columns=types,
             hint=hint,
-            **self.where,
+            where=self.where,
         )

@@ -10,31 +10,23 @@ session starts a transaction, what the session holds besides it (a running
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
 from twophase import TaskContext
 from twophase.errors import ConfigurationError
 
+from .._context import ErrorContext
 from ._client import JdbcClient
 from ._config import ConnectionConfig
 from ._options import JdbcOptions
 from ._plan import TypeRules, WritePlan, plan_write
 from ._transaction import JdbcTransaction
 
-__all__ = ["TransactionWriter", "task_where"]
+__all__ = ["TransactionWriter"]
 
 TxnT = TypeVar("TxnT", bound=JdbcTransaction)
-
-
-def task_where(context: TaskContext) -> dict[str, Any]:
-    """Return the error context of a task: its sink, batch and partition."""
-    return {
-        "sink": context.sink_name,
-        "batch_id": context.batch_id,
-        "partition_id": context.partition_id,
-    }
 
 
 class TransactionWriter(JdbcClient, Generic[TxnT]):
@@ -59,7 +51,7 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
         self.prepare = prepare
 
     # ------------------------------------------------------------------ hooks
-    def start(self, context: TaskContext, where: dict[str, Any]) -> tuple[TxnT, bool]:
+    def start(self, context: TaskContext, where: ErrorContext) -> tuple[TxnT, bool]:
         """Start the partition's transaction on a pooled session; say whether the table exists."""
         raise NotImplementedError
 
@@ -67,7 +59,7 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
         """End what the session holds (a running load, the open transaction) and give it back."""
         raise NotImplementedError
 
-    def rollback_prepared(self, gid: str, **where: Any) -> None:
+    def rollback_prepared(self, gid: str, where: ErrorContext) -> None:
         """Roll back a prepared transaction by its id (an unknown id is success)."""
         raise NotImplementedError
 
@@ -94,13 +86,13 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
         ConfigurationError
             The table does not exist or is not visible to the sink's user.
         """
-        where = task_where(context)
+        where = ErrorContext.of_task(context)
         txn, found = self.start(context, where)
         if not found:
             self.rollback(txn)
             raise ConfigurationError(
                 f"table {self.options.table} does not exist (or is not visible to the sink's user)",
-                **where,
+                **where.keywords(),
             )
         return txn
 
@@ -129,7 +121,7 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
             try:
                 txn.plan = plan_write(schema, txn.table, options, str(options.table), self.types)
             except ConfigurationError as exc:
-                raise exc.with_context(**txn.where) from None
+                raise exc.with_context(**txn.where.keywords()) from None
             if options.mode != "append":
                 self.create_staging(txn)
         return txn.plan
@@ -146,5 +138,5 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
             return
         self.release_session(txn)
         if self.prepare and txn.state in ("prepared", "unknown"):
-            self.rollback_prepared(txn.gid, **txn.where)
+            self.rollback_prepared(txn.gid, txn.where)
         txn.state = "rolled back"

@@ -14,7 +14,7 @@ from twophase.errors import ConfigurationError
 
 from ._compat import AclOperation, ConfigResource, NewTopic, ResourceType
 from ._contact import connect
-from ._errors import ErrorContext, kafka_error_of, map_kafka_error
+from ._errors import KafkaErrorContext, kafka_error_of, map_kafka_error
 from ._fencing import build_producer, transactional_id
 from ._options import KafkaOptions
 
@@ -188,7 +188,9 @@ def describe_topic(admin: AdminClient, topic: str, *, sink: str, timeout: float)
         err = kafka_error_of(exc)
         if err is None:
             raise
-        raise map_kafka_error(err, ErrorContext("describing topics", sink, topic=topic)) from exc
+        raise map_kafka_error(
+            err, KafkaErrorContext(sink, action="describing topics", topic=topic)
+        ) from exc
 
 
 def check_topic_exists(admin: AdminClient, topic: str, *, sink: str, timeout: float) -> bool:
@@ -336,7 +338,7 @@ def ensure_control_topic(
                 if err is None:
                     raise
                 raise map_kafka_error(
-                    err, ErrorContext("creating the control topic", sink, topic=topic)
+                    err, KafkaErrorContext(sink, action="creating the control topic", topic=topic)
                 ) from exc
     _check_control_topic_config(admin, topic, sink=sink, timeout=timeout, just_created=created)
     return created

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from twophase.errors import ConfigurationError, RetriableError
 
-from ._errors import ErrorContext, kafka_error_of, map_kafka_error
+from ._errors import KafkaErrorContext, kafka_error_of, map_kafka_error
 from ._options import KafkaOptions
 
 __all__ = ["connect"]
@@ -107,7 +107,9 @@ def connect(options: KafkaOptions) -> tuple[AdminClient, list[int]]:
                     setting="sasl.username/sasl.password" if "SASL" in denied.str() else "ssl.*",
                 ) from exc
             if err is not None and err.code() not in _UNREACHABLE_CODES and not err.retriable():
-                raise map_kafka_error(err, ErrorContext("connecting to the brokers", sink)) from exc
+                raise map_kafka_error(
+                    err, KafkaErrorContext(sink, action="connecting to the brokers")
+                ) from exc
             if time.monotonic() >= deadline - 0.01:
                 last = events[-1].str() if events else (err.str() if err is not None else exc)
                 raise RetriableError(

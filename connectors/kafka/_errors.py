@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -43,9 +43,11 @@ from twophase.errors import (
     TwoPhaseError,
 )
 
+from .._context import ErrorContext
+
 __all__ = [
     "FENCED_CODES",
-    "ErrorContext",
+    "KafkaErrorContext",
     "is_fenced",
     "kafka_error_of",
     "map_kafka_error",
@@ -69,20 +71,14 @@ _UNKNOWN_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._
 _TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 
-@dataclass(frozen=True)
-class ErrorContext:
-    """Where an error happened, so that the raised error can name it.
+@dataclass(frozen=True, kw_only=True)
+class KafkaErrorContext(ErrorContext):
+    """Where a Kafka call failed: the sink, batch and partition, and what of Kafka was involved.
 
     Attributes
     ----------
     action
         What the sink was doing ("init_transactions", "produce", "commit", ...).
-    sink
-        The sink name.
-    batch_id
-        The micro-batch id, when known.
-    partition_id
-        The Spark partition (participant slot), when known.
     topic
         The topic involved, when known.
     transactional_id
@@ -96,9 +92,6 @@ class ErrorContext:
     """
 
     action: str
-    sink: str
-    batch_id: int | None = None
-    partition_id: int | None = None
     topic: str | None = None
     transactional_id: str | None = None
     transaction_timeout_ms: int | None = None
@@ -152,7 +145,7 @@ def is_fenced(err: KafkaError) -> bool:
     return err.code() in FENCED_CODES
 
 
-def _fenced_message(err: KafkaError, ctx: ErrorContext) -> str:
+def _fenced_message(err: KafkaError, ctx: KafkaErrorContext) -> str:
     timed_out = (
         ctx.elapsed is not None
         and ctx.transaction_timeout_ms is not None
@@ -178,7 +171,7 @@ def _fenced_message(err: KafkaError, ctx: ErrorContext) -> str:
     return f"{ctx.action} failed: producer fenced{tid}: {cause}. Kafka said: {err.str()}"
 
 
-def map_kafka_error(err: KafkaError, ctx: ErrorContext) -> TwoPhaseError:
+def map_kafka_error(err: KafkaError, ctx: KafkaErrorContext) -> TwoPhaseError:
     """Turn a ``KafkaError`` into the matching twophase exception.
 
     The caller raises the result ``from`` the original exception.
@@ -200,11 +193,7 @@ def map_kafka_error(err: KafkaError, ctx: ErrorContext) -> TwoPhaseError:
         :class:`~twophase.errors.RetriableError`.
     """
     code = err.code()
-    where: dict[str, Any] = {
-        "sink": ctx.sink,
-        "batch_id": ctx.batch_id,
-        "partition_id": ctx.partition_id,
-    }
+    where = ctx.keywords()
     topic = f"topic {ctx.topic!r}" if ctx.topic else "the topic"
     said = f"Kafka said: {err.str()} ({err.name()})"
     if code in FENCED_CODES:
@@ -308,7 +297,7 @@ def map_kafka_error(err: KafkaError, ctx: ErrorContext) -> TwoPhaseError:
     )
 
 
-def raise_mapped(exc: BaseException, ctx: ErrorContext) -> None:
+def raise_mapped(exc: BaseException, ctx: KafkaErrorContext) -> None:
     """Re-raise a Kafka exception as the matching twophase error.
 
     Exceptions that do not come from Kafka are re-raised unchanged.
@@ -335,7 +324,7 @@ def raise_mapped(exc: BaseException, ctx: ErrorContext) -> None:
 
 def retry_locally(
     fn: Callable[[], T],
-    ctx: ErrorContext,
+    ctx: KafkaErrorContext,
     *,
     attempts: int,
     backoff: float = 0.2,

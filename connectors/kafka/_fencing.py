@@ -33,7 +33,7 @@ from twophase.errors import ConfigurationError, RetriableError
 
 from . import _pool
 from ._attempt_fence import Fence, encode_fence, fence_key
-from ._errors import ErrorContext, kafka_error_of, map_kafka_error, retry_locally
+from ._errors import KafkaErrorContext, kafka_error_of, map_kafka_error, retry_locally
 from ._lanes import lane_of_this_process
 from ._markers import CONTROL_PARTITION
 from ._options import KafkaOptions
@@ -189,10 +189,10 @@ def record_fence(options: KafkaOptions, identity: str, fence: Fence, nonce: str)
     (retriable when the brokers are unreachable).
     """
     batch = fence.batch if fence.batch >= 0 else None
-    ectx = ErrorContext(
-        "recording a fence in the control topic",
+    ectx = KafkaErrorContext(
         options.sink,
         batch_id=batch,
+        action="recording a fence in the control topic",
         topic=options.control_topic,
         brokers=options.brokers,
     )

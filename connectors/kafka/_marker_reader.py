@@ -41,7 +41,7 @@ from twophase.errors import RetriableError
 from ._attempt_fence import Fence, decode_fence, is_fence_key
 from ._compat import earliest_offset, latest_offset
 from ._config import SecretConfig
-from ._errors import ErrorContext, kafka_error_of, map_kafka_error
+from ._errors import KafkaErrorContext, kafka_error_of, map_kafka_error
 from ._markers import CONTROL_PARTITION, decode_marker, identity_prefix
 
 __all__ = ["MarkerReader", "close_idle_clients"]
@@ -202,12 +202,12 @@ class MarkerReader:
         #: every one written since the batch's previous batch committed, at least.
         self.fences: list[Fence] = []
 
-    def _ctx(self, action: str, batch_id: int) -> ErrorContext:
+    def _ctx(self, action: str, batch_id: int) -> KafkaErrorContext:
         brokers = self.client_conf.get("bootstrap.servers")
-        return ErrorContext(
-            action,
+        return KafkaErrorContext(
             self.sink,
             batch_id=batch_id,
+            action=action,
             topic=self.control_topic,
             brokers=str(brokers) if brokers else None,
         )

@@ -25,7 +25,7 @@ from ._config import (
     normalise_producer_config,
     validate_topic_name,
 )
-from ._errors import ErrorContext
+from ._errors import KafkaErrorContext
 from ._spark_options import translate_spark_options
 
 __all__ = ["MAX_PRODUCER_LANES", "KafkaOptions", "arguments_from_spark_options"]
@@ -205,7 +205,7 @@ local_retries
         topic: str | None = None,
         transactional_id: str | None = None,
         elapsed: float | None = None,
-    ) -> ErrorContext:
+    ) -> KafkaErrorContext:
         """Describe where a Kafka call failed, for :func:`._errors.map_kafka_error`.
 
         Parameters
@@ -215,18 +215,18 @@ local_retries
         context
             The task, when the call ran in one.
         topic, transactional_id, elapsed
-            As in :class:`._errors.ErrorContext`.
+            As in :class:`._errors.KafkaErrorContext`.
 
         Returns
         -------
-        ErrorContext
+        KafkaErrorContext
             The context.
         """
-        return ErrorContext(
-            action,
+        return KafkaErrorContext(
             self.sink,
             batch_id=None if context is None else context.batch_id,
             partition_id=None if context is None else context.partition_id,
+            action=action,
             topic=topic,
             transactional_id=transactional_id,
             transaction_timeout_ms=self.transaction_timeout_ms,

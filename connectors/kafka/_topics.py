@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +31,7 @@ from confluent_kafka.admin import AdminClient
 from twophase import TaskContext
 from twophase.errors import ConfigurationError, DataError
 
+from .._context import ErrorContext
 from ._compat import AclOperation
 from ._config import is_valid_topic_name
 from ._errors import kafka_error_of, map_kafka_error
@@ -117,12 +117,7 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
         return
     found = _found_for(options, context)
     topics = [t for t in pc.unique(column).drop_null().to_pylist() if t not in found]
-    where: dict[str, Any] = {
-        "sink": options.sink,
-        "batch_id": context.batch_id,
-        "partition_id": context.partition_id,
-        "column": "topic",
-    }
+    where = ErrorContext(options.sink).for_batch(context.batch_id, context.partition_id)
     then = (
         "then restart the query: the batch is replayed and completes exactly once (partitions "
         "committed before are skipped)"
@@ -135,7 +130,8 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
             raise DataError(
                 f"{named}, which is not a valid Kafka topic name (1-249 characters from "
                 "[A-Za-z0-9._-]); fix the column",
-                **where,
+                column="topic",
+                **where.keywords(),
             )
         future = _admin(options).describe_topics(
             TopicCollection([topic]),
@@ -152,14 +148,16 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
                 raise ConfigurationError(
                     f"{named}, which does not exist. Create it (kafka-topics.sh --create --topic "
                     f"{topic}) or fix the column, {then}",
-                    **where,
+                    column="topic",
+                    **where.keywords(),
                 ) from exc
             if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                 raise ConfigurationError(
                     f"{named}, which this principal may not describe (TOPIC_AUTHORIZATION_FAILED; "
                     "Kafka does not say whether it exists). Grant the principal WRITE and "
                     f"DESCRIBE on the topic, or fix the column, {then}",
-                    **where,
+                    column="topic",
+                    **where.keywords(),
                 ) from exc
             ctx = options.error_context("describing the topic", context=context, topic=topic)
             raise map_kafka_error(err, ctx) from exc
@@ -168,6 +166,7 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
             raise ConfigurationError(
                 f"{named}, which this principal may describe but not write to. Grant the "
                 f"principal WRITE on the topic, or fix the column, {then}",
-                **where,
+                column="topic",
+                **where.keywords(),
             )
         _remember(options, context, topic)

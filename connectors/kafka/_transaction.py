@@ -231,9 +231,7 @@ class KafkaTransaction(TransactionFailures):
             f"flush: {remaining} records still undelivered after "
             f"{options.local_retries * options.operation_timeout:.0f} s "
             f"(brokers at {options.brokers} slow or unreachable)",
-            sink=options.sink,
-            batch_id=self.context.batch_id,
-            partition_id=self.context.partition_id,
+            **self.where.keywords(),
         )
 
     def commit(self) -> None:
@@ -261,9 +259,7 @@ class KafkaTransaction(TransactionFailures):
             raise FatalError(
                 "commit() without a marker: the markers protocol needs write_marker() in every "
                 "transaction, or a replay could write the partition twice",
-                sink=self.options.sink,
-                batch_id=self.context.batch_id,
-                partition_id=self.context.partition_id,
+                **self.where.keywords(),
             )
         self.flush()
         producer = self.producer.producer
@@ -349,9 +345,7 @@ class KafkaTransaction(TransactionFailures):
             batch,
             start=start,
             on_error=lambda exc, topic: self._fail(exc, "write", topic),
-            sink=self.options.sink,
-            batch_id=self.context.batch_id,
-            partition_id=self.context.partition_id,
+            **self.where.keywords(),
         )
 
     def _plan_for(self, schema: pa.Schema) -> RecordPlan:

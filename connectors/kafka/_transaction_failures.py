@@ -28,8 +28,9 @@ from twophase.errors import (
     add_note,
 )
 
+from .._context import ErrorContext
 from . import _pool
-from ._errors import ErrorContext, is_fenced, kafka_error_of, map_kafka_error
+from ._errors import KafkaErrorContext, is_fenced, kafka_error_of, map_kafka_error
 from ._options import KafkaOptions
 
 __all__ = ["TransactionFailures"]
@@ -60,8 +61,13 @@ class TransactionFailures:
         """Return seconds since the transaction began."""
         return time.monotonic() - self.started
 
+    @property
+    def where(self) -> ErrorContext:
+        """Return the sink, batch and partition, for errors."""
+        return ErrorContext(self.options.sink, self.context.batch_id, self.context.partition_id)
+
     # -------------------------------------------------------------- helpers
-    def _ctx(self, action: str, topic: str | None = None) -> ErrorContext:
+    def _ctx(self, action: str, topic: str | None = None) -> KafkaErrorContext:
         return self.options.error_context(
             action,
             context=self.context,
@@ -75,9 +81,7 @@ class TransactionFailures:
             raise FatalError(
                 f"{action}() on a Kafka transaction that is {self.state}: a transaction is "
                 "written and committed once, on the executor that began it, by its own producer",
-                sink=self.options.sink,
-                batch_id=self.context.batch_id,
-                partition_id=self.context.partition_id,
+                **self.where.keywords(),
             )
 
     def _error_behind(self, exc: BaseException) -> KafkaError | None:
@@ -139,9 +143,7 @@ class TransactionFailures:
                 "reason is in the producer's log (TXNERR). Likely: this principal may not WRITE "
                 "to one of these topics (grant it WRITE and DESCRIBE), or a newer attempt of "
                 f"the task fenced this producer. Kafka said: {err.str()} ({err.name()})",
-                sink=self.options.sink,
-                batch_id=self.context.batch_id,
-                partition_id=self.context.partition_id,
+                **self.where.keywords(),
             )
         if entry.error_count > 1:
             add_note(mapped, f"{entry.error_count} records of the transaction failed delivery")

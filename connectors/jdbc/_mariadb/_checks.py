@@ -10,6 +10,7 @@ from typing import Any
 
 from twophase.errors import ConfigurationError
 
+from ..._context import ErrorContext, keywords_of
 from .._checks import TableChecks
 from .._options import QualifiedName
 from .._plan import WritePlan
@@ -47,11 +48,11 @@ class MariaDBChecker(MariaDBClient, TableChecks):
         )
 
     def check_target(
-        self, cur: Any, found: TableInfo | None, *, coordinated: bool, **context: Any
+        self, cur: Any, found: TableInfo | None, *, coordinated: bool, where: ErrorContext
     ) -> None:
         """Refuse a view and a table without transactions (the rights are not checked)."""
         if found is not None:
-            _check_engine(found, str(self.options.table), **context)
+            _check_engine(found, str(self.options.table), where)
 
     def check_plan(self, found: TableInfo, plan: WritePlan) -> None:
         """Refuse an engine without transactions and a second unique key the merge would hit."""
@@ -73,15 +74,17 @@ def _check_other_unique_keys(found: TableInfo, written: set[str], keys: tuple[st
             )
 
 
-def _check_engine(found: TableInfo, name: str, **context: Any) -> None:
+def _check_engine(found: TableInfo, name: str, where: ErrorContext | None = None) -> None:
     """Refuse views and tables whose engine has no transactions (MyISAM would half-commit)."""
     if found.kind == "VIEW":
-        raise ConfigurationError(f"{name} is a view, not a table", setting="table", **context)
+        raise ConfigurationError(
+            f"{name} is a view, not a table", setting="table", **keywords_of(where)
+        )
     if found.kind not in TRANSACTIONAL_ENGINES:
         raise ConfigurationError(
             f"table {name} uses the {found.kind or 'unknown'} storage engine, which has no "
             "transactions: rows would be visible before the batch commits and stay after a "
             f"rollback. ALTER TABLE {name} ENGINE=InnoDB",
             setting="table",
-            **context,
+            **keywords_of(where),
         )

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..._context import ErrorContext
 from .._client import JdbcClient
 from .._options import QualifiedName
 from .._table import TableColumn, TableInfo
@@ -152,17 +153,17 @@ class MariaDBClient(JdbcClient):
             ("idle_transaction_timeout", str(math.ceil(o.idle_in_transaction_timeout))),
         )
 
-    def server(self, **context: Any) -> MariaDBServer:
+    def server(self, where: ErrorContext) -> MariaDBServer:
         """Read the server's version and current database.
 
         Parameters
         ----------
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
         MariaDBServer
             The values.
         """
-        return self.run("reading the server's version", server_info, **context)
+        return self.run("reading the server's version", server_info, where)

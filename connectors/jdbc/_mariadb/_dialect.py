@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-class MariaDBDialect(PartsDialect):
+class MariaDBDialect(PartsDialect[MariaDBTransaction, MariaDBHandle]):
     """MariaDB 10.5 or newer; not MySQL (see ``docs/mariadb.md``).
 
     Its parts: ``XA START`` or ``BEGIN``, ``LOAD DATA``/``INSERT``, roll back

@@ -47,6 +47,7 @@ from typing import Any
 from twophase import TaskContext
 from twophase.errors import FatalError
 
+from ..._context import ErrorContext
 from .._fence import Rank, attempt_rank, refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
 from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, check_row_format, row_dicts
@@ -231,9 +232,7 @@ def take_slot(cur: Any, options: JdbcOptions, context: TaskContext) -> None:
             raise FatalError(
                 f"partition {c.partition_id}'s slot stayed taken for {timeout} s (lock_timeout) "
                 "by a session that is not an attempt of this sink",
-                sink=c.sink_name,
-                batch_id=c.batch_id,
-                partition_id=c.partition_id,
+                **ErrorContext.of_task(c).keywords(),
             )
     cur.execute(
         f"DELETE FROM {table} WHERE identity = %s AND partition_id = %s "
@@ -259,9 +258,7 @@ def _fence_the_holder(cur: Any, options: JdbcOptions, context: TaskContext, slot
                 f"{c.partition_id} is fenced: attempt {theirs[2]} of batch {theirs[1]} (run "
                 f"{theirs[0]}) holds the partition's slot. This attempt is a zombie (Spark gave "
                 "up on it) and must not write",
-                sink=c.sink_name,
-                batch_id=c.batch_id,
-                partition_id=c.partition_id,
+                **ErrorContext.of_task(c).keywords(),
             )
         cur.execute(f"KILL CONNECTION {int(holder)}")
         _log.warning(
@@ -310,9 +307,7 @@ def _holder_ranks(cur: Any, options: JdbcOptions, context: TaskContext, holder: 
             row.get(FORMAT_COLUMN),
             table=table,
             row=f"identity {c.identity!r}, partition {c.partition_id}",
-            sink=c.sink_name,
-            batch_id=c.batch_id,
-            partition_id=c.partition_id,
+            where=ErrorContext.of_task(c),
         )
     return [(int(r["epoch"]), int(r["batch_id"]), int(r["attempt"])) for r in rows]
 

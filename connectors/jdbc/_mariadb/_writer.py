@@ -21,6 +21,7 @@ from twophase import TaskContext
 from twophase.errors import DataError
 
 from ..._arrow import numbers
+from ..._context import ErrorContext
 from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, key_lock_hint
 from .._writer import TransactionWriter
 from ._client import MariaDBClient, describe_table
@@ -63,7 +64,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
     load_data: ClassVar[bool] = True
 
     # -------------------------------------------------------------- begin
-    def start(self, context: TaskContext, where: dict[str, Any]) -> tuple[MariaDBTransaction, bool]:
+    def start(self, context: TaskContext, where: ErrorContext) -> tuple[MariaDBTransaction, bool]:
         """Take the partition's slot, start the transaction, read the table.
 
         Parameters
@@ -94,7 +95,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
             packet = int(cur.fetchone()[0])
             return describe_table(cur, self.options.table), packet
 
-        (found, packet), conn = self.session("starting the transaction", start, **where)
+        (found, packet), conn = self.session("starting the transaction", start, where)
         txn = MariaDBTransaction(
             context,
             xid.gid,
@@ -159,7 +160,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
                 for statement in insert_statements(prefix, text, txn.max_bytes):
                     cur.execute(statement)
         except DataError as exc:
-            raise exc.with_context(**txn.where) from None
+            raise exc.with_context(**txn.where.keywords()) from None
         except txn.errors.error as exc:
             raise txn.failure(exc, f"writing into {self.options.table}") from exc
         txn.rows += batch.num_rows
@@ -229,6 +230,6 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
             except Exception:
                 txn.pool.discard(conn)  # closing the session rolls it back
 
-    def rollback_prepared(self, gid: str, **where: Any) -> None:
+    def rollback_prepared(self, gid: str, where: ErrorContext) -> None:
         """``XA ROLLBACK`` by transaction id."""
-        XATransactions(self.options, self.connection).rollback_xid(gid, **where)
+        XATransactions(self.options, self.connection).rollback_xid(gid, where)

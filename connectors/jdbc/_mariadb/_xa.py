@@ -27,6 +27,7 @@ from typing import Any
 from twophase import TransactionHandle, TransactionStatus
 from twophase.errors import FatalError, RetriableError
 
+from ..._context import ErrorContext
 from .._coordinated import PreparedStatements
 from ._client import MariaDBClient
 from ._errors import errno
@@ -69,22 +70,22 @@ class MariaDBHandle(TransactionHandle):
     rows: int = 0
 
 
-class XATransactions(MariaDBClient, PreparedStatements):
+class XATransactions(MariaDBClient, PreparedStatements[MariaDBHandle]):
     """The coordinated protocol's statements (the dialect's :class:`~.._dialect.PreparedStore`).
 
     Picklable (options and connection parameters only).
     """
 
     # ------------------------------------------------------------- driver: open
-    def capacity(self, identity: str, **context: Any) -> int | None:
+    def capacity(self, identity: str, where: ErrorContext) -> int | None:
         """Check that the server prepares XA transactions; MariaDB has no slot limit.
 
         Parameters
         ----------
         identity
             This sink's identity (unused: nothing is shared).
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -101,10 +102,10 @@ class XATransactions(MariaDBClient, PreparedStatements):
             cur.execute("SELECT @@version")
             return str(cur.fetchone()[0])
 
-        version = self.run("probing XA PREPARE", run, **context)
+        version = self.run("probing XA PREPARE", run, where)
         _log.debug(
             "sink %s: opened on %s (%s): protocol 'coordinated' (XA)",
-            context.get("sink"),
+            where.sink,
             self.connection.describe(),
             version,
         )
@@ -119,17 +120,17 @@ class XATransactions(MariaDBClient, PreparedStatements):
 
     fence_rights = "the sink's user needs CREATE, SELECT, INSERT, UPDATE and DELETE there"
 
-    def ensure_ready(self, identity: str, **context: Any) -> None:
+    def ensure_ready(self, identity: str, where: ErrorContext) -> None:
         """Create the fence tables (``twophase_fences``, ``twophase_prepared``) and this rank.
 
         Parameters
         ----------
         identity
             The sink identity.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
         """
-        self.ensure_fences(identity, **context)
+        self.ensure_fences(identity, where)
 
     def create_fences(self, cur: Any, identity: str) -> None:
         """Create both fence tables if missing, and this identity's rank."""
@@ -186,15 +187,15 @@ class XATransactions(MariaDBClient, PreparedStatements):
         )
         return cur.fetchone() is not None
 
-    def status(self, handle: MariaDBHandle, **context: Any) -> TransactionStatus:
+    def status(self, handle: MariaDBHandle, where: ErrorContext) -> TransactionStatus:
         """Tell prepared (``XA RECOVER`` lists it), committed (its row is visible), or lost.
 
         Parameters
         ----------
         handle
             The handle.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -202,7 +203,7 @@ class XATransactions(MariaDBClient, PreparedStatements):
             Prepared is asked first, so a commit between the two queries shows
             as committed, never as lost.
         """
-        xid = self._xid(handle, **context)
+        xid = self._xid(handle, where)
 
         def query(cur: Any) -> TransactionStatus:
             if self._listed(cur, xid):
@@ -211,17 +212,17 @@ class XATransactions(MariaDBClient, PreparedStatements):
                 return TransactionStatus.COMMITTED
             return TransactionStatus.LOST
 
-        return self.run(f"status of {handle.transaction_id!r}", query, **context)
+        return self.run(f"status of {handle.transaction_id!r}", query, where)
 
-    def commit_prepared(self, handle: MariaDBHandle, **context: Any) -> str:
+    def commit_prepared(self, handle: MariaDBHandle, where: ErrorContext) -> str:
         """``XA COMMIT``; an xid the server does not know is resolved by its row.
 
         Parameters
         ----------
         handle
             The handle.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -236,7 +237,7 @@ class XATransactions(MariaDBClient, PreparedStatements):
             The server is unreachable, or the transaction is still attached to
             the session that prepared it.
         """
-        xid = self._xid(handle, **context)
+        xid = self._xid(handle, where)
 
         def commit(cur: Any) -> str:
             try:
@@ -249,48 +250,48 @@ class XATransactions(MariaDBClient, PreparedStatements):
                 return "attached"
             return "already committed" if self._committed(cur, xid, handle) else "gone"
 
-        outcome = self.run(f"XA COMMIT {handle.transaction_id!r}", commit, **context)
+        outcome = self.run(f"XA COMMIT {handle.transaction_id!r}", commit, where)
         for pause in _DETACH_WAITS:
             if outcome != "attached":
                 break
             time.sleep(pause)
-            outcome = self.run(f"XA COMMIT {handle.transaction_id!r}", commit, **context)
+            outcome = self.run(f"XA COMMIT {handle.transaction_id!r}", commit, where)
         if outcome == "attached":
             raise RetriableError(
                 f"{handle.transaction_id!r} is prepared but still attached to the session that "
                 "prepared it (its task has not closed its connection yet); retried",
-                **context,
+                **where.keywords(),
             )
         if outcome == "gone":
             raise FatalError(
                 f"XA transaction {handle.transaction_id!r} of a decided batch was rolled back (by "
                 "hand or by another process): its rows are lost. Restore them from the source "
                 "(see docs/mariadb.md, 'resolving in-doubt transactions by hand')",
-                **context,
+                **where.keywords(),
             )
         return outcome
 
-    def rollback_prepared(self, handle: MariaDBHandle, **context: Any) -> None:
+    def rollback_prepared(self, handle: MariaDBHandle, where: ErrorContext) -> None:
         """``XA ROLLBACK``; an xid that is not this connector's is refused.
 
         Parameters
         ----------
         handle
             The handle.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
         """
-        self.rollback_xid(handle.transaction_id, **context)
+        self.rollback_xid(handle.transaction_id, where)
 
-    def rollback_xid(self, gid: str, **context: Any) -> bool:
+    def rollback_xid(self, gid: str, where: ErrorContext) -> bool:
         """``XA ROLLBACK`` by transaction id; an xid the server does not know is success.
 
         Parameters
         ----------
         gid
             The handle's transaction id.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -302,7 +303,7 @@ class XATransactions(MariaDBClient, PreparedStatements):
         RetriableError
             The xid is prepared but still attached to a live session.
         """
-        xid = self._xid_of(gid, **context)
+        xid = self._xid_of(gid, where)
 
         def rollback(cur: Any) -> str:
             try:
@@ -313,28 +314,28 @@ class XATransactions(MariaDBClient, PreparedStatements):
                     raise
             return "attached" if self._listed(cur, xid) else "unknown"
 
-        outcome = self.run(f"XA ROLLBACK {gid!r}", rollback, **context)
+        outcome = self.run(f"XA ROLLBACK {gid!r}", rollback, where)
         for pause in _DETACH_WAITS:
             if outcome != "attached":
                 break
             time.sleep(pause)
-            outcome = self.run(f"XA ROLLBACK {gid!r}", rollback, **context)
+            outcome = self.run(f"XA ROLLBACK {gid!r}", rollback, where)
         if outcome == "attached":
             raise RetriableError(
                 f"{gid!r} is prepared but still attached to the session that prepared it; retried",
-                **context,
+                **where.keywords(),
             )
         return outcome == "rolled back"
 
-    def prepared_gids(self, identity: str, **context: Any) -> list[str]:
+    def prepared_gids(self, identity: str, where: ErrorContext) -> list[str]:
         """List the gids of the prepared XA transactions of this connector (``XA RECOVER``).
 
         Parameters
         ----------
         identity
             The sink identity (the caller keeps only its own).
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -345,13 +346,13 @@ class XATransactions(MariaDBClient, PreparedStatements):
         def query(cur: Any) -> list[str]:
             return [xid.gid for xid in _recovered(cur)]
 
-        return self.run("listing prepared XA transactions", query, **context)
+        return self.run("listing prepared XA transactions", query, where)
 
-    def _xid(self, handle: MariaDBHandle, **context: Any) -> Xid:
-        return self._xid_of(handle.transaction_id, **context)
+    def _xid(self, handle: MariaDBHandle, where: ErrorContext) -> Xid:
+        return self._xid_of(handle.transaction_id, where)
 
-    def _xid_of(self, gid: str, **context: Any) -> Xid:
-        parsed = self.ours(gid, **context)
+    def _xid_of(self, gid: str, where: ErrorContext) -> Xid:
+        parsed = self.ours(gid, where)
         return xid_of(parsed.identity, parsed.batch_id, parsed.partition_id, parsed.attempt)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from twophase.errors import ConfigurationError
 
+from ..._context import ErrorContext
 from .._checks import TableChecks
 from .._options import QualifiedName
 from . import _sql
@@ -46,7 +47,7 @@ class PostgresChecker(PostgresClient, TableChecks):
         return _sql.create_table(_sql.ident(self.options.table), fields, self.options.key_columns)
 
     def check_target(
-        self, cur: Any, found: TableInfo | None, *, coordinated: bool, **context: Any
+        self, cur: Any, found: TableInfo | None, *, coordinated: bool, where: ErrorContext
     ) -> None:
         """Refuse a relation that is not a table and rights the mode and protocol need.
 
@@ -56,7 +57,7 @@ class PostgresChecker(PostgresClient, TableChecks):
         """
         options = self.options
         if found is not None:
-            self._check_table_rights(cur, found, **context)
+            self._check_table_rights(cur, found, where)
         if coordinated and options.mode != "append":
             schema, ok = schema_can_create(cur, options.merge_schema or options.table.schema)
             if not ok:
@@ -66,7 +67,7 @@ class PostgresChecker(PostgresClient, TableChecks):
                     f"{schema!r}, and the sink's user may not create tables there. GRANT "
                     "CREATE on it, or set merge_schema to a schema where it may",
                     setting="merge_schema",
-                    **context,
+                    **where.keywords(),
                 )
         if not coordinated and options.mode != "append":
             cur.execute("SELECT has_database_privilege(current_database(), 'TEMP')")
@@ -77,16 +78,16 @@ class PostgresChecker(PostgresClient, TableChecks):
                     "user may not create temporary tables in this database. GRANT TEMP "
                     "ON DATABASE to it",
                     setting="mode",
-                    **context,
+                    **where.keywords(),
                 )
 
-    def _check_table_rights(self, cur: Any, found: TableInfo, **context: Any) -> None:
+    def _check_table_rights(self, cur: Any, found: TableInfo, where: ErrorContext) -> None:
         options = self.options
         if found.kind not in ("r", "p"):
             raise ConfigurationError(
                 f"{options.table} is not a table (relkind {found.kind!r})",
                 setting="table",
-                **context,
+                **where.keywords(),
             )
         needed = {"append": ("INSERT",), "upsert": ("INSERT", "UPDATE")}.get(
             options.mode, ("INSERT", "UPDATE", "DELETE")
@@ -97,5 +98,5 @@ class PostgresChecker(PostgresClient, TableChecks):
                 f"permission denied: the sink's user lacks {', '.join(missing)} on "
                 f"{options.table} (mode={options.mode!r} needs {', '.join(needed)})",
                 setting="table",
-                **context,
+                **where.keywords(),
             )

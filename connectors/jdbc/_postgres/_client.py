@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..._context import ErrorContext
 from .._client import JdbcClient
 from ._dbapi import PSYCOPG2
 from ._errors import POSTGRES_ERRORS
@@ -38,13 +39,13 @@ class PostgresClient(JdbcClient):
         """
         return self.options.session_settings()
 
-    def server(self, **context: Any) -> ServerInfo:
+    def server(self, where: ErrorContext) -> ServerInfo:
         """Read the server's version and ``max_prepared_transactions``.
 
         Parameters
         ----------
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -53,4 +54,4 @@ class PostgresClient(JdbcClient):
         """
         from ._catalog import server_info
 
-        return self.run("reading the server settings", server_info, **context)
+        return self.run("reading the server settings", server_info, where)

@@ -22,6 +22,7 @@ from psycopg2 import sql
 from twophase import TaskContext, TransactionStatus
 from twophase.errors import FatalError, RetriableError
 
+from ..._context import ErrorContext
 from .._options import JdbcOptions, QualifiedName
 from .._rows import check_row_format
 
@@ -102,7 +103,7 @@ def prune_commits(cur: Any, table: sql.Composable, identity: str, batch_id: int)
 
 
 def outcome_of_vanished(
-    cur: Any, commits: sql.Composable | None, gid: str, xid: int | None, **context: Any
+    cur: Any, commits: sql.Composable | None, gid: str, xid: int | None, where: ErrorContext
 ) -> str:
     """Tell what became of a decided gid the server no longer holds prepared.
 
@@ -115,8 +116,8 @@ def outcome_of_vanished(
         (every transaction since 0.3.0), else None: the xid decides.
     gid, xid
         The transaction.
-    **context
-        Error context.
+    where
+        Error context (sink, batch, partition).
 
     Returns
     -------
@@ -131,7 +132,7 @@ def outcome_of_vanished(
     else:
         cur.execute("SELECT txid_status(%s)", (xid,))
         status = cur.fetchone()[0]
-    outcome = committed_or_raise(status, gid, **context)
+    outcome = committed_or_raise(status, gid, where)
     if outcome == "assumed committed":
         _log.warning(
             "%s is not prepared any more and the server cannot tell whether its "
@@ -142,7 +143,7 @@ def outcome_of_vanished(
     return outcome
 
 
-def committed_or_raise(status: str | None, gid: str, **context: Any) -> str:
+def committed_or_raise(status: str | None, gid: str, where: ErrorContext) -> str:
     """Turn the status of a vanished prepared transaction into an outcome or an error.
 
     Parameters
@@ -152,8 +153,8 @@ def committed_or_raise(status: str | None, gid: str, **context: Any) -> str:
         or, from the transaction's proof row, ``committed`` or ``lost``.
     gid
         The gid.
-    **context
-        Error context.
+    where
+        Error context (sink, batch, partition).
 
     Returns
     -------
@@ -170,15 +171,15 @@ def committed_or_raise(status: str | None, gid: str, **context: Any) -> str:
             "(asynchronous replication), or a ROLLBACK PREPARED by hand. Nothing is reported "
             "committed: restore the batch's rows from the source (docs/jdbc.md, 'Failover needs "
             "synchronous replication')",
-            **context,
+            **where.keywords(),
         )
     if status == "aborted":
         raise FatalError(
             f"prepared transaction {gid!r} of a decided batch was rolled back (by hand or by "
             "another process): its rows are lost. Restore them from the source (see "
             "docs/jdbc.md, 'resolving in-doubt transactions by hand')",
-            **context,
+            **where.keywords(),
         )
     if status == "in progress":
-        raise RetriableError(f"transaction of {gid!r} is still in progress", **context)
+        raise RetriableError(f"transaction of {gid!r} is still in progress", **where.keywords())
     return "assumed committed"

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from twophase import RetryPolicy
 
+from ..._context import ErrorContext
 from .._config import ConnectionConfig
 from .._dialect import PartsDialect
 from .._factory import Choice, SinkClasses
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-class PostgresDialect(PartsDialect):
+class PostgresDialect(PartsDialect[PostgresTransaction, PostgresHandle]):
     """PostgreSQL 12 or newer (see ``docs/jdbc.md`` for the server settings).
 
     Its parts: ``BEGIN``, ``COPY``, merge, ``ROLLBACK``
@@ -80,11 +81,11 @@ class PostgresDialect(PartsDialect):
         """
         if requested == "markers":
             return Choice("markers", "forced")
-        server = PostgresChecker(options, connection).server(sink=sink)
+        server = PostgresChecker(options, connection).server(ErrorContext(sink))
         version = f"PostgreSQL {server.describe_version()}"
         if server.max_prepared_transactions == 0:
             if requested == "coordinated":
-                PreparedTransactions(options, connection).probe(sink=sink)
+                PreparedTransactions(options, connection).probe(ErrorContext(sink))
             return Choice(
                 "markers",
                 f"{version} has max_prepared_transactions=0: per-partition commit with "

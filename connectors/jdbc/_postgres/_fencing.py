@@ -52,6 +52,7 @@ from psycopg2 import sql
 from twophase import TaskContext
 from twophase.errors import FatalError
 
+from ..._context import ErrorContext
 from .._fence import Rank, attempt_rank, refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
 from .._rows import row_dicts
@@ -123,9 +124,7 @@ def take_slot(cur: Any, context: TaskContext) -> None:
                 f"of partition {context.partition_id} is fenced: attempt {theirs[2]} of batch "
                 f"{theirs[1]} (run {theirs[0]}) holds the partition's slot. This attempt is a "
                 "zombie (Spark gave up on it) and must not write",
-                sink=context.sink_name,
-                batch_id=context.batch_id,
-                partition_id=context.partition_id,
+                **ErrorContext.of_task(context).keywords(),
             )
         if theirs is not None:
             cur.execute("SELECT pg_terminate_backend(%s)", (pid,))

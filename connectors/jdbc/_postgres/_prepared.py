@@ -20,6 +20,7 @@ from psycopg2 import sql
 from twophase import TransactionHandle, TransactionStatus
 from twophase.errors import ConfigurationError
 
+from ..._context import ErrorContext
 from .._coordinated import PreparedStatements
 from .._gid import GID_PREFIX, gid_prefix
 from . import _sql
@@ -79,7 +80,7 @@ class PostgresHandle(TransactionHandle):
     proof: bool = False
 
 
-class PreparedTransactions(PostgresClient, PreparedStatements):
+class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
     """Driver-side statements on prepared transactions (also run by a retried task).
 
     Picklable (options and connection parameters only). It is the PostgreSQL
@@ -87,15 +88,15 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
     """
 
     # ------------------------------------------------- the PreparedStore protocol
-    def capacity(self, identity: str, **context: Any) -> int | None:
+    def capacity(self, identity: str, where: ErrorContext) -> int | None:
         """Refuse a server that cannot prepare; size batches to this sink's share of its slots.
 
         Parameters
         ----------
         identity
             This sink's identity.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -108,45 +109,45 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
             ``max_prepared_transactions = 0`` (with the server's hint),
             ``max_partitions`` above it, or no slot left for this sink.
         """
-        server = self.server(**context)
+        server = self.server(where)
         if server.max_prepared_transactions == 0:
-            self.probe(**context)  # raises with the server's message and hint
+            self.probe(where)  # raises with the server's message and hint
         fences = _sql.ident(fence_table(self.options))
         active = self.run(
             "listing the server's coordinated sinks",
             lambda cur: active_sinks(cur, identity, fences.as_string(cur)),
-            **context,
+            where,
         )
         share = share_slots(
-            server.max_prepared_transactions, self.options.max_partitions, active, **context
+            server.max_prepared_transactions, self.options.max_partitions, active, where
         )
         share.report(
-            context.get("sink"),
+            where.sink,
             f"{self.connection.describe()} (PostgreSQL {server.describe_version()})",
             server.prepared_in_use,
             capped=self.options.max_partitions is not None,
         )
         return share.limit
 
-    def ensure_ready(self, identity: str, **context: Any) -> None:
+    def ensure_ready(self, identity: str, where: ErrorContext) -> None:
         """Create the fence row; warn of other sinks' prepared transactions over 10 minutes old.
 
         Parameters
         ----------
         identity
             The sink identity.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
         """
-        self.ensure_fences(identity, **context)
-        stale = self.stale(identity, _STALE_AFTER_SECONDS, **context)
+        self.ensure_fences(identity, where)
+        stale = self.stale(identity, _STALE_AFTER_SECONDS, where)
         if stale:
             _log.warning(
                 "sink %s: %d prepared transaction(s) of other twophase sinks are older than "
                 "10 minutes (%s%s); they hold locks and slots and block VACUUM. If their "
                 "queries are gone (a reset checkpoint), roll them back by hand: see "
                 "docs/jdbc.md",
-                context.get("sink"),
+                where.sink,
                 len(stale),
                 ", ".join(stale[:3]),
                 ", ..." if len(stale) > 3 else "",
@@ -184,43 +185,43 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
             txn.gid, c.batch_id, c.partition_id, c.attempt, txn.xid, txn.rows, proof=True
         )
 
-    def commit_prepared(self, handle: PostgresHandle, **context: Any) -> str:
+    def commit_prepared(self, handle: PostgresHandle, where: ErrorContext) -> str:
         """``COMMIT PREPARED``; a gid no longer prepared is resolved by its proof row (or xid).
 
         Parameters
         ----------
         handle
             The handle.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
         str
             As :meth:`commit`.
         """
-        return self.commit(handle.transaction_id, handle.xid, proof=handle.proof, **context)
+        return self.commit(handle.transaction_id, handle.xid, where, proof=handle.proof)
 
-    def rollback_prepared(self, handle: PostgresHandle, **context: Any) -> None:
+    def rollback_prepared(self, handle: PostgresHandle, where: ErrorContext) -> None:
         """``ROLLBACK PREPARED``; a gid that is not this connector's is refused.
 
         Parameters
         ----------
         handle
             The handle.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Raises
         ------
         ConfigurationError
             The gid is not one of this connector's.
         """
-        self.ours(handle.transaction_id, **context)
-        self.rollback(handle.transaction_id, **context)
+        self.ours(handle.transaction_id, where)
+        self.rollback(handle.transaction_id, where)
 
     # ------------------------------------------------------------ statements
-    def probe(self, **context: Any) -> None:
+    def probe(self, where: ErrorContext) -> None:
         """Check that the server accepts ``PREPARE TRANSACTION``; fail with its own hint.
 
         Prepares an empty transaction under a gid no real transaction uses and
@@ -228,8 +229,8 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
 
         Parameters
         ----------
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Raises
         ------
@@ -251,11 +252,11 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
                     f"refuses: {map_error(exc, 'PREPARE TRANSACTION').message}. Or let the "
                     "sink use protocol='markers' (protocol='auto' picks it)",
                     setting="max_prepared_transactions",
-                    **context,
+                    **where.keywords(),
                 ) from None
             cur.execute("ROLLBACK PREPARED %s", (probe_gid,))
 
-        self.run("probing PREPARE TRANSACTION", probe, **context)
+        self.run("probing PREPARE TRANSACTION", probe, where)
 
     @property
     def fences(self) -> sql.Composable:
@@ -299,7 +300,7 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
         prune_commits(cur, self.commits, identity, rank[1])
         return True
 
-    def commit(self, gid: str, xid: int | None, *, proof: bool = False, **context: Any) -> str:
+    def commit(self, gid: str, xid: int | None, where: ErrorContext, *, proof: bool = False) -> str:
         """``COMMIT PREPARED gid``; an unknown gid is resolved by its proof row, or its xid.
 
         Parameters
@@ -308,11 +309,11 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
             The gid.
         xid
             The 64-bit transaction id recorded at ``begin`` (None when unknown).
+        where
+            Error context (sink, batch, partition).
         proof
             Whether the transaction wrote its row into ``twophase_commits``
             (:attr:`PostgresHandle.proof`).
-        **context
-            Error context.
 
         Returns
         -------
@@ -338,12 +339,12 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
             except psycopg2.Error as exc:
                 if sqlstate(exc) != _UNKNOWN_GID:
                     raise
-            return outcome_of_vanished(cur, self.commits if proof else None, gid, xid, **context)
+            return outcome_of_vanished(cur, self.commits if proof else None, gid, xid, where)
 
-        outcome = self.run(f"COMMIT PREPARED {gid!r}", commit, **context)
+        outcome = self.run(f"COMMIT PREPARED {gid!r}", commit, where)
         return "committed" if outcome is None else outcome
 
-    def status(self, handle: PostgresHandle, **context: Any) -> TransactionStatus | None:
+    def status(self, handle: PostgresHandle, where: ErrorContext) -> TransactionStatus | None:
         """Tell prepared, committed or lost, by ``pg_prepared_xacts`` and the proof row.
 
         None for a handle without a proof row (0.2.0): an xid tells nothing
@@ -356,17 +357,17 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
         def query(cur: Any) -> TransactionStatus:
             return transaction_status(cur, self.commits, gid)
 
-        return self.run(f"status of {gid!r}", query, **context)
+        return self.run(f"status of {gid!r}", query, where)
 
-    def rollback(self, gid: str, **context: Any) -> bool:
+    def rollback(self, gid: str, where: ErrorContext) -> bool:
         """``ROLLBACK PREPARED gid`` on a pooled connection; an unknown gid is success.
 
         Parameters
         ----------
         gid
             The gid.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -383,17 +384,17 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
                 raise
             return True
 
-        return self.run(f"ROLLBACK PREPARED {gid!r}", rollback, **context)
+        return self.run(f"ROLLBACK PREPARED {gid!r}", rollback, where)
 
-    def prepared_gids(self, identity: str, **context: Any) -> list[str]:
+    def prepared_gids(self, identity: str, where: ErrorContext) -> list[str]:
         """List the gids of this identity's prefix in ``pg_prepared_xacts``, in this database.
 
         Parameters
         ----------
         identity
             The sink identity.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -410,9 +411,9 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
             )
             return [r[0] for r in cur.fetchall()]
 
-        return self.run("listing prepared transactions", query, **context)
+        return self.run("listing prepared transactions", query, where)
 
-    def stale(self, identity: str, older_than: float, **context: Any) -> list[str]:
+    def stale(self, identity: str, older_than: float, where: ErrorContext) -> list[str]:
         """List prepared transactions of other identities of this connector, older than a limit.
 
         They hold locks and slots and block VACUUM; nothing of this run will
@@ -424,8 +425,8 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
             This sink's identity (excluded).
         older_than
             Age in seconds.
-        **context
-            Error context.
+        where
+            Error context (sink, batch, partition).
 
         Returns
         -------
@@ -443,4 +444,4 @@ class PreparedTransactions(PostgresClient, PreparedStatements):
             )
             return [r[0] for r in cur.fetchall()]
 
-        return self.run("listing stale prepared transactions", query, **context)
+        return self.run("listing stale prepared transactions", query, where)

@@ -29,6 +29,7 @@ from typing import Any
 
 from twophase.errors import ConfigurationError
 
+from ..._context import ErrorContext
 from .._gid import GID_PREFIX, parse_gid
 
 _log = logging.getLogger("twophase.connectors.jdbc")
@@ -139,7 +140,7 @@ class SlotShare:
 
 
 def share_slots(
-    max_prepared: int, max_partitions: int | None, others: tuple[str, ...], **context: Any
+    max_prepared: int, max_partitions: int | None, others: tuple[str, ...], where: ErrorContext
 ) -> SlotShare:
     """Size one sink's batches on a server shared with ``others``.
 
@@ -151,8 +152,8 @@ def share_slots(
         The user's cap, if any.
     others
         The other active coordinated sinks (:func:`active_sinks`).
-    **context
-        Error context.
+    where
+        Error context (sink, batch, partition).
 
     Returns
     -------
@@ -173,7 +174,7 @@ def share_slots(
                 f"max_partitions={max_partitions} is more than the server's "
                 f"max_prepared_transactions={max_prepared}",
                 setting="max_partitions",
-                **context,
+                **where.keywords(),
             )
     elif others and _shared(max_prepared) < sinks:
         raise ConfigurationError(
@@ -181,7 +182,7 @@ def share_slots(
             "max_prepared_transactions (needs a server restart) or run fewer coordinated "
             "sinks on this server; see docs/jdbc.md, 'Sizing max_prepared_transactions'",
             setting="max_prepared_transactions",
-            **context,
+            **where.keywords(),
         )
     return share
 

@@ -21,6 +21,7 @@ from twophase import TaskContext
 from twophase.errors import DataError, TwoPhaseError
 
 from ..._arrow import numbers
+from ..._context import ErrorContext
 from .._gid import format_gid
 from .._options import QualifiedName
 from .._plan import checked_ops, key_lock_hint
@@ -64,9 +65,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         return key_lock_hint("SELECT * FROM pg_prepared_xacts")
 
     # -------------------------------------------------------------- begin
-    def start(
-        self, context: TaskContext, where: dict[str, Any]
-    ) -> tuple[PostgresTransaction, bool]:
+    def start(self, context: TaskContext, where: ErrorContext) -> tuple[PostgresTransaction, bool]:
         """``BEGIN`` on a pooled connection and read the target's catalog.
 
         Parameters
@@ -101,7 +100,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
                 xid = None
             return xid, describe_table(cur, self.options.table)
 
-        (xid, table), conn = self.session("starting the transaction", start, **where)
+        (xid, table), conn = self.session("starting the transaction", start, where)
         return PostgresTransaction(context, gid, self.pool(), conn, table, xid), table is not None
 
     # -------------------------------------------------------------- write
@@ -128,7 +127,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         try:
             data = encode_csv(batch, plan.columns, extra)
         except DataError as exc:
-            raise exc.with_context(**txn.where) from None
+            raise exc.with_context(**txn.where.keywords()) from None
         if txn.copy is None:
             txn.copy = CopyStream(txn.conn, self._copy_statement(txn), _COPY_CHUNK).start()
         try:
@@ -231,6 +230,6 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         if conn is not None:
             txn.pool.release(conn, rollback=True)
 
-    def rollback_prepared(self, gid: str, **where: Any) -> None:
+    def rollback_prepared(self, gid: str, where: ErrorContext) -> None:
         """``ROLLBACK PREPARED`` by gid."""
-        PreparedTransactions(self.options, self.connection).rollback(gid, **where)
+        PreparedTransactions(self.options, self.connection).rollback(gid, where)

@@ -10,6 +10,7 @@ import traceback
 import pytest
 
 from twophase import SinkContext
+from twophase.connectors._context import ErrorContext
 from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink, postgres_sink
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
@@ -178,24 +179,24 @@ def test_partition_limit_leaves_headroom(max_prepared: int, cap: int | None, lim
 
 
 def test_the_slots_are_shared_by_the_active_sinks_and_the_arithmetic_is_said() -> None:
-    alone = share_slots(64, None, ())
+    alone = share_slots(64, None, (), ErrorContext("s"))
     assert alone.limit == 48
     assert alone.describe() == "max_prepared_transactions=64, 16 kept free"
-    three = share_slots(64, None, ("b", "a"))
+    three = share_slots(64, None, ("b", "a"), ErrorContext("s"))
     assert three.limit == 16
     assert "48 shared by 3 coordinated sinks (this one and b, a): 16 each" in three.describe()
-    assert share_slots(64, 30, ("a",)).limit == 30  # a cap is the user's
+    assert share_slots(64, 30, ("a",), ErrorContext("s")).limit == 30  # a cap is the user's
 
 
 def test_more_active_sinks_than_shareable_slots_fail_at_open_with_the_arithmetic() -> None:
     with pytest.raises(ConfigurationError) as info:
-        share_slots(4, None, ("a", "b"), sink="s")
+        share_slots(4, None, ("a", "b"), ErrorContext("s"))
     text = str(info.value)
     assert info.value.setting == "max_prepared_transactions"
     assert "max_prepared_transactions=4, 2 kept free, 2 shared by 3 coordinated sinks" in text
     assert "sink='s'" in text
     with pytest.raises(ConfigurationError, match="max_partitions=65 is more than") as capped:
-        share_slots(64, 65, ())
+        share_slots(64, 65, (), ErrorContext("s"))
     assert capped.value.setting == "max_partitions"
 
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import psycopg2
 import pytest
 
+from twophase.connectors._context import ErrorContext
 from twophase.connectors.jdbc._postgres._errors import (
     connection_error,
     guess_column,
@@ -81,7 +82,7 @@ class FakePgError(Exception):
 def test_sqlstates_map_onto_the_exception_tree(
     code: str, message: str, expected: type[TwoPhaseError]
 ) -> None:
-    exc = map_error(FakePgError(code, message), "doing X", sink="s", batch_id=7, partition_id=2)
+    exc = map_error(FakePgError(code, message), "doing X", where=ErrorContext("s", 7, 2))
     assert type(exc) is expected
     text = str(exc)
     assert "sink='s'" in text
@@ -100,7 +101,7 @@ def test_exhausted_prepared_slots_say_what_to_do() -> None:
             hint="Increase max_prepared_transactions (currently 2).",
         ),
         "PREPARE TRANSACTION",
-        sink="s",
+        where=ErrorContext("s"),
     )
     assert isinstance(exc, RetriableError)  # shared slots: a restart shares them again
     assert exc.setting == "max_prepared_transactions"
@@ -149,8 +150,7 @@ def test_mapped_error_names_the_column_and_pickles() -> None:
     exc = map_error(
         FakePgError("23502", 'null value in column "name"', column="name"),
         "merging",
-        sink="s",
-        batch_id=1,
+        where=ErrorContext("s", batch_id=1),
     )
     assert isinstance(exc, DataError)
     assert exc.column == "name"
@@ -181,7 +181,7 @@ def test_secrets_are_scrubbed_from_every_message() -> None:
     assert "pa%20ss%2Fw%3Ard%401" not in text
     assert "***" in text
     refused = psycopg2.OperationalError(f'connection to server failed: password "{secret}"')
-    err = connection_error(refused, "h:1/db", secrets=[secret], sink="s")
+    err = connection_error(refused, "h:1/db", secrets=[secret], where=ErrorContext("s"))
     assert secret not in str(err)
     assert isinstance(err, RetriableError)
 
@@ -196,7 +196,7 @@ def test_rejected_credentials_are_fatal_and_missing_database_is_configuration() 
 def test_a_write_on_a_read_only_standby_is_retried_on_a_new_connection() -> None:
     # After a failover a session can land on (or stay with) a server in recovery: 25006.
     error = FakePgError("25006", "cannot execute INSERT in a read-only transaction")
-    exc = map_error(error, "COPY into public.t", sink="s")
+    exc = map_error(error, "COPY into public.t", where=ErrorContext("s"))
     assert isinstance(exc, RetriableError)
     assert exc.setting == "target_session_attrs"
     assert "target_session_attrs=read-write" in str(exc)

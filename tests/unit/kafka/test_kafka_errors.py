@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from twophase.connectors.kafka._errors import (
-    ErrorContext,
+    KafkaErrorContext,
     kafka_error_of,
     map_kafka_error,
     raise_mapped,
@@ -25,9 +25,9 @@ from twophase.errors import (
 
 pytestmark = pytest.mark.unit
 
-CTX = ErrorContext(
-    "commit",
+CTX = KafkaErrorContext(
     "orders",
+    action="commit",
     batch_id=7,
     partition_id=2,
     topic="events",
@@ -89,7 +89,7 @@ def test_fenced_message_names_zombies_and_shared_identities() -> None:
 
 
 def test_fenced_after_the_timeout_blames_the_timeout() -> None:
-    slow = ErrorContext("commit", "orders", transaction_timeout_ms=1000, elapsed=3.0)
+    slow = KafkaErrorContext("orders", action="commit", transaction_timeout_ms=1000, elapsed=3.0)
     text = str(map_kafka_error(err(KafkaError.INVALID_PRODUCER_EPOCH), slow))
     assert "longer than transaction.timeout.ms" in text
     assert "zombie" not in text
