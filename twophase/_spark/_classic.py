@@ -20,13 +20,8 @@ from .._engine._runtime import runtime_of
 from .._log._identity import query_id_in_metadata
 from .._metrics._otel_setup import OTEL_ATTRIBUTE
 from .._pyspark import connect_session_id
-from .._stores._store import (
-    HadoopFileStore,
-    LocalFileStore,
-    LogStore,
-    conditional_store_installed,
-    open_store,
-)
+from .._stores._hadoop import HadoopFileStore
+from .._stores._store import LogStore, open_store
 from ..errors import ConfigurationError, find_error
 from . import _connect
 from ._dataframe import (
@@ -149,15 +144,16 @@ _LOG_STORES = ("auto", "hadoop")
 def log_store(spark: Any, location: str) -> LogStore:
     """Return the store of a coordinator log at ``location`` (a qualified Hadoop path).
 
-    A local path (``file:``) gets plain files written with fsync and an atomic
-    rename or link: as atomic as Spark's ``CheckpointFileManager`` there, more
-    durable (Hadoop's local file system does not fsync), and about a hundred
-    times cheaper per record. An object store whose client libraries are
-    installed (S3, GCS, Azure) gets its conditional writes, as without the JVM:
-    ``CheckpointFileManager``'s create there checks, then writes, so two racing
-    drivers would not be told apart. Every other file system, and every one
-    when ``spark.twophase.logStore`` is ``hadoop``, goes through Spark's
-    ``CheckpointFileManager``, like Spark's own offset log.
+    :func:`~twophase._stores._store.open_store`'s rule, with Spark's
+    ``CheckpointFileManager`` for every file system twophase has no store of
+    its own for, and for every one but local disk when ``spark.twophase.logStore``
+    is ``hadoop``. A local path (``file:``) gets plain files written with fsync
+    and an atomic rename or link: as atomic as ``CheckpointFileManager`` there,
+    more durable (Hadoop's local file system does not fsync), and about a
+    hundred times cheaper per record. An object store whose client libraries
+    are installed (S3, GCS, Azure) gets its conditional writes, as without the
+    JVM: ``CheckpointFileManager``'s create there checks, then writes, so two
+    racing drivers would not be told apart.
 
     Parameters
     ----------
@@ -176,18 +172,17 @@ def log_store(spark: Any, location: str) -> LogStore:
     ConfigurationError
         ``spark.twophase.logStore`` is neither ``auto`` nor ``hadoop``.
     """
-    if location.startswith("file:"):
-        # Hadoop renders local paths unescaped: file:/a/b (or file:///a/b).
-        return LocalFileStore("/" + location.removeprefix("file:").lstrip("/"))
     choice = str(spark.conf.get(LOG_STORE_KEY, "auto")).strip().lower()
     if choice not in _LOG_STORES:
         raise ConfigurationError(
             f"{LOG_STORE_KEY}={choice!r} is not one of {', '.join(_LOG_STORES)}",
             setting=LOG_STORE_KEY,
         )
-    if choice == "auto" and conditional_store_installed(location):
-        return open_store(location)
-    return HadoopFileStore(spark, location)
+    return open_store(
+        location,
+        spark_fs=lambda uri: HadoopFileStore(spark, uri),
+        spark_fs_always=choice == "hadoop",
+    )
 
 
 def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator:
@@ -212,7 +207,7 @@ def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator
         query_id=query_id,
         run_id=run_id,
         checkpoint=checkpoint,
-        open_store=lambda location: log_store(spark, location),
+        store=lambda location: log_store(spark, location),
     )
 
 

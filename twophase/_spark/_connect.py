@@ -33,7 +33,7 @@ from .._engine._coordinator import Coordinator
 from .._engine._hooks import AnySink
 from .._engine._participant import TaskPlan, TaskResult
 from .._engine._runtime import runtime_of
-from .._log._identity import query_id_in_metadata
+from .._log._identity import read_query_id
 from .._pyspark import (
     connect_active_queries,
     connect_loses_batch_errors,
@@ -98,22 +98,6 @@ def record_session(sink: AnySink, session_id: str | None) -> None:
     setattr(sink, _SESSION_ATTRIBUTE, session_id)
 
 
-def read_query_id(checkpoint: LogStore) -> str | None:
-    """Return the query id Spark wrote in a checkpoint's ``metadata`` file, if any.
-
-    Parameters
-    ----------
-    checkpoint
-        A store rooted at the checkpoint location.
-
-    Returns
-    -------
-    str or None
-        The id, or None when the file is absent or unreadable.
-    """
-    return query_id_in_metadata(checkpoint.read("metadata"))
-
-
 def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator:
     checkpoint = sink.checkpoint_location
     if not checkpoint:
@@ -150,9 +134,7 @@ def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator
     if current is not None:
         return current
     check_speculation(spark, sink.name, batch_id)
-    return new_coordinator(
-        sink, query_id=query_id, run_id=run_id, checkpoint=checkpoint, open_store=open_store
-    )
+    return new_coordinator(sink, query_id=query_id, run_id=run_id, checkpoint=checkpoint)
 
 
 def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int) -> None:

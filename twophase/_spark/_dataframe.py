@@ -22,11 +22,11 @@ from .._engine._hooks import AnySink
 from .._engine._participant import TaskPlan, TaskResult, run_participant
 from .._engine._runtime import runtime_of
 from .._fingerprint import fingerprint_batches
-from .._log._coordinator_log import CoordinatorLog
 from .._log._identity import SinkIdentity
+from .._log._sink_log import open_sink_log
 from .._pyspark import arrow_schema
-from .._stores._store import LogStore
-from .._types import FINGERPRINT_VERSION, Fingerprint, SinkContext
+from .._stores._store import LogStore, open_store
+from .._types import FINGERPRINT_VERSION, Fingerprint
 from ..errors import UnsafeConfigurationError
 from ._serde import dumps, loads
 
@@ -130,7 +130,7 @@ def new_coordinator(
     query_id: str,
     run_id: str,
     checkpoint: str,
-    open_store: Callable[[str], LogStore],
+    store: Callable[[str], LogStore] = open_store,
 ) -> Coordinator:
     """Create the coordinator of a new run and keep it in the sink's runtime.
 
@@ -142,8 +142,8 @@ def new_coordinator(
         The query (its id names the sink's identity) and its current run.
     checkpoint
         The query's checkpoint location; the log lives under it.
-    open_store
-        Opens the log's store at a location.
+    store
+        Opens the log's store at a location (see :func:`~twophase._log._sink_log.open_sink_log`).
 
     Returns
     -------
@@ -151,11 +151,15 @@ def new_coordinator(
         The coordinator; its log is opened (and recovery run) by its first batch.
     """
     identity = SinkIdentity(sink.name, query_id)
-    location = identity.log_location(checkpoint)
-    log = CoordinatorLog(open_store(location), sink=sink.name, identity=identity.token)
-    context = SinkContext(sink.name, identity.token, query_id, run_id, location)
+    log = open_sink_log(checkpoint, identity, store=store)
+    context = identity.context(checkpoint, run_id)
     coordinator = runtime_of(sink).new_run(log, context)
-    _log.info("sink %s: identity %s, coordinator log at %s", sink.name, identity.token, location)
+    _log.info(
+        "sink %s: identity %s, coordinator log at %s",
+        sink.name,
+        identity.token,
+        context.log_location,
+    )
     return coordinator
 
 
