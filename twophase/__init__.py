@@ -29,7 +29,7 @@ from ._retry import RetryPolicy
 from ._sinks._coordinated import TwoPhaseCommitSink
 from ._sinks._markers import MarkerCommitSink
 from ._sinks._sink import iter_rows
-from ._spark._classic import await_termination, write_stream
+from ._spark._entry import await_termination, write_stream
 from ._spark._format import register_format
 from ._types import (
     CommitProtocol,

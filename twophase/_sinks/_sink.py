@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, final
 
 from .._retry import RetryPolicy
-from .._spark import _classic as _spark
+from .._spark import _entry
 from .._types import (
     CommitProtocol,
     RecoveryContext,
@@ -143,7 +143,7 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
         batch_id
             The micro-batch id Spark passes to ``foreachBatch``.
         """
-        _spark.run_foreach_batch(cast("AnySink", self), df, batch_id)
+        _entry.run_foreach_batch(cast("AnySink", self), df, batch_id)
 
     # ============================================ coordinator hooks (driver)
     def open(self, context: SinkContext) -> None:

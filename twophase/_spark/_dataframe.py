@@ -11,7 +11,8 @@ checkpoint and how they reach the checkpoint's file system: ``twophase._spark._c
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
+    "NO_OPTIONS",
     "DataFrameExecution",
+    "QueryOptions",
     "check_speculation",
     "current_coordinator",
     "new_coordinator",
@@ -42,6 +45,36 @@ __all__ = [
 ]
 
 _log = logging.getLogger("twophase.spark")
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """What :func:`twophase.write_stream` knows of the query, kept beside the user's sinks.
+
+    Picklable: under Spark Connect it travels to the server with the sinks, in
+    the ``foreachBatch`` function. Nothing of it is written onto a sink.
+
+    Attributes
+    ----------
+    checkpoint_location
+        The query's checkpoint location, as given to ``write_stream``.
+    otel_environment
+        ``OTEL_*`` settings for the process that runs the sinks' driver side.
+    connect_session
+        The id of the Spark Connect session that starts the query (None: classic).
+    """
+
+    checkpoint_location: str | None = None
+    otel_environment: Mapping[str, str] | None = None
+    connect_session: str | None = None
+
+    def checkpoint_of(self, sink: AnySink) -> str | None:
+        """Return the checkpoint location ``sink`` runs under: ``write_stream``'s, else its own."""
+        return self.checkpoint_location or sink.checkpoint_location
+
+
+#: A sink passed to ``foreachBatch`` directly: nothing known beside the sink.
+NO_OPTIONS = QueryOptions()
 
 
 def session_conf(spark: Any, key: str, default: str) -> str:
