@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._arrow import binary_array, bool_array, fixed_values, valid_mask
-from ._types import FINGERPRINT_VERSIONS
+from ._values import FINGERPRINT_VERSIONS
 
 __all__ = ["U64", "BytesHasher", "bytes_hasher", "mix"]
 

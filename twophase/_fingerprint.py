@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from ._arrow import binary_array, bool_values, fixed_values, valid_mask
 from ._bytes_hash import U64, BytesHasher, bytes_hasher, mix
-from ._types import FINGERPRINT_VERSION, Fingerprint
+from ._values import FINGERPRINT_VERSION, Fingerprint
 
 __all__ = ["FingerprintAccumulator", "fingerprint_batches", "row_hashes"]
 

@@ -42,3 +42,13 @@ def test_one_rule_picks_a_locations_store(store: str) -> None:
     # The stores are built by the rule (open_store) alone; the classic path passes it Spark's.
     assert _calls(store) <= {"_stores/_store.py"}, store
     assert _calls("HadoopFileStore") == {"_spark/_classic.py"}
+
+
+def test_a_handle_pickled_under_the_old_module_name_of_the_value_types_loads() -> None:
+    # 0.2.0 (and a task result of another release) names twophase._types, now twophase._values.
+    import pickle
+
+    handle = twophase.parse_transaction_id("s.1:7:0:0")
+    old = pickle.dumps(handle, protocol=2).replace(b"twophase._values", b"twophase._types")
+    assert b"twophase._types" in old
+    assert pickle.loads(old) == handle

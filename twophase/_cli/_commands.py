@@ -27,7 +27,7 @@ from .._log._coordinator_log import CoordinatorLog, LogState
 from .._log._identity import SinkIdentity, read_query_id
 from .._log._sink_log import open_sink_log
 from .._stores._store import CheckpointStore, open_store
-from .._types import Marker, RecoveryContext
+from .._values import Marker, RecoveryContext
 from ..errors import ConfigurationError, TwoPhaseError
 from ._status_text import print_status
 

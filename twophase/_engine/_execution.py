@@ -13,7 +13,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from .._types import FINGERPRINT_VERSION, Fingerprint
+from .._values import FINGERPRINT_VERSION, Fingerprint
 from ._hooks import AnySink
 from ._participant import TaskPlan, TaskResult
 

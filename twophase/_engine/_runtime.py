@@ -23,7 +23,7 @@ from ._coordinator import Coordinator
 
 if TYPE_CHECKING:
     from .._log._coordinator_log import CoordinatorLog
-    from .._types import SinkContext
+    from .._values import SinkContext
     from ._execution import BatchExecution, StepListener
     from ._hooks import AnySink
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._types import SinkContext
+from .._values import SinkContext
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:

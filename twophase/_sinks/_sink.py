@@ -2,8 +2,8 @@
 
 The two public base classes build on it, one per commit protocol
 (``docs/protocol.md``): :class:`~twophase.TwoPhaseCommitSink` in
-``_sinks/_coordinated.py`` (``coordinated``) and :class:`~twophase.MarkerCommitSink` in
-``_sinks/_markers.py`` (``markers``). Every hook's contract (where it runs, when
+``_sinks/_two_phase_commit_sink.py`` (``coordinated``) and :class:`~twophase.MarkerCommitSink` in
+``_sinks/_marker_commit_sink.py`` (``markers``). Every hook's contract (where it runs, when
 and how often, whether it must be idempotent, what happens when it fails) is
 written once, on the class that declares the hook. The sink object holds
 settings only: the driver-side state of a running query (coordinator, log,
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, final
 
 from .._retry import RetryPolicy
 from .._spark import _entry
-from .._types import (
+from .._values import (
     CommitProtocol,
     RecoveryContext,
     SinkContext,

@@ -27,7 +27,7 @@ from .._log._identity import SinkIdentity
 from .._log._sink_log import open_sink_log
 from .._pyspark import arrow_schema
 from .._stores._store import LogStore, open_store
-from .._types import FINGERPRINT_VERSION, Fingerprint
+from .._values import FINGERPRINT_VERSION, Fingerprint
 from ..errors import UnsafeConfigurationError
 from ._serde import dumps, loads
 

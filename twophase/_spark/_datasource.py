@@ -48,7 +48,7 @@ from .._log._identity import SinkIdentity, read_query_id
 from .._log._sink_log import open_sink_log
 from .._pyspark import arrow_schema
 from .._stores._store import LogStore, open_store
-from .._types import CommitProtocol
+from .._values import CommitProtocol
 from ..errors import ConfigurationError
 
 __all__ = ["PreparedMessage", "SinkBuilder", "TwoPhaseDataSource"]

@@ -36,11 +36,11 @@ from .._log._coordinator_log import CoordinatorLog
 from .._log._identity import SinkIdentity
 from .._log._sink_log import open_sink_log
 from .._metrics._batch import BatchMetrics
-from .._sinks._coordinated import TwoPhaseCommitSink
-from .._sinks._markers import MarkerCommitSink
+from .._sinks._marker_commit_sink import MarkerCommitSink
+from .._sinks._two_phase_commit_sink import TwoPhaseCommitSink
 from .._spark._serde import dumps, loads
 from .._stores._store import open_store
-from .._types import FINGERPRINT_VERSION, Fingerprint
+from .._values import FINGERPRINT_VERSION, Fingerprint
 from ._crash import CrashAt
 
 __all__ = ["AnySinkLike", "LocalRunner", "PartitionsLike", "install_step_listener"]
