@@ -52,7 +52,7 @@ class _StandIn:
         self.fields: dict[str, Any] = {}
 
     def __setstate__(self, state: Any) -> None:
-        # A dataclass pickles its __dict__; one with __slots__ pickles (None, {slot: value}).
+        # A dataclass pickles its __dict__; one with __slots__ pickles (None, {name: value}).
         if isinstance(state, tuple) and len(state) == 2:
             merged: dict[str, Any] = {}
             for part in state:
