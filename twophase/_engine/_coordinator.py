@@ -1,7 +1,7 @@
 """The coordinator: one run of a sink on the driver, handing each batch to its protocol.
 
 One :class:`Coordinator` per run of a query and sink. It is engine-neutral:
-Spark (``twophase._spark._classic``) and the test kit's local runner
+Spark (``twophase._spark``: classic and Connect) and the test kit's local runner
 (``twophase.testing.LocalRunner``) both hand it the sink and a
 :class:`BatchExecution` that runs the participants. It keeps no reference to the
 sink between calls: the sink is settings plus hooks, the coordinator is the

@@ -1,7 +1,7 @@
 """What the coordinator needs from an engine, and the driver steps it announces.
 
 :class:`BatchExecution` is the engine's side of a batch: Spark implements it over
-the batch DataFrame (``twophase._spark._classic``), the test kit over partitions held in
+the batch DataFrame (``twophase._spark._dataframe``), the test kit over partitions held in
 memory (``twophase.testing.LocalRunner``). The step names (``_steps.py``) are where a
 :data:`StepListener` is called, and where the test kit simulates a crash.
 """

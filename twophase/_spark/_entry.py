@@ -90,6 +90,46 @@ class QueryBatches:
         finally:
             batch.unpersist()
 
+    @classmethod
+    def for_query(
+        cls,
+        df: DataFrame,
+        sink: AnySink | Sequence[Target],
+        *,
+        checkpoint_location: str,
+        otel_environment: Mapping[str, str] | None = None,
+    ) -> QueryBatches:
+        """Check what :func:`write_stream` is given and return its ``foreachBatch`` function."""
+        targets = as_targets(sink)
+        sinks: list[AnySink] = targets.sinks if targets is not None else [sink]  # type: ignore[list-item]
+        name = ",".join(s.name for s in sinks)
+        if not getattr(df, "isStreaming", False):
+            raise ConfigurationError(
+                "write_stream needs a streaming DataFrame (spark.readStream...)", sink=name
+            )
+        if not checkpoint_location:
+            raise ConfigurationError(
+                "checkpoint_location is required", sink=name, setting="checkpoint_location"
+            )
+        others = [k for k in otel_environment or {} if not str(k).startswith("OTEL_")]
+        if others:
+            raise ConfigurationError(
+                f"otel_environment takes OpenTelemetry's OTEL_* settings only, not {others[0]!r}",
+                sink=name,
+                setting="otel_environment",
+            )
+        check_speculation(df.sparkSession, name)
+        options = QueryOptions(
+            checkpoint_location,
+            # Pickled with the sinks to wherever their driver side runs (the runtime configures it).
+            {str(k): str(v) for k, v in otel_environment.items()} if otel_environment else None,
+            # Under Spark Connect, the session that starts the query (from PySpark 4.3 the batches
+            # run in a clone of it, which lists no running query).
+            connect_session_id(df.sparkSession),
+        )
+        pairs = targets.pairs if targets is not None else [(cast("AnySink", sink), None)]
+        return cls(pairs, options, shared=targets is not None)
+
     def __repr__(self) -> str:
         return f"QueryBatches({', '.join(sink.name for sink, _ in self.pairs)})"
 
@@ -155,35 +195,9 @@ def write_stream(
     ...     orders, [pg_sink, (kafka_sink, as_records)], checkpoint_location="/chk/orders"
     ... ).start()
     """
-    targets = as_targets(sink)
-    sinks: list[AnySink] = targets.sinks if targets is not None else [sink]  # type: ignore[list-item]
-    name = ",".join(s.name for s in sinks)
-    if not getattr(df, "isStreaming", False):
-        raise ConfigurationError(
-            "write_stream needs a streaming DataFrame (spark.readStream...)", sink=name
-        )
-    if not checkpoint_location:
-        raise ConfigurationError(
-            "checkpoint_location is required", sink=name, setting="checkpoint_location"
-        )
-    others = [k for k in otel_environment or {} if not str(k).startswith("OTEL_")]
-    if others:
-        raise ConfigurationError(
-            f"otel_environment takes OpenTelemetry's OTEL_* settings only, not {others[0]!r}",
-            sink=name,
-            setting="otel_environment",
-        )
-    check_speculation(df.sparkSession, name)
-    options = QueryOptions(
-        checkpoint_location,
-        # Pickled with the sinks to wherever their driver side runs (the runtime configures it).
-        {str(k): str(v) for k, v in otel_environment.items()} if otel_environment else None,
-        # Under Spark Connect, the session that starts the query (from PySpark 4.3 the batches
-        # run in a clone of it, which lists no running query).
-        connect_session_id(df.sparkSession),
+    function = QueryBatches.for_query(
+        df, sink, checkpoint_location=checkpoint_location, otel_environment=otel_environment
     )
-    pairs = targets.pairs if targets is not None else [(cast("AnySink", sink), None)]
-    function = QueryBatches(pairs, options, shared=targets is not None)
     writer = df.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint_location)
     if query_name:
         writer = writer.queryName(query_name)
