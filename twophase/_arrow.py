@@ -74,7 +74,7 @@ def fixed_values(array: pa.Array, dtype: Any) -> np.ndarray[Any, Any]:
     Returns
     -------
     numpy.ndarray
-        ``len(array)`` values (a read-only view); the values of null slots are
+        ``len(array)`` values (a read-only view); the values of null entries are
         unspecified: mask them with :func:`valid_mask`.
     """
     data = array.buffers()[1]
@@ -95,7 +95,7 @@ def bool_values(array: pa.BooleanArray) -> np.ndarray[Any, Any]:
     Returns
     -------
     numpy.ndarray
-        ``len(array)`` booleans; those of null slots are unspecified (mask
+        ``len(array)`` booleans; those of null entries are unspecified (mask
         them with :func:`valid_mask`).
     """
     data = array.buffers()[1]

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._arrow import binary_array, bool_array, fixed_values, valid_mask
-from ._types import FINGERPRINT_VERSIONS
+from ._values import FINGERPRINT_VERSIONS
 
 __all__ = ["U64", "BytesHasher", "bytes_hasher", "mix"]
 
@@ -84,7 +84,7 @@ def _hash_bytes_v1(arr: pa.Array) -> np.ndarray[Any, Any]:
     """
     arr = arr.cast(pa.large_binary())
     lengths_all = fixed_values(pc.binary_length(arr), np.int64)
-    if arr.null_count:  # a null's length is 0, whatever its slot holds
+    if arr.null_count:  # a null's length is 0, whatever its buffer holds
         lengths_all = np.where(valid_mask(arr), lengths_all, 0)
     long = lengths_all >= _LONG_VALUE
     if long.any():
@@ -164,7 +164,7 @@ def _hash_bytes_v2(arr: pa.Array) -> np.ndarray[Any, Any]:
     """
     arr = arr.cast(pa.large_binary())
     if arr.null_count:
-        arr = arr.fill_null(_EMPTY)  # null slots may hold bytes; their hash is replaced anyway
+        arr = arr.fill_null(_EMPTY)  # null entries may hold bytes; their hash is replaced anyway
     lengths = np.diff(
         np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
     )

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from ._arrow import binary_array, bool_values, fixed_values, valid_mask
 from ._bytes_hash import U64, BytesHasher, bytes_hasher, mix
-from ._types import FINGERPRINT_VERSION, Fingerprint
+from ._values import FINGERPRINT_VERSION, Fingerprint
 
 __all__ = ["FingerprintAccumulator", "fingerprint_batches", "row_hashes"]
 
@@ -67,7 +67,7 @@ def _column_hashes(arr: pa.Array, hash_bytes: BytesHasher) -> np.ndarray[Any, An
         hashed = mix(values + U64(1))
     elif pa.types.is_floating(typ):
         floats = fixed_values(arr.cast(pa.float64()), np.float64)
-        if arr.null_count:  # a null slot may hold any bits, even a signalling NaN
+        if arr.null_count:  # a null entry may hold any bits, even a signalling NaN
             floats = np.where(valid_mask(arr), floats, 0.0)
         floats = np.where(floats == 0.0, 0.0, floats)  # -0.0 == 0.0
         floats = np.where(np.isnan(floats), np.nan, floats)  # one NaN
@@ -104,7 +104,7 @@ def _column_hashes(arr: pa.Array, hash_bytes: BytesHasher) -> np.ndarray[Any, An
 
 def _apply_nulls(arr: pa.Array, hashed: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     if arr.null_count:
-        hashed = np.where(valid_mask(arr), hashed, _NULL)  # whatever null slots hold
+        hashed = np.where(valid_mask(arr), hashed, _NULL)  # whatever null entries hold
     return hashed
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import twophase
 from tests.spark.helpers import SCHEMA
+from twophase._spark._entry import QueryBatches
 from twophase.testing import install_step_listener
 from twophase_dev import SparkConnectServer
 from twophase_dev._host._wait import wait_until
@@ -40,15 +41,26 @@ class KillServerAt:
 
 
 class WithListener:
-    """``foreachBatch`` function: the sink, with a step listener installed in the worker."""
+    """``foreachBatch`` function: ``write_stream``'s, with a step listener installed in the worker.
 
-    def __init__(self, sink: Any, listener: Any) -> None:
+    ``function`` is what ``write_stream`` gives ``foreachBatch`` for ``sink`` (the sink with the
+    query's settings beside it): pickled together, its sink is ``sink`` in the worker too.
+    """
+
+    def __init__(self, function: QueryBatches, sink: Any, listener: Any) -> None:
+        self.function = function
         self.sink = sink
         self.listener = listener
 
+    @classmethod
+    def of(cls, df: Any, sink: Any, listener: Any, checkpoint: str, **options: Any) -> WithListener:
+        """The function that write_stream(df, sink, checkpoint_location=checkpoint, ...) sets."""
+        function = QueryBatches.for_query(df, sink, checkpoint_location=checkpoint, **options)
+        return cls(function, sink, listener)
+
     def __call__(self, df: Any, batch_id: int) -> None:
         install_step_listener(self.sink, self.listener)
-        self.sink(df, batch_id)
+        self.function(df, batch_id)
 
 
 def start_query(
@@ -68,8 +80,10 @@ def start_query(
         spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
     )
     writer = twophase.write_stream(df, sink, checkpoint_location=str(checkpoint), **options)
-    if listener is not None:  # the same sink, called through the listener's wrapper
-        writer = writer.foreachBatch(WithListener(sink, listener))
+    if listener is not None:  # the same function, called through the listener's wrapper
+        writer = writer.foreachBatch(
+            WithListener.of(df, sink, listener, str(checkpoint), **options)
+        )
     return writer.trigger(availableNow=True).start()
 
 

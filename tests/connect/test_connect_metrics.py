@@ -129,11 +129,14 @@ def test_a_connect_server_exports_the_batches_a_failure_and_its_recovery_over_ot
     spark = connect_server.session()
     try:
         sink = FakeSink("connect_metrics", target)
+        df, checkpoint = source(spark), str(tmp_path / "chk")
         writer = twophase.write_stream(
-            source(spark), sink, checkpoint_location=str(tmp_path / "chk"), otel_environment=otel
+            df, sink, checkpoint_location=checkpoint, otel_environment=otel
         )
         crash = CrashAt("decided", batch_id=1, as_exception=True)
-        writer = writer.foreachBatch(WithListener(sink, crash))  # the same sink, its settings
+        # The same function, the query's settings beside the sink, called through the listener.
+        listened = WithListener.of(df, sink, crash, checkpoint, otel_environment=otel)
+        writer = writer.foreachBatch(listened)
         query = writer.trigger(availableNow=True).start()
         with pytest.raises(Exception, match="simulated driver crash"):
             query.awaitTermination(180)

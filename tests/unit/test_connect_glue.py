@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from twophase._log._identity import read_query_id
 from twophase._spark import _connect
-from twophase._spark._connect import ConnectBatchExecution, is_connect, read_query_id
+from twophase._spark._connect import ConnectBatchExecution, is_connect
 from twophase._stores._store import LocalFileStore
 from twophase.testing import FakeSink, FakeTarget
 

@@ -15,7 +15,7 @@ from twophase import Fingerprint, fingerprint_batches
 from twophase import _bytes_hash as bhmod
 from twophase._bytes_hash import _BYTES_HASHERS
 from twophase._fingerprint import row_hashes
-from twophase._types import FINGERPRINT_VERSION, FINGERPRINT_VERSIONS
+from twophase._values import FINGERPRINT_VERSION, FINGERPRINT_VERSIONS
 
 pytestmark = pytest.mark.unit
 

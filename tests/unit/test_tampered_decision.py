@@ -139,8 +139,13 @@ def test_recovery_refuses_a_decision_whose_pickle_runs_code(
 def test_a_real_0_2_0_handle_pickle_still_finishes_the_batch(tmp_path: Path) -> None:
     runner, target, decision = _crash_after_decision(tmp_path)
     handles = runner.log.read_decision(0, runner.sink.decode_handle)
-    # What 0.2.0 wrote: the handles pickled (by reference to twophase._types.TransactionHandle).
-    _tamper(decision, base64.b64encode(pickle.dumps(handles)).decode())
+    # What 0.2.0 wrote: the handles pickled (by reference to twophase._types.TransactionHandle,
+    # the module twophase._values was called then).
+    data = pickle.dumps(handles)
+    data = _rename_global(
+        data, "twophase._values", "TransactionHandle", "twophase._types", "TransactionHandle"
+    )
+    _tamper(decision, base64.b64encode(data).decode())
     runner.restart()
     runner.run_batch(1, [[{"id": 100}]])
     assert sorted(r["id"] for r in target.committed_rows()) == [0, 1, 2, 10, 11, 12, 100]

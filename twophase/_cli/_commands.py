@@ -11,6 +11,7 @@ its plan, and does nothing without ``--yes``. See ``docs/operations.md``.
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import importlib
 import json
@@ -20,12 +21,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from .._log._coordinator_log import CoordinatorLog, LogState
-from .._log._identity import SinkIdentity, query_id_in_metadata
-from .._stores._store import LogStore, PyArrowFileStore, open_store
-from .._types import Marker, RecoveryContext
+from .._log._identity import SinkIdentity, read_query_id
+from .._log._sink_log import open_sink_log
+from .._stores._store import CheckpointStore, open_store
+from .._values import Marker, RecoveryContext
 from ..errors import ConfigurationError, TwoPhaseError
 from ._status_text import print_status
 
@@ -51,34 +53,9 @@ class _Sink:
 
 
 # ------------------------------------------------------------------ reading
-class _Checkpoint(Protocol):
-    """What the command reads of a checkpoint beside the coordinator logs."""
-
-    def read(self, name: str) -> bytes | None: ...
-    def list_directories(self, directory: str) -> list[str]: ...
-    def list(self, directory: str) -> list[str]: ...
-
-
-def _browse(uri: str) -> _Checkpoint:
+def _browse(uri: str) -> CheckpointStore:
     """Return a reader of a checkpoint: the log's own store, else a read-only pyarrow view."""
-    try:
-        return open_store(uri)
-    except ConfigurationError:
-        return PyArrowFileStore(uri)  # hdfs://, gs://...: status reads, changes are refused
-
-
-def _store(uri: str, *, writable: bool) -> LogStore:
-    """Return the store of a coordinator log; one that only reads unless ``writable``."""
-    try:
-        return open_store(uri)
-    except ConfigurationError:
-        if writable:
-            raise  # no proven create-if-absent there: the message says why and what to do
-        return PyArrowFileStore(uri)
-
-
-def _query_id(checkpoint: _Checkpoint) -> str | None:
-    return query_id_in_metadata(checkpoint.read("metadata"))
+    return open_store(uri, read_only_elsewhere=True)
 
 
 def _find_sinks(
@@ -95,7 +72,7 @@ def _find_sinks(
                 setting="--sink",
             )
         names = [sink]
-    wanted = query_id or _query_id(root)
+    wanted = query_id or read_query_id(root)
     found = []
     for name in names:
         runs = root.list_directories(f"twophase/{name}")
@@ -111,10 +88,9 @@ def _find_sinks(
                 setting="--query-id",
             )
         identity = SinkIdentity(name, chosen)
-        location = identity.log_location(checkpoint)
-        log = CoordinatorLog(
-            _store(location, writable=writable), sink=name, identity=identity.token
-        )
+        # One that only reads unless writable: there, no proven create-if-absent is refused.
+        store = functools.partial(open_store, read_only_elsewhere=not writable)
+        log = open_sink_log(checkpoint, identity, store=store)
         log.load()
         found.append(_Sink(name, chosen, identity.token, log))
     return found

@@ -13,12 +13,13 @@ The driver side is built by composition, one object per idea, with no base class
   log, the sink context, the retry sleep and the step listener, and the helpers every protocol
   step uses (announce a step, retry, plan the tasks, record "committed", the metrics). Each
   protocol object receives it explicitly.
-- :class:`~._coordinated.CoordinatedProtocol` (``_coordinated.py``) reads as the coordinated
-  protocol's state machine top to bottom: fence earlier runs, phase 1, decision, phase 2, sweep,
-  fence, record committed. Its fencing loop (:class:`~._fencing_loop.FencingLoop`,
+- :class:`~._coordinated_protocol.CoordinatedProtocol` (``_coordinated_protocol.py``) reads as
+  the coordinated protocol's state machine top to bottom: fence earlier runs, phase 1, decision,
+  phase 2, sweep, fence, record committed. Its fencing loop (:class:`~._fencing_loop.FencingLoop`,
   ``_fencing_loop.py``) is a collaborator it builds over the same run.
-- :class:`~._markers.MarkersProtocol` (``_markers.py``) is the markers protocol's: stage, check
-  the replay against the markers (``_replay.py``), record the intent, phase 1, record committed.
+- :class:`~._markers_protocol.MarkersProtocol` (``_markers_protocol.py``) is the markers
+  protocol's: stage, check the replay against the markers (``_replay.py``), record the intent,
+  phase 1, record committed.
 
 Both protocol objects answer ``begin_run(sink)`` and ``run_batch(sink, execution, recovered)``.
 The step names the listener hears -- the test kit's crash points, the chaos harness's and the

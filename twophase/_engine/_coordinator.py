@@ -1,7 +1,7 @@
 """The coordinator: one run of a sink on the driver, handing each batch to its protocol.
 
 One :class:`Coordinator` per run of a query and sink. It is engine-neutral:
-Spark (``twophase._spark._classic``) and the test kit's local runner
+Spark (``twophase._spark``: classic and Connect) and the test kit's local runner
 (``twophase.testing.LocalRunner``) both hand it the sink and a
 :class:`BatchExecution` that runs the participants. It keeps no reference to the
 sink between calls: the sink is settings plus hooks, the coordinator is the
@@ -9,8 +9,8 @@ protocol's state over the log. See ``docs/protocol.md`` for the diagrams.
 
 It is composed, not inherited: it builds the run (``_engine/_run.py``: the log,
 the step listener, retries) and one object per protocol over it --
-:class:`~._coordinated.CoordinatedProtocol` (with its fencing loop) and
-:class:`~._markers.MarkersProtocol` -- and does what both protocols do before a
+:class:`~._coordinated_protocol.CoordinatedProtocol` (with its fencing loop) and
+:class:`~._markers_protocol.MarkersProtocol` -- and does what both protocols do before a
 batch's own work: claim the identity, recover, skip a batch already committed,
 check the schema, route rows to the sink's transactions. Per batch, either protocol::
 
@@ -31,12 +31,12 @@ import pyarrow as pa
 from .._log._coordinator_log import CoordinatorLog
 from .._metrics import _otel
 from .._metrics._batch import BatchMetrics
-from .._types import CommitProtocol, SinkContext
+from .._values import CommitProtocol, SinkContext
 from ..errors import ConfigurationError, TwoPhaseError
-from ._coordinated import CoordinatedProtocol
+from ._coordinated_protocol import CoordinatedProtocol
 from ._execution import BatchExecution, StepListener
 from ._hooks import AnySink
-from ._markers import MarkersProtocol
+from ._markers_protocol import MarkersProtocol
 from ._participant import TaskResult
 from ._recovery import recover
 from ._run import Run, StateMachine

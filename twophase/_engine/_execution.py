@@ -1,7 +1,7 @@
 """What the coordinator needs from an engine, and the driver steps it announces.
 
 :class:`BatchExecution` is the engine's side of a batch: Spark implements it over
-the batch DataFrame (``twophase._spark._classic``), the test kit over partitions held in
+the batch DataFrame (``twophase._spark._dataframe``), the test kit over partitions held in
 memory (``twophase.testing.LocalRunner``). The step names (``_steps.py``) are where a
 :data:`StepListener` is called, and where the test kit simulates a crash.
 """
@@ -13,7 +13,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from .._types import FINGERPRINT_VERSION, Fingerprint
+from .._values import FINGERPRINT_VERSION, Fingerprint
 from ._hooks import AnySink
 from ._participant import TaskPlan, TaskResult
 

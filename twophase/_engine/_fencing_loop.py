@@ -8,7 +8,7 @@ zombie prepared before the fence is an orphan, which holds no decision and is
 rolled back by a sweep, and the fence is tried again. See "Zombie attempts" in
 ``docs/guarantees.md``.
 
-A collaborator of the coordinated protocol (``_engine/_coordinated.py``), which
+A collaborator of the coordinated protocol (``_engine/_coordinated_protocol.py``), which
 builds one over the run (``_engine/_run.py``).
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from .._metrics import _otel
-from .._types import TransactionHandle
+from .._values import TransactionHandle
 from ..errors import RetriableError
 from ._hooks import AnySink, as_coordinated
 from ._run import Run

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias
 
-from .._types import (
+from .._values import (
     CommitProtocol,
     Marker,
     RecoveryContext,
@@ -20,7 +20,7 @@ from .._types import (
     TaskContext,
     TransactionStatus,
 )
-from .._types import TransactionHandle as Handle
+from .._values import TransactionHandle as Handle
 
 if TYPE_CHECKING:
     import pyarrow as pa

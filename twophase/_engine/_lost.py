@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._log._coordinator_log import CoordinatorLog
-from .._types import TransactionStatus
+from .._values import TransactionStatus
 from ..errors import FatalError, RetriableError
 from ._hooks import CoordinatedHooks
 

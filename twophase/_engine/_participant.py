@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from .._fingerprint import FingerprintAccumulator, fingerprint_batches
-from .._types import (
+from .._values import (
     CommitProtocol,
     Fingerprint,
     Marker,

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .._log._coordinator_log import CoordinatorLog
 from .._metrics import _otel
-from .._types import CommitProtocol, RecoveryContext
+from .._values import CommitProtocol, RecoveryContext
 from ..errors import ConfigurationError
 from ._hooks import AnySink, as_coordinated
 from ._lost import lost_batch

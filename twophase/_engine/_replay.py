@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from .._types import FINGERPRINT_VERSION, FINGERPRINT_VERSIONS, Fingerprint, Marker
+from .._values import FINGERPRINT_VERSION, FINGERPRINT_VERSIONS, Fingerprint, Marker
 from ..errors import ConfigurationError, NondeterministicBatchError
 
 __all__ = ["legacy_versions", "match_markers"]

@@ -1,10 +1,11 @@
 """The run: what both protocols share on the driver -- the log, the step listener, retries, records.
 
 A :class:`Run` is built once per run by the coordinator (``_engine/_coordinator.py``) and
-handed to each protocol (``_engine/_coordinated.py``, ``_engine/_markers.py``) and to the
-coordinated protocol's fencing loop (``_engine/_fencing_loop.py``). It is frozen: every
-field is set when the run starts and none changes after, so that no protocol sets state
-another one reads. What changes during a run lives in the coordinator log.
+handed to each protocol (``_engine/_coordinated_protocol.py``,
+``_engine/_markers_protocol.py``) and to the coordinated protocol's fencing loop
+(``_engine/_fencing_loop.py``). It is frozen: every field is set when the run starts and none
+changes after, so that no protocol sets state another one reads. What changes during a run
+lives in the coordinator log.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 from .._log._coordinator_log import CoordinatorLog
 from .._metrics._batch import BatchMetrics
 from .._metrics._otel import attributes_of
-from .._types import RecoveryContext, SinkContext
+from .._values import RecoveryContext, SinkContext
 from ._execution import BatchExecution, StepListener
 from ._hooks import AnySink
 from ._participant import TaskPlan, TaskResult

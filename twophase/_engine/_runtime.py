@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from .._metrics import _otel, _otel_setup
@@ -23,7 +23,7 @@ from ._coordinator import Coordinator
 
 if TYPE_CHECKING:
     from .._log._coordinator_log import CoordinatorLog
-    from .._types import SinkContext
+    from .._values import SinkContext
     from ._execution import BatchExecution, StepListener
     from ._hooks import AnySink
 
@@ -67,16 +67,24 @@ class SinkRuntime:
         if self.step_listener is not None:
             self.step_listener(step, batch_id, index)
 
-    def run_batch(self, sink: AnySink, execution: BatchExecution) -> BatchMetrics:
+    def run_batch(
+        self,
+        sink: AnySink,
+        execution: BatchExecution,
+        *,
+        otel_environment: Mapping[str, str] | None = None,
+    ) -> BatchMetrics:
         """Run one batch on the current coordinator and keep its metrics.
 
-        A failed batch marks the coordinator failed, so that the next call
-        starts a new run (new epoch, recovery) instead of trusting its state.
+        ``otel_environment`` (``write_stream``'s) configures this process's
+        OpenTelemetry SDK first. A failed batch marks the coordinator failed, so
+        that the next call starts a new run (new epoch, recovery) instead of
+        trusting its state.
         """
         coordinator = self.coordinator
         if coordinator is None:
             raise RuntimeError("no coordinator: the engine must create one first")
-        _otel_setup.configure(getattr(sink, _otel_setup.OTEL_ATTRIBUTE, None))
+        _otel_setup.configure(otel_environment)
         try:
             metrics = coordinator.run_batch(sink, execution)
         except BaseException:

@@ -11,10 +11,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from .._values import SinkContext
 from ..errors import ConfigurationError
 
-__all__ = ["SinkIdentity", "query_id_in_metadata"]
+if TYPE_CHECKING:
+    from .._stores._store import LogStore
+
+__all__ = ["SinkIdentity", "query_id_in_metadata", "read_query_id"]
 
 _QUERY_ID_RE = re.compile(r"^[0-9a-fA-F-]{16,64}$")
 
@@ -66,6 +71,25 @@ class SinkIdentity:
         """
         return f"{checkpoint.rstrip('/')}/twophase/{self.name}/{self.query_id}"
 
+    def context(self, checkpoint: str, run_id: str) -> SinkContext:
+        """Return what a sink is told when it is opened for the run ``run_id`` of its query.
+
+        Parameters
+        ----------
+        checkpoint
+            The query's checkpoint location.
+        run_id
+            The run of the query.
+
+        Returns
+        -------
+        SinkContext
+            Its ``log_location`` is :meth:`log_location` of ``checkpoint``.
+        """
+        return SinkContext(
+            self.name, self.token, self.query_id, run_id, self.log_location(checkpoint)
+        )
+
 
 def query_id_in_metadata(raw: bytes | None) -> str | None:
     """Return the query id Spark wrote in a checkpoint's ``metadata`` file.
@@ -88,3 +112,19 @@ def query_id_in_metadata(raw: bytes | None) -> str | None:
         return None
     found = value.get("id") if isinstance(value, dict) else None
     return str(found) if found else None
+
+
+def read_query_id(checkpoint: LogStore) -> str | None:
+    """Return the query id Spark wrote in a checkpoint's ``metadata`` file, if any.
+
+    Parameters
+    ----------
+    checkpoint
+        A store rooted at the checkpoint location.
+
+    Returns
+    -------
+    str or None
+        The id, or None when the file is absent or unreadable.
+    """
+    return query_id_in_metadata(checkpoint.read("metadata"))

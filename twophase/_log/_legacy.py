@@ -24,7 +24,8 @@ from typing import Any
 
 __all__ = ["LEGACY_HANDLE_CLASSES", "LegacyRecordError", "read_legacy_handles"]
 
-#: The handle classes twophase 0.2.0 shipped: ``(module, qualified name)`` as its pickles name them.
+#: The handle classes twophase 0.2.0 shipped: ``(module, qualified name)`` as its pickles name them
+#: (0.2.0's module paths, matched as text: ``twophase._types`` is ``twophase._values`` since).
 LEGACY_HANDLE_CLASSES = frozenset(
     {
         ("twophase._types", "TransactionHandle"),
@@ -51,7 +52,7 @@ class _StandIn:
         self.fields: dict[str, Any] = {}
 
     def __setstate__(self, state: Any) -> None:
-        # A dataclass pickles its __dict__; one with __slots__ pickles (None, {slot: value}).
+        # A dataclass pickles its __dict__; one with __slots__ pickles (None, {name: value}).
         if isinstance(state, tuple) and len(state) == 2:
             merged: dict[str, Any] = {}
             for part in state:

@@ -16,12 +16,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["OTEL_ATTRIBUTE", "configure", "flush"]
+__all__ = ["configure", "flush"]
 
 _log = logging.getLogger("twophase.metrics")
-
-#: The attribute that carries, on a sink, the ``OTEL_*`` settings of its query.
-OTEL_ATTRIBUTE = "_twophase_otel_environment"
 
 _LOCK = threading.Lock()
 _done = False

@@ -2,8 +2,8 @@
 
 The two public base classes build on it, one per commit protocol
 (``docs/protocol.md``): :class:`~twophase.TwoPhaseCommitSink` in
-``_sinks/_coordinated.py`` (``coordinated``) and :class:`~twophase.MarkerCommitSink` in
-``_sinks/_markers.py`` (``markers``). Every hook's contract (where it runs, when
+``_sinks/_two_phase_commit_sink.py`` (``coordinated``) and :class:`~twophase.MarkerCommitSink` in
+``_sinks/_marker_commit_sink.py`` (``markers``). Every hook's contract (where it runs, when
 and how often, whether it must be idempotent, what happens when it fails) is
 written once, on the class that declares the hook. The sink object holds
 settings only: the driver-side state of a running query (coordinator, log,
@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, final
 
 from .._retry import RetryPolicy
-from .._spark import _classic as _spark
-from .._types import (
+from .._spark import _entry
+from .._values import (
     CommitProtocol,
     RecoveryContext,
     SinkContext,
@@ -143,7 +143,7 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
         batch_id
             The micro-batch id Spark passes to ``foreachBatch``.
         """
-        _spark.run_foreach_batch(cast("AnySink", self), df, batch_id)
+        _entry.run_foreach_batch(cast("AnySink", self), df, batch_id)
 
     # ============================================ coordinator hooks (driver)
     def open(self, context: SinkContext) -> None:

@@ -6,12 +6,12 @@ Connect session attached to the client's. There is no py4j there: no
 ``sparkContext``, no local properties, no Hadoop file system. So:
 
 - the checkpoint location must be given (``twophase.write_stream(df, sink,
-  checkpoint_location=...)`` sets it on the sink before the sink is sent to the
-  server);
+  checkpoint_location=...)`` sends it to the server with the sink, or the sink's
+  own ``checkpoint_location``);
 - the query id -- the sink's identity -- is read from the checkpoint's
   ``metadata`` file, through a store that needs no JVM (local disk, S3;
   ``docs/storage.md``), and checked against the active queries of the session
-  that started the query (``write_stream`` records its id on the sink; the
+  that started the query (``write_stream`` sends its id with the sink; the
   version adapter finds them), whose run id names the run;
 - a batch's partition count cannot be asked before the batch runs, so the
   batch is coalesced to at most a known number of participant slots (the
@@ -33,7 +33,7 @@ from .._engine._coordinator import Coordinator
 from .._engine._hooks import AnySink
 from .._engine._participant import TaskPlan, TaskResult
 from .._engine._runtime import runtime_of
-from .._log._identity import query_id_in_metadata
+from .._log._identity import read_query_id
 from .._pyspark import (
     connect_active_queries,
     connect_loses_batch_errors,
@@ -43,7 +43,9 @@ from .._pyspark import (
 from .._stores._store import LogStore, open_store
 from ..errors import ConfigurationError, TwoPhaseError, find_error
 from ._dataframe import (
+    NO_OPTIONS,
     DataFrameExecution,
+    QueryOptions,
     check_speculation,
     current_coordinator,
     new_coordinator,
@@ -57,16 +59,11 @@ __all__ = [
     "ConnectBatchExecution",
     "is_connect",
     "record_failure",
-    "record_session",
     "recorded_failure",
     "run_foreach_batch",
 ]
 
 _log = logging.getLogger("twophase.spark")
-
-#: The attribute that carries, inside a pickled sink, the id of the Connect session that
-#: started its query.
-_SESSION_ATTRIBUTE = "_twophase_connect_session"
 
 
 def is_connect(df: Any) -> bool:
@@ -85,37 +82,10 @@ def is_connect(df: Any) -> bool:
     return type(df).__module__.startswith("pyspark.sql.connect.")
 
 
-def record_session(sink: AnySink, session_id: str | None) -> None:
-    """Record on ``sink`` the Connect session that starts its query (before it is pickled).
-
-    Parameters
-    ----------
-    sink
-        The sink.
-    session_id
-        The client session's id (None for a classic session).
-    """
-    setattr(sink, _SESSION_ATTRIBUTE, session_id)
-
-
-def read_query_id(checkpoint: LogStore) -> str | None:
-    """Return the query id Spark wrote in a checkpoint's ``metadata`` file, if any.
-
-    Parameters
-    ----------
-    checkpoint
-        A store rooted at the checkpoint location.
-
-    Returns
-    -------
-    str or None
-        The id, or None when the file is absent or unreadable.
-    """
-    return query_id_in_metadata(checkpoint.read("metadata"))
-
-
-def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator:
-    checkpoint = sink.checkpoint_location
+def _coordinator_for(
+    sink: AnySink, df: DataFrame, batch_id: int, options: QueryOptions
+) -> Coordinator:
+    checkpoint = options.checkpoint_of(sink)
     if not checkpoint:
         raise ConfigurationError(
             "under Spark Connect the sink must know the query's checkpoint location: start "
@@ -127,7 +97,7 @@ def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator
         )
     spark = df.sparkSession
     query_id = read_query_id(open_store(checkpoint))
-    session_id = getattr(sink, _SESSION_ATTRIBUTE, None)
+    session_id = options.connect_session
     active = connect_active_queries(spark, session_id)
     if query_id is None or query_id not in active:
         hint = (
@@ -150,12 +120,10 @@ def _coordinator_for(sink: AnySink, df: DataFrame, batch_id: int) -> Coordinator
     if current is not None:
         return current
     check_speculation(spark, sink.name, batch_id)
-    return new_coordinator(
-        sink, query_id=query_id, run_id=run_id, checkpoint=checkpoint, open_store=open_store
-    )
+    return new_coordinator(sink, query_id=query_id, run_id=run_id, checkpoint=checkpoint)
 
 
-def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int) -> None:
+def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int, options: QueryOptions) -> None:
     """Run one micro-batch of ``sink`` under Spark Connect.
 
     Parameters
@@ -166,19 +134,23 @@ def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int) -> None:
         The micro-batch DataFrame (a Connect DataFrame).
     batch_id
         The micro-batch id.
+    options
+        What :func:`twophase.write_stream` knows of the query (pickled with the sink).
     """
     try:
-        coordinator = _coordinator_for(sink, df, batch_id)
+        coordinator = _coordinator_for(sink, df, batch_id, options)
         execution = ConnectBatchExecution(
             df, batch_id, coordinator.log.store, coordinator.context.log_location, sink
         )
-        runtime_of(sink).run_batch(sink, execution)
+        runtime_of(sink).run_batch(sink, execution, otel_environment=options.otel_environment)
     except Exception as exc:
-        record_failure(sink, df, exc)
+        record_failure(sink, df, exc, options)
         raise
 
 
-def record_failure(sink: AnySink, df: DataFrame, error: BaseException) -> None:
+def record_failure(
+    sink: AnySink, df: DataFrame, error: BaseException, options: QueryOptions = NO_OPTIONS
+) -> None:
     """Leave the twophase error behind a failed batch where the client finds it.
 
     Only where the server does not send it (``connect_loses_batch_errors``): under the run id of
@@ -193,14 +165,16 @@ def record_failure(sink: AnySink, df: DataFrame, error: BaseException) -> None:
         The micro-batch DataFrame.
     error
         What the batch raised.
+    options
+        What :func:`twophase.write_stream` knows of the query.
     """
     found = find_error(error) if connect_loses_batch_errors() else None
     if found is None:
         return
     spark = df.sparkSession
     try:
-        active = connect_active_queries(spark, getattr(sink, _SESSION_ATTRIBUTE, None))
-        checkpoint = sink.checkpoint_location
+        active = connect_active_queries(spark, options.connect_session)
+        checkpoint = options.checkpoint_of(sink)
         query_id = read_query_id(open_store(checkpoint)) if checkpoint else None
         if query_id is not None and query_id in active:
             run_id: str | None = active[query_id]

@@ -11,7 +11,8 @@ checkpoint and how they reach the checkpoint's file system: ``twophase._spark._c
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -22,11 +23,11 @@ from .._engine._hooks import AnySink
 from .._engine._participant import TaskPlan, TaskResult, run_participant
 from .._engine._runtime import runtime_of
 from .._fingerprint import fingerprint_batches
-from .._log._coordinator_log import CoordinatorLog
 from .._log._identity import SinkIdentity
+from .._log._sink_log import open_sink_log
 from .._pyspark import arrow_schema
-from .._stores._store import LogStore
-from .._types import FINGERPRINT_VERSION, Fingerprint, SinkContext
+from .._stores._store import LogStore, open_store
+from .._values import FINGERPRINT_VERSION, Fingerprint
 from ..errors import UnsafeConfigurationError
 from ._serde import dumps, loads
 
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = [
+    "NO_OPTIONS",
     "DataFrameExecution",
+    "QueryOptions",
     "check_speculation",
     "current_coordinator",
     "new_coordinator",
@@ -42,6 +45,36 @@ __all__ = [
 ]
 
 _log = logging.getLogger("twophase.spark")
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """What :func:`twophase.write_stream` knows of the query, kept beside the user's sinks.
+
+    Picklable: under Spark Connect it travels to the server with the sinks, in
+    the ``foreachBatch`` function. Nothing of it is written onto a sink.
+
+    Attributes
+    ----------
+    checkpoint_location
+        The query's checkpoint location, as given to ``write_stream``.
+    otel_environment
+        ``OTEL_*`` settings for the process that runs the sinks' driver side.
+    connect_session
+        The id of the Spark Connect session that starts the query (None: classic).
+    """
+
+    checkpoint_location: str | None = None
+    otel_environment: Mapping[str, str] | None = None
+    connect_session: str | None = None
+
+    def checkpoint_of(self, sink: AnySink) -> str | None:
+        """Return the checkpoint location ``sink`` runs under: ``write_stream``'s, else its own."""
+        return self.checkpoint_location or sink.checkpoint_location
+
+
+#: A sink passed to ``foreachBatch`` directly: nothing known beside the sink.
+NO_OPTIONS = QueryOptions()
 
 
 def session_conf(spark: Any, key: str, default: str) -> str:
@@ -130,7 +163,7 @@ def new_coordinator(
     query_id: str,
     run_id: str,
     checkpoint: str,
-    open_store: Callable[[str], LogStore],
+    store: Callable[[str], LogStore] = open_store,
 ) -> Coordinator:
     """Create the coordinator of a new run and keep it in the sink's runtime.
 
@@ -142,8 +175,8 @@ def new_coordinator(
         The query (its id names the sink's identity) and its current run.
     checkpoint
         The query's checkpoint location; the log lives under it.
-    open_store
-        Opens the log's store at a location.
+    store
+        Opens the log's store at a location (see :func:`~twophase._log._sink_log.open_sink_log`).
 
     Returns
     -------
@@ -151,11 +184,15 @@ def new_coordinator(
         The coordinator; its log is opened (and recovery run) by its first batch.
     """
     identity = SinkIdentity(sink.name, query_id)
-    location = identity.log_location(checkpoint)
-    log = CoordinatorLog(open_store(location), sink=sink.name, identity=identity.token)
-    context = SinkContext(sink.name, identity.token, query_id, run_id, location)
+    log = open_sink_log(checkpoint, identity, store=store)
+    context = identity.context(checkpoint, run_id)
     coordinator = runtime_of(sink).new_run(log, context)
-    _log.info("sink %s: identity %s, coordinator log at %s", sink.name, identity.token, location)
+    _log.info(
+        "sink %s: identity %s, coordinator log at %s",
+        sink.name,
+        identity.token,
+        context.log_location,
+    )
     return coordinator
 
 

@@ -44,13 +44,12 @@ from .._engine._coordinator import Coordinator
 from .._engine._hooks import AnySink
 from .._engine._participant import TaskPlan, TaskResult, run_participant
 from .._engine._runtime import runtime_of
-from .._log._coordinator_log import CoordinatorLog
-from .._log._identity import SinkIdentity
+from .._log._identity import SinkIdentity, read_query_id
+from .._log._sink_log import open_sink_log
 from .._pyspark import arrow_schema
 from .._stores._store import LogStore, open_store
-from .._types import CommitProtocol, SinkContext
+from .._values import CommitProtocol
 from ..errors import ConfigurationError
-from ._connect import read_query_id
 
 __all__ = ["PreparedMessage", "SinkBuilder", "TwoPhaseDataSource"]
 
@@ -133,11 +132,10 @@ class _Writer(DataSourceStreamArrowWriter):
     # -- driver (commit runner)
     def _coordinator(self, epoch: int | None) -> Coordinator:
         identity = SinkIdentity(self.sink.name, self.query_id)
-        location = identity.log_location(self.checkpoint)
-        log = CoordinatorLog(open_store(location), sink=self.sink.name, identity=identity.token)
+        log = open_sink_log(self.checkpoint, identity)
         log.load()
         log.epoch = epoch
-        context = SinkContext(self.sink.name, identity.token, self.query_id, "commit", location)
+        context = identity.context(self.checkpoint, "commit")
         self.sink.open(context)
         return Coordinator(log, context, on_step=runtime_of(self.sink).on_step)
 
@@ -260,9 +258,8 @@ class TwoPhaseDataSource(DataSource):
         if _in_commit_runner():
             return _Writer(self.sink, self.checkpoint, query_id, None)
         identity = SinkIdentity(self.sink.name, query_id)
-        location = identity.log_location(self.checkpoint)
-        log = CoordinatorLog(open_store(location), sink=self.sink.name, identity=identity.token)
-        context = SinkContext(self.sink.name, identity.token, query_id, uuid.uuid4().hex, location)
+        log = open_sink_log(self.checkpoint, identity)
+        context = identity.context(self.checkpoint, uuid.uuid4().hex)
         batch_id = _planned_batch(checkpoint)
         coordinator = Coordinator(log, context, on_step=runtime_of(self.sink).on_step)
         coordinator.plan(self.sink, batch_id)

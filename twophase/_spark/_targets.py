@@ -1,7 +1,8 @@
 """Several exactly-once targets from one query: each batch computed once, each sink in turn.
 
-``twophase.write_stream(df, [sink_a, (sink_b, project)], ...)`` runs a :class:`Targets` in
-``foreachBatch``: the micro-batch is persisted, then each sink runs its own protocol on it (or on
+``twophase.write_stream(df, [sink_a, (sink_b, project)], ...)`` checks the list as
+:class:`Targets` and runs its pairs in ``foreachBatch`` (``_entry.QueryBatches``): the
+micro-batch is persisted, then each sink runs its own protocol on it (or on
 its projection of it), one after the other, and the batch is unpersisted. Each sink keeps its own
 coordinator log under the query's checkpoint (``<checkpoint>/twophase/<sink name>/``), so each
 target is exactly-once on its own; they are not atomic together. A crash between two sinks'
@@ -29,7 +30,7 @@ Target: TypeAlias = AnySink | tuple[AnySink, Projection]
 
 
 class Targets:
-    """The ``foreachBatch`` function of a query with several sinks.
+    """The sinks of a query with several, each with its projection, checked.
 
     Parameters
     ----------
@@ -72,23 +73,6 @@ class Targets:
     def sinks(self) -> list[AnySink]:
         """The sinks, in the order they run."""
         return [sink for sink, _ in self.pairs]
-
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        """Run every sink on the micro-batch, computed once.
-
-        Parameters
-        ----------
-        df
-            The micro-batch.
-        batch_id
-            Its id.
-        """
-        batch = df.persist()
-        try:
-            for sink, project in self.pairs:
-                sink(project(batch) if project is not None else batch, batch_id)
-        finally:
-            batch.unpersist()
 
     def __repr__(self) -> str:
         return f"Targets({', '.join(sink.name for sink in self.sinks)})"

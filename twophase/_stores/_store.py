@@ -6,15 +6,15 @@ decision and epoch claims rely on. :class:`LocalFileStore` uses plain files
 with fsync, rename and link (tests, local checkpoints); the object stores use
 their service's conditional writes: :class:`S3FileStore` (``_stores/_s3.py``),
 :class:`GCSFileStore` (``_stores/_gcs.py``) and :class:`AzureBlobFileStore`
-(``_stores/_azure.py``). :class:`HadoopFileStore` uses Spark's
+(``_stores/_azure.py``). :class:`HadoopFileStore` (``_stores/_hadoop.py``) uses Spark's
 ``CheckpointFileManager`` through the driver's JVM, on every other file system
 Spark can checkpoint to.
 
-:func:`open_store` picks the store of a URI without the JVM, and refuses the
-file systems where no atomic create-if-absent is proven without it
-(``docs/storage.md``); :func:`conditional_store_installed` tells the classic
-path whether a URI's object store can be used there too. :class:`PyArrowFileStore`
-only reads, for the ``twophase`` command on the other file systems.
+:func:`open_store` is the one rule that picks a location's store: without the
+JVM it refuses the file systems where no atomic create-if-absent is proven
+(``docs/storage.md``); the classic path passes Spark's file system into it for
+those. :class:`PyArrowFileStore` only reads, for the ``twophase`` command on the
+other file systems.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ import importlib.util
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypeAlias, overload
 
-from ..errors import ConfigurationError, CoordinatorLogError
+from ..errors import ConfigurationError
 from ._azure import AZURE_SCHEMES, AzureBlobFileStore
 from ._gcs import GCS_SCHEMES, GCSFileStore
+from ._hadoop import HadoopFileStore
 from ._local import LocalFileStore
 from ._object import ObjectStore
 from ._s3 import S3_SCHEMES, S3FileStore
@@ -35,6 +36,7 @@ from ._s3 import S3_SCHEMES, S3FileStore
 __all__ = [
     "OBJECT_STORES",
     "AzureBlobFileStore",
+    "CheckpointStore",
     "GCSFileStore",
     "HadoopFileStore",
     "LocalFileStore",
@@ -117,114 +119,6 @@ class LogStore(Protocol):
         ...
 
 
-# Spark moved CheckpointFileManager between releases; try the newest first.
-_CFM_CLASSES = (
-    "org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager",
-    "org.apache.spark.sql.execution.streaming.CheckpointFileManager",
-)
-
-
-class HadoopFileStore:
-    """A :class:`LogStore` through Spark's ``CheckpointFileManager`` on the driver.
-
-    Uses the same atomic-create machinery as Spark's own ``offsets/`` and
-    ``commits/`` logs, on any Hadoop-compatible file system.
-
-    Parameters
-    ----------
-    spark
-        The driver's SparkSession (its JVM and Hadoop configuration are used).
-    root
-        Directory of the log, as a Hadoop path string.
-    """
-
-    def __init__(self, spark: Any, root: str) -> None:
-        self._root = root.rstrip("/")
-        jvm = spark.sparkContext._jvm
-        self._jvm = jvm
-        conf = spark.sparkContext._jsc.hadoopConfiguration()
-        self._conf = conf
-        manager_cls = None
-        for name in _CFM_CLASSES:
-            try:
-                candidate = jvm.java.lang.Class.forName(
-                    name, True, jvm.Thread.currentThread().getContextClassLoader()
-                )
-            except Exception:
-                continue
-            if candidate is not None:
-                manager_cls = name
-                break
-        if manager_cls is None:
-            raise CoordinatorLogError(
-                "Spark's CheckpointFileManager was not found in this Spark version "
-                f"(tried {', '.join(_CFM_CLASSES)}); pass a local checkpoint and "
-                "report the Spark version"
-            )
-        companion = jvm
-        for part in manager_cls.split("."):
-            companion = getattr(companion, part)
-        self._manager = companion.create(jvm.org.apache.hadoop.fs.Path(self._root), conf)
-        self.manager_class = manager_cls
-
-    @property
-    def location(self) -> str:
-        """Return the root path."""
-        return self._root
-
-    def _path(self, name: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(f"{self._root}/{name}")
-
-    def write(self, name: str, data: bytes, *, overwrite: bool) -> bool:
-        """Write ``data`` to ``name`` atomically (see :class:`LogStore`)."""
-        path = self._path(name)
-        if not overwrite and self._manager.exists(path):
-            return False
-        self._manager.mkdirs(path.getParent())
-        out = self._manager.createAtomic(path, overwrite)
-        try:
-            out.write(bytearray(data))
-        except Exception:
-            out.cancel()
-            raise
-        try:
-            out.close()
-        except Exception as exc:
-            if not overwrite and "FileAlreadyExists" in str(exc):
-                return False
-            raise
-        return True
-
-    def read(self, name: str) -> bytes | None:
-        """Read ``name``, or None (see :class:`LogStore`)."""
-        path = self._path(name)
-        if not self._manager.exists(path):
-            return None
-        stream = self._manager.open(path)
-        try:
-            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
-        finally:
-            stream.close()
-        return bytes(data)
-
-    def list(self, directory: str) -> list[str]:
-        """List file names in ``directory`` (see :class:`LogStore`)."""
-        path = self._path(directory)
-        if not self._manager.exists(path):
-            return []
-        names = [status.getPath().getName() for status in self._manager.list(path)]
-        return [n for n in names if not n.startswith(".") and not n.endswith(".crc")]
-
-    def delete(self, name: str) -> None:
-        """Delete ``name`` if present (see :class:`LogStore`)."""
-        self._manager.delete(self._path(name))
-
-    def delete_tree(self, directory: str) -> None:
-        """Delete ``directory`` recursively if present (see :class:`LogStore`)."""
-        path = self._path(directory)
-        path.getFileSystem(self._conf).delete(path, True)
-
-
 def _object_stores_named() -> str:
     """``S3 (s3://, s3a://), GCS (gs://) or Azure Blob Storage (abfss://, ...)``."""
     named = [f"{k.service} ({', '.join(s + '://' for s in k.schemes)})" for k in OBJECT_STORES]
@@ -269,10 +163,10 @@ def _scheme(uri: str) -> str | None:
 def conditional_store_installed(uri: str) -> bool:
     """Whether ``uri`` is on an object store whose client libraries are installed.
 
-    The classic path then keeps the log in that store, through its
-    conditional writes, rather than in Spark's ``CheckpointFileManager``
-    (whose create on object stores checks, then writes: two racing drivers
-    are not told apart by the store).
+    :func:`open_store` then keeps a log there through the store's conditional
+    writes, even on the classic path, rather than in Spark's
+    ``CheckpointFileManager`` (whose create on object stores checks, then
+    writes: two racing drivers are not told apart by the store).
 
     Parameters
     ----------
@@ -295,43 +189,97 @@ def conditional_store_installed(uri: str) -> bool:
         return False
 
 
-def open_store(uri: str) -> LocalFileStore | ObjectStore:
-    """Return the store of a coordinator log at ``uri``, without the JVM.
+@overload
+def open_store(
+    uri: str,
+    *,
+    spark_fs: None = None,
+    spark_fs_always: bool = False,
+    read_only_elsewhere: bool = False,
+    fsync: bool = True,
+) -> CheckpointStore: ...
 
-    Only stores with a proven atomic create-if-absent are opened: a local
-    directory (hard links), and S3, GCS or Azure Blob Storage (conditional
-    writes). Every other file system is refused: it is supported only by the
-    classic foreachBatch path, through Spark's ``CheckpointFileManager``.
+
+@overload
+def open_store(
+    uri: str,
+    *,
+    spark_fs: Callable[[str], LogStore],
+    spark_fs_always: bool = False,
+    read_only_elsewhere: bool = False,
+    fsync: bool = True,
+) -> LogStore: ...
+
+
+def open_store(
+    uri: str,
+    *,
+    spark_fs: Callable[[str], LogStore] | None = None,
+    spark_fs_always: bool = False,
+    read_only_elsewhere: bool = False,
+    fsync: bool = True,
+) -> LogStore:
+    """Return the store of ``uri``: the one rule that picks a location's store.
+
+    A local path (a path, ``file:/path``, ``file:///path``) gets plain files
+    written with fsync and an atomic rename or link. An object store (S3,
+    GCS, Azure Blob Storage) gets its conditional writes when its client
+    libraries are installed. Every other file system has no proven atomic
+    create-if-absent without the JVM: the classic ``foreachBatch`` path passes
+    ``spark_fs`` (Spark's ``CheckpointFileManager``, like Spark's own offset
+    log), which then also serves an object store whose client is missing, and
+    every non-local location when ``spark_fs_always``; without it the location
+    is refused, or, with ``read_only_elsewhere``, read through ``pyarrow.fs``
+    (the ``twophase`` command's ``status``).
 
     Parameters
     ----------
     uri
-        The log's directory: a local path, ``file:/path``, ``file:///path``,
+        The directory: a local path, ``file:/path``, ``file:///path``,
         ``s3://bucket/prefix``, ``s3a://bucket/prefix``, ``gs://bucket/prefix``,
-        ``abfss://container@account.dfs.core.windows.net/prefix`` or
-        ``wasbs://container@account.blob.core.windows.net/prefix``.
+        ``abfss://container@account.dfs.core.windows.net/prefix``,
+        ``wasbs://container@account.blob.core.windows.net/prefix``; with
+        ``spark_fs`` or ``read_only_elsewhere``, any URI those reach.
+    spark_fs
+        Opens a store through Spark's file system (the classic path's driver).
+    spark_fs_always
+        Use ``spark_fs`` for every location that is not local
+        (``spark.twophase.logStore=hadoop``).
+    read_only_elsewhere
+        Where twophase cannot write, return a :class:`PyArrowFileStore` that reads.
+    fsync
+        Whether a local store fsyncs (the test kit may skip it).
 
     Returns
     -------
     LogStore
-        A :class:`LocalFileStore`, :class:`S3FileStore`, :class:`GCSFileStore`
-        or :class:`AzureBlobFileStore`.
+        A :class:`LocalFileStore`, :class:`S3FileStore`, :class:`GCSFileStore`,
+        :class:`AzureBlobFileStore`, what ``spark_fs`` returns, or a
+        :class:`PyArrowFileStore`.
 
     Raises
     ------
     ConfigurationError
-        Any other scheme (``hdfs``, ``dbfs``...), naming it and why; or the
-        store's client libraries are not installed, naming the extra.
+        Without ``spark_fs`` or ``read_only_elsewhere``: any other scheme
+        (``hdfs``, ``dbfs``...), naming it and why; or the store's client
+        libraries are not installed, naming the extra.
     """
-    scheme = _scheme(uri)
-    if scheme is None:
-        return LocalFileStore(uri)
-    if scheme == "file":
-        return LocalFileStore(_local_path(uri))
-    entry = _OBJECT_STORES.get(scheme)
-    if entry is not None:
-        return entry.store(uri)
-    raise _refusal(uri, scheme)
+    try:
+        scheme = _scheme(uri)
+        if scheme is None:
+            return LocalFileStore(uri, fsync=fsync)
+        if scheme == "file":
+            return LocalFileStore(_local_path(uri), fsync=fsync)
+        entry = _OBJECT_STORES.get(scheme)
+        if spark_fs is not None and (spark_fs_always or not conditional_store_installed(uri)):
+            return spark_fs(uri)
+        if entry is not None:
+            return entry.store(uri)
+        raise _refusal(uri, scheme)
+    except ConfigurationError:
+        if not read_only_elsewhere:
+            raise  # no proven create-if-absent there: the message says why and what to do
+        return PyArrowFileStore(uri)  # hdfs://, gs:// without the extra...: it reads, never writes
 
 
 class PyArrowFileStore:
@@ -425,3 +373,7 @@ class PyArrowFileStore:
         selector = self._pafs.FileSelector(self._path(directory), allow_not_found=True)
         names = [info.base_name for info in self._fs.get_file_info(selector)]
         return [n for n in names if not n.startswith(".") and not n.endswith(".crc")]
+
+
+#: What :func:`open_store` returns without ``spark_fs``: a store that also lists directories.
+CheckpointStore: TypeAlias = LocalFileStore | ObjectStore | PyArrowFileStore

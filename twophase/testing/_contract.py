@@ -41,8 +41,8 @@ import pytest
 from .._arrow import binary_array
 from .._engine._steps import COORDINATED_STEPS, MARKER_STEPS, Step
 from .._fingerprint import fingerprint_batches
-from .._sinks._coordinated import TwoPhaseCommitSink
-from .._types import CommitProtocol, Marker, RecoveryContext, TaskContext
+from .._sinks._two_phase_commit_sink import TwoPhaseCommitSink
+from .._values import CommitProtocol, Marker, RecoveryContext, TaskContext
 from ..errors import NondeterministicBatchError
 from ._assertions import assert_exactly_once
 from ._crash import SimulatedCrash

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .._sinks._coordinated import TwoPhaseCommitSink
-from .._sinks._markers import MarkerCommitSink
-from .._types import (
+from .._sinks._marker_commit_sink import MarkerCommitSink
+from .._sinks._two_phase_commit_sink import TwoPhaseCommitSink
+from .._values import (
     Marker,
     RecoveryContext,
     TaskContext,

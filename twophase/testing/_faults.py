@@ -6,9 +6,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from .._sinks._coordinated import TwoPhaseCommitSink
-from .._sinks._markers import MarkerCommitSink
-from .._types import TaskContext
+from .._sinks._marker_commit_sink import MarkerCommitSink
+from .._sinks._two_phase_commit_sink import TwoPhaseCommitSink
+from .._values import TaskContext
 from ._target import FakeTarget
 
 __all__ = ["with_faults"]

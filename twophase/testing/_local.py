@@ -11,6 +11,7 @@ production code.
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import logging
 import os
@@ -33,12 +34,13 @@ from .._engine._runtime import runtime_of
 from .._fingerprint import fingerprint_batches
 from .._log._coordinator_log import CoordinatorLog
 from .._log._identity import SinkIdentity
+from .._log._sink_log import open_sink_log
 from .._metrics._batch import BatchMetrics
-from .._sinks._coordinated import TwoPhaseCommitSink
-from .._sinks._markers import MarkerCommitSink
+from .._sinks._marker_commit_sink import MarkerCommitSink
+from .._sinks._two_phase_commit_sink import TwoPhaseCommitSink
 from .._spark._serde import dumps, loads
-from .._stores._store import LocalFileStore
-from .._types import FINGERPRINT_VERSION, Fingerprint, SinkContext
+from .._stores._store import open_store
+from .._values import FINGERPRINT_VERSION, Fingerprint
 from ._crash import CrashAt
 
 __all__ = ["AnySinkLike", "LocalRunner", "PartitionsLike", "install_step_listener"]
@@ -248,15 +250,10 @@ class LocalRunner:
         self._new_coordinator()
 
     def _new_coordinator(self) -> Coordinator:
-        location = self.identity.log_location(self.checkpoint)
-        log = CoordinatorLog(
-            LocalFileStore(location, fsync=self.fsync),
-            sink=self.sink.name,
-            identity=self.identity.token,
+        log = open_sink_log(
+            self.checkpoint, self.identity, store=functools.partial(open_store, fsync=self.fsync)
         )
-        context = SinkContext(
-            self.sink.name, self.identity.token, self.query_id, uuid.uuid4().hex, location
-        )
+        context = self.identity.context(self.checkpoint, uuid.uuid4().hex)
         return runtime_of(self.sink).new_run(log, context, sleep=self.sleep)
 
     @property

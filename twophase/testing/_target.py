@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from .._types import Fingerprint, Marker, TransactionStatus
+from .._values import Fingerprint, Marker, TransactionStatus
 from ..errors import AbortRequiredError, TransactionError
 from ._fault_rules import FaultRules
 from ._storage import DirectoryStorage, MemoryStorage, Storage

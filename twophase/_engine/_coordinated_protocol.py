@@ -23,7 +23,7 @@ from typing import Any
 
 from .._log._codec import HandleCodecError
 from .._metrics._batch import BatchMetrics
-from .._types import TransactionHandle
+from .._values import TransactionHandle
 from ..errors import CommitFailedError, ConfigurationError, add_note
 from ._execution import BatchExecution
 from ._fencing_loop import FencingLoop

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Generic
 
 from .._log._codec import decode_dataclass, encode_dataclass
-from .._types import CommitProtocol, TransactionHandle, TransactionStatus
+from .._values import CommitProtocol, TransactionHandle, TransactionStatus
 from ._sink import HandleT, TxnT, _SinkBase, required
 
 __all__ = ["TwoPhaseCommitSink"]

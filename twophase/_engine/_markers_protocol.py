@@ -15,7 +15,7 @@ import logging
 import time
 
 from .._metrics._batch import BatchMetrics
-from .._types import Fingerprint
+from .._values import Fingerprint
 from ._execution import BatchExecution
 from ._hooks import AnySink, MarkerHooks, as_markers
 from ._replay import legacy_versions, match_markers

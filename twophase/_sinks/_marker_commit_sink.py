@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from .._retry import RetryPolicy
-from .._types import CommitProtocol, Marker
+from .._values import CommitProtocol, Marker
 from ._sink import TxnT, _SinkBase
 
 __all__ = ["MarkerCommitSink"]
