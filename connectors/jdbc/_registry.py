@@ -2,7 +2,7 @@
 
 Each :class:`Database` names a dialect's package in ``connectors/jdbc/`` and the
 DB-API client library it alone imports; the package's ``__init__`` lists its
-public names (``PUBLIC``), which :mod:`twophase.connectors.jdbc` exports.
+public names by module (``PUBLIC``), which :mod:`twophase.connectors.jdbc` exports.
 ``tests/unit/jdbc/test_jdbc_registry.py`` holds the package folders, the
 import contracts of ``pyproject.toml`` and the public face to this registry.
 Adding a database: ``docs/development.md``, "The JDBC family, and adding a
@@ -53,6 +53,7 @@ def public_names() -> dict[str, str]:
     where: dict[str, str] = {}
     for db in DATABASES:
         package = importlib.import_module(f"{__package__}.{db.package}")
-        for name, module in package.PUBLIC.items():
-            where[name] = f".{db.package}.{module}" if module else f".{db.package}"
+        for module, names in package.PUBLIC.items():
+            for name in names:
+                where[name] = f".{db.package}.{module}" if module else f".{db.package}"
     return where

@@ -54,12 +54,8 @@ class JdbcTwoPhaseSink(
 
     Parameters
     ----------
-    name
-        The sink name.
-    options
-        What to write and how.
-    connection
-        Connection parameters.
+    name, options, connection
+        The sink name, what to write and how, the connection parameters.
     checkpoint_location, retry
         See :class:`twophase.TwoPhaseCommitSink`.
     """
@@ -146,17 +142,11 @@ class JdbcMarkerSink(JdbcSinkMixin[TxnT], MarkerCommitSink[TxnT]):
 
     Parameters
     ----------
-    name
-        The sink name.
-    options
-        What to write and how.
-    connection
-        Connection parameters.
-    staging
-        Stage each batch in the checkpoint first, so that replays are
-        deterministic even when the pipeline is not.
-    checkpoint_location, retry
-        See :class:`twophase.MarkerCommitSink`.
+    name, options, connection
+        The sink name, what to write and how, the connection parameters.
+    staging, checkpoint_location, retry
+        See :class:`twophase.MarkerCommitSink` (``staging``: replays are
+        deterministic even when the pipeline is not).
     """
 
     def __init__(

@@ -86,22 +86,11 @@ MARIADB = MariaDBDialect()
 class MariaDBTwoPhaseSink(JdbcTwoPhaseSink[MariaDBTransaction, MariaDBHandle]):
     """Exactly-once into MariaDB with XA transactions (``coordinated``).
 
-    Every partition of a micro-batch writes its rows inside one XA
-    transaction and prepares it (``XA PREPARE``); once every partition has
-    prepared, the driver records the decision and commits them all by xid
-    (``XA COMMIT``). A batch is either committed in full or not at all. Build
-    it with :func:`~twophase.connectors.jdbc.mariadb_sink`.
-
-    Parameters
-    ----------
-    name
-        The sink name (part of every xid: at most 44 bytes).
-    options
-        What to write and how.
-    connection
-        Connection parameters.
-    checkpoint_location, retry
-        See :class:`twophase.TwoPhaseCommitSink`.
+    Every partition writes its rows inside one XA transaction and prepares it
+    (``XA PREPARE``); the driver commits them by xid (``XA COMMIT``). The sink
+    name is part of every xid: at most 44 bytes. Build it with
+    :func:`~twophase.connectors.jdbc.mariadb_sink`; the constructor is
+    :class:`~.._sink.JdbcTwoPhaseSink`'s.
     """
 
     dialect = MARIADB
@@ -112,17 +101,6 @@ class MariaDBMarkerSink(JdbcMarkerSink[MariaDBTransaction]):
 
     Every partition commits its own transaction, the rows and a marker row,
     on its executor. Build it with :func:`~twophase.connectors.jdbc.mariadb_sink`.
-
-    Parameters
-    ----------
-    name
-        The sink name.
-    options
-        What to write and how.
-    connection
-        Connection parameters.
-    staging, checkpoint_location, retry
-        See :class:`twophase.MarkerCommitSink`.
     """
 
     dialect = MARIADB

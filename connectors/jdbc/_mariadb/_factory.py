@@ -121,15 +121,8 @@ def mariadb_sink(
     max_partitions
         Upper bound on transactions per batch (the batch is coalesced to it);
         MariaDB has no limit on prepared transactions of its own.
-    staging
-        Markers protocol only: stage each batch in the checkpoint so that replays
-        are deterministic (see :class:`twophase.MarkerCommitSink`).
-    checkpoint_location
-        The query's checkpoint location; optional: found from the running
-        query when omitted, checked against it when given.
-    retry
-        Backoff of the driver's commit steps that fail transiently (a
-        :class:`twophase.RetryPolicy`; its defaults when omitted).
+    staging, checkpoint_location, retry
+        As for :func:`~twophase.connectors.jdbc.postgres_sink`.
     **options
         The options above (``mode`` ... ``retry``; their defaults are those of
         :func:`~twophase.connectors.jdbc.postgres_sink`), and the connection

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from twophase import RetryPolicy
-
 from ..._context import ErrorContext
 from .._config import ConnectionConfig
 from .._dialect import PartsDialect
 from .._factory import Choice, SinkClasses
 from .._options import JdbcOptions
 from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
-from ._catalog import ServerInfo
 from ._checks import PostgresChecker
 from ._dbapi import LIBPQ_KEYWORDS, libpq_keyword, postgres_connection
 from ._markers import PostgresMarkerTable
@@ -108,49 +105,14 @@ class PostgresTwoPhaseSink(JdbcTwoPhaseSink[PostgresTransaction, PostgresHandle]
     """Exactly-once into PostgreSQL with ``PREPARE TRANSACTION`` (``coordinated``).
 
     Build it with :func:`~twophase.connectors.jdbc.postgres_sink` (which
-    checks the server); the constructor is public for typing and for forcing
-    the protocol.
-
-    Every partition of a micro-batch writes its rows with ``COPY`` inside one
-    transaction and prepares it; once every partition has prepared, the driver
-    records the decision and commits them all with ``COMMIT PREPARED``. A batch
-    is either committed in full or not at all, whatever fails and whenever. A
-    gid no longer prepared at commit is resolved by its xid (``txid_status``).
-
-    Parameters
-    ----------
-    name
-        The sink name (part of every gid).
-    options
-        What to write and how.
-    connection
-        Connection parameters.
-    server
-        The server's capabilities, when already read (sets
-        :attr:`max_transactions_per_batch` now rather than in :meth:`open`).
-    checkpoint_location, retry
-        See :class:`twophase.TwoPhaseCommitSink`.
+    checks the server); the constructor (:class:`~.._sink.JdbcTwoPhaseSink`'s)
+    is public for typing and for forcing the protocol. Every partition writes
+    its rows with ``COPY`` and prepares; the driver commits them with ``COMMIT
+    PREPARED``. A gid no longer prepared at commit is told committed or lost
+    by the row its transaction wrote into ``twophase_commits``.
     """
 
     dialect = POSTGRES
-
-    def __init__(
-        self,
-        name: str,
-        options: JdbcOptions,
-        connection: ConnectionConfig,
-        *,
-        server: ServerInfo | None = None,
-        checkpoint_location: str | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(
-            name, options, connection, checkpoint_location=checkpoint_location, retry=retry
-        )
-        if server is not None and server.max_prepared_transactions > 0:
-            self.max_transactions_per_batch = partition_limit(
-                server.max_prepared_transactions, options.max_partitions
-            )
 
 
 class PostgresMarkerSink(JdbcMarkerSink[PostgresTransaction]):
@@ -160,20 +122,6 @@ class PostgresMarkerSink(JdbcMarkerSink[PostgresTransaction]):
     and most managed services): every partition commits its own transaction,
     ``COPY`` and a marker row, on its executor. Build it with
     :func:`~twophase.connectors.jdbc.postgres_sink`.
-
-    Parameters
-    ----------
-    name
-        The sink name.
-    options
-        What to write and how.
-    connection
-        Connection parameters.
-    staging
-        Stage each batch in the checkpoint first, so that replays are
-        deterministic even when the pipeline is not.
-    checkpoint_location, retry
-        See :class:`twophase.MarkerCommitSink`.
     """
 
     dialect = POSTGRES

@@ -68,9 +68,10 @@ def _public_names() -> dict[str, str]:
     return {
         name: f".{db.package}.{module}" if module else f".{db.package}"
         for db in DATABASES
-        for name, module in importlib.import_module(
+        for module, names in importlib.import_module(
             f"twophase.connectors.jdbc.{db.package}"
         ).PUBLIC.items()
+        for name in names
     }
 
 
