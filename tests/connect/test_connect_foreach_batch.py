@@ -14,7 +14,7 @@ import pytest
 
 import twophase
 from tests.connect.support import KillServerAt, crash_server, run_to_end, start_query
-from tests.spark.helpers import table_ids, write_input
+from tests.spark.helpers import ODD_NAMES, table_ids, write_input
 from twophase.errors import ConfigurationError
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget, assert_exactly_once
 from twophase_dev import SparkConnectServer
@@ -175,12 +175,16 @@ def test_a_failed_task_on_connect_is_retried_and_written_once(
     )
 
     def transform(df: Any) -> Any:
-        return df.repartition(2)
+        # And column names that SQL text reads otherwise: they cross as they are (issue 52).
+        from pyspark.sql import functions as sf
+
+        return df.select("id", *[sf.col("payload").alias(n) for n in ODD_NAMES]).repartition(2)
 
     _run(connect_server, tmp_path, FakeMarkerSink("retried", target), transform=transform)
     assert target.fired(fault) == 1, "the injected task failure did not fire"
     assert_exactly_once([r["id"] for r in target.committed_rows()], expected)
     assert target.prepared() == []
+    assert {tuple(r) for r in target.committed_rows()} == {("id", *ODD_NAMES)}
 
 
 @pytest.mark.integration

@@ -23,6 +23,11 @@ def ids_of(batch: int, rows: int = 20) -> list[int]:
     return [batch * 1000 + i for i in range(rows)]
 
 
+#: Column names Spark allows that SQL text would read otherwise: a dot (a struct's field), a
+#: backtick (a syntax error), a space, quotes, and non-ASCII letters.
+ODD_NAMES = ("dot.ted", "back`tick", "with space", "quo\"te'd", "ünïcödé", "a.b`c d")
+
+
 def write_input(source: Path, batches: int, rows: int = 20) -> list[int]:
     """Write one Parquet file per micro-batch; return every id written."""
     source.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 import twophase
-from tests.spark.helpers import run_query, write_input
+from tests.spark.helpers import ODD_NAMES, run_query, write_input
 from twophase import ConfigurationError
 from twophase.testing import (
     CrashAt,
@@ -195,3 +195,26 @@ def test_calling_the_sink_outside_a_stream_is_a_clear_error(spark: Any) -> None:
     sink = FakeSink("direct", FakeTarget.in_memory())
     with pytest.raises(ConfigurationError, match="foreachBatch"):
         sink(spark.range(3), 0)
+
+
+@pytest.mark.parametrize("sink_cls", [FakeSink, FakeMarkerSink])
+def test_any_column_name_spark_allows_is_written_as_it_is(
+    spark: Any, tmp_path: Path, sink_cls: type[Any]
+) -> None:
+    from pyspark.sql import functions as sf
+
+    target = FakeTarget(tmp_path / "target")
+    expected = write_input(tmp_path / "in", 2)
+    sink = sink_cls("odd-names", target)
+
+    def odd(df: Any) -> Any:
+        extra = [
+            sf.concat(sf.col("payload"), sf.lit(f"/{i}")).alias(n) for i, n in enumerate(ODD_NAMES)
+        ]
+        return df.select(sf.col("id"), *extra).repartition(2)
+
+    run_query(spark, tmp_path / "in", tmp_path / "chk", sink, odd)
+    rows = target.committed_rows()
+    assert_exactly_once([r["id"] for r in rows], expected)
+    assert {tuple(r) for r in rows} == {("id", *ODD_NAMES)}
+    assert all(r[n] == f"p{r['id']}/{i}" for r in rows for i, n in enumerate(ODD_NAMES))

@@ -222,6 +222,45 @@ def _result_batch(result: bytes) -> pa.RecordBatch:
 _ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
+def _renamed(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
+    """The batch with its columns named ``names`` (types, nullability and metadata kept)."""
+    fields = [field.with_name(name) for field, name in zip(batch.schema, names, strict=True)]
+    schema = pa.schema(fields, metadata=batch.schema.metadata)
+    return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+
+
+def map_in_arrow(df: DataFrame, fn: _ArrowFn) -> list[Any]:
+    """Run ``fn`` over every partition of ``df`` with ``mapInArrow`` and collect its results.
+
+    ``mapInArrow`` resolves each input column by its name, as SQL text: a
+    name with a dot reads as a struct's field and a backtick is a syntax
+    error. So the columns cross by position, under names Spark reads as
+    they are (``_0``, ``_1``...), and ``fn`` gets them back under their own
+    names -- whatever names Spark allowed (dots, backticks, spaces, quotes,
+    any script).
+
+    Parameters
+    ----------
+    df
+        The DataFrame.
+    fn
+        Arrow batches in, batches of one ``result binary`` column out.
+
+    Returns
+    -------
+    list
+        The result rows.
+    """
+    names = list(df.columns)
+    positional = [f"_{i}" for i in range(len(names))]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return fn(_renamed(batch, names) for batch in batches)
+
+    rows: list[Any] = df.toDF(*positional).mapInArrow(run, "result binary").collect()
+    return rows
+
+
 def _participant_fn(sink: AnySink, plan: TaskPlan) -> _ArrowFn:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext as SparkTaskContext
@@ -353,7 +392,7 @@ class DataFrameExecution:
         if not self._persisted:
             self.df = self.df.persist()
             self._persisted = True
-        rows = self.df.mapInArrow(_fingerprint_fn(version), "result binary").collect()
+        rows = map_in_arrow(self.df, _fingerprint_fn(version))
         result: dict[int, Fingerprint] = {}
         for row in rows:
             partition_id, fingerprint = loads(row[0])
@@ -363,8 +402,7 @@ class DataFrameExecution:
 
     def run_participants(self, sink: AnySink, plan: TaskPlan) -> list[TaskResult]:
         """Run phase 1: one participant per partition, in one Spark job."""
-        fn = _participant_fn(sink, plan)
-        rows = self.df.mapInArrow(fn, "result binary").collect()
+        rows = map_in_arrow(self.df, _participant_fn(sink, plan))
         return [loads(row[0]) for row in rows]
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from jdbc_support import mariadb_sql, run_to_end
-from test_postgres_spark import write_files
+from test_postgres_spark import ODD_NAMES, with_odd_names, write_files
 
 import twophase
 from twophase.connectors.jdbc import mariadb_sink
@@ -57,17 +57,19 @@ def test_streaming_query_writes_exactly_once_and_resumes_from_its_checkpoint(
 
     expected = write_files(tmp_path / "in", 0, 2)
     first = sink()
-    run(spark, tmp_path / "in", tmp_path / "chk", first, lambda df: df.repartition(3))
+    run(spark, tmp_path / "in", tmp_path / "chk", first, with_odd_names)
     ids = [int(r[0]) for r in _sql(mariadb_server, f"SELECT id FROM `{table}`")]
     assert_exactly_once(ids, expected)
     assert [m.outcome for m in twophase.batch_metrics(first)] == ["committed", "committed"]
     assert [x for x in mariadb_server.prepared_xids() if x.startswith("tp:")] == []
     expected += write_files(tmp_path / "in", 2, 1)
-    run(spark, tmp_path / "in", tmp_path / "chk", sink(), lambda df: df.repartition(3))
+    run(spark, tmp_path / "in", tmp_path / "chk", sink(), with_odd_names)
     ids = [int(r[0]) for r in _sql(mariadb_server, f"SELECT id FROM `{table}`")]
     assert_exactly_once(ids, expected)
     tags = _sql(mariadb_server, f"SELECT tags FROM `{table}` WHERE id = 1")
     assert json.loads(tags[0][0]) == ["t1"]
+    odd = ", ".join("`" + name.replace("`", "``") + "`" for name in ODD_NAMES)
+    assert _sql(mariadb_server, f"SELECT {odd} FROM `{table}` WHERE id = 2001") == [("p2001",) * 4]
 
 
 def test_streaming_cdc_in_spark_keeps_a_keys_changes_together(

@@ -37,6 +37,18 @@ def write_files(source: Path, first: int, count: int, rows: int = 50) -> list[in
     return written
 
 
+#: Column names Spark allows that SQL text reads otherwise (a struct's field, a syntax error...):
+#: written as they are, into columns of the same names (``create_table=True``).
+ODD_NAMES = ("dot.ted", "back`tick", "with space", "ünï")
+
+
+def with_odd_names(df: Any) -> Any:
+    """Add a copy of ``payload`` under each of :data:`ODD_NAMES`, then repartition in 3."""
+    from pyspark.sql import functions as sf
+
+    return df.select("*", *[sf.col("payload").alias(name) for name in ODD_NAMES]).repartition(3)
+
+
 def run(spark: Any, source: Path, checkpoint: Path, sink: Any, transform: Any = None) -> None:
     df = (
         spark.readStream.schema("id long, payload string, tags array<string>")
@@ -53,16 +65,18 @@ def test_streaming_query_writes_exactly_once_and_resumes_from_its_checkpoint(
 ) -> None:
     expected = write_files(tmp_path / "in", 0, 2)
     sink = pg.sink("spark_e2e", table, create_table=True)
-    run(spark, tmp_path / "in", tmp_path / "chk", sink, lambda df: df.repartition(3))
+    run(spark, tmp_path / "in", tmp_path / "chk", sink, with_odd_names)
     assert_exactly_once(pg.ids(table), expected)
     assert [m.outcome for m in twophase.batch_metrics(sink)] == ["committed", "committed"]
     assert pg.prepared() == []
     expected += write_files(tmp_path / "in", 2, 1)
     sink = pg.sink("spark_e2e", table)  # a restart of the application
-    run(spark, tmp_path / "in", tmp_path / "chk", sink, lambda df: df.repartition(3))
+    run(spark, tmp_path / "in", tmp_path / "chk", sink, with_odd_names)
     assert_exactly_once(pg.ids(table), expected)
     tags = pg.sql(f'SELECT tags FROM "{table}" WHERE id = 1')
     assert tags == [(["t1"],)]
+    odd = ", ".join('"' + name.replace('"', '""') + '"' for name in ODD_NAMES)
+    assert pg.sql(f'SELECT {odd} FROM "{table}" WHERE id = 2001') == [("p2001",) * 4]
 
 
 def test_streaming_upsert_repartitioned_by_key(
