@@ -1,6 +1,9 @@
-"""Checks of numeric settings, shared by the connectors.
+"""Checks of settings, shared by the connectors.
 
-A setting given as ``True``, ``"4"`` or ``None`` must fail with a
+A keyword a sink does not take is refused by name, with the closest one it
+does (:func:`refuse_unknown`): a typo must not be built silently, nor fail
+later as something else (a connection option the server refuses looks like an
+unreachable server). A numeric setting given as ``True``, ``"4"`` or ``None`` must fail with a
 :class:`~twophase.errors.ConfigurationError` that names it, never with a
 ``TypeError`` from a comparison deep in a constructor, and never be accepted
 because ``bool`` is a subclass of ``int``.
@@ -8,9 +11,40 @@ because ``bool`` is a subclass of ``int``.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 from twophase.errors import ConfigurationError
 
-__all__ = ["check_number"]
+__all__ = ["check_number", "refuse_unknown"]
+
+
+def refuse_unknown(what: str, sink: str, unknown: Iterable[str], known: Iterable[str]) -> None:
+    """Raise for the first of ``unknown``, naming the closest of ``known``; nothing if none.
+
+    Parameters
+    ----------
+    what
+        What got the keywords, for the message (``"PostgreSQL sink"``).
+    sink
+        The sink name.
+    unknown
+        The keywords it does not take.
+    known
+        Those it does.
+
+    Raises
+    ------
+    ConfigurationError
+        ``setting`` is the unknown keyword (never a retriable error: fixing it
+        is the user's move, not a restart's).
+    """
+    for key in sorted(unknown):
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigurationError(
+            f"{what} got an unknown keyword argument {key!r}{hint}", setting=key, sink=sink
+        )
 
 
 def check_number(

@@ -11,7 +11,6 @@ and the :class:`~._config.ConnectionConfig`, asks the dialect which protocol
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypedDict, Ty
 from twophase import RetryPolicy
 from twophase.errors import ConfigurationError
 
+from .._settings import refuse_unknown
 from ._config import ConnectionConfig
 from ._options import JdbcOptions, QualifiedName, WriteMode
 
@@ -152,19 +152,6 @@ class SinkClasses(Generic[TwoPhaseT, MarkerT]):
     markers: type[MarkerT]
 
 
-def _refuse_unknown(
-    dialect: FactoryDialect, sink: str, unknown: Sequence[str], known: frozenset[str]
-) -> None:
-    key = sorted(unknown)[0]
-    close = difflib.get_close_matches(key, sorted(known), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ConfigurationError(
-        f"{dialect.name} sink got an unknown keyword argument {key!r}{hint}",
-        setting=key,
-        sink=sink,
-    )
-
-
 def build_sink(
     dialect: FactoryDialect,
     classes: SinkClasses[TwoPhaseT, MarkerT],
@@ -206,8 +193,7 @@ def build_sink(
     factory = own | _FACTORY_KEYWORDS
     connect = {k: v for k, v in keywords.items() if k not in factory}
     unknown = [k for k in connect if not dialect.accepts_keyword(k)]
-    if unknown:
-        _refuse_unknown(dialect, name, unknown, factory | dialect.connection_keywords)
+    refuse_unknown(f"{dialect.name} sink", name, unknown, factory | dialect.connection_keywords)
     protocol = keywords.get("protocol", "auto")
     if protocol not in PROTOCOLS:
         raise ConfigurationError(
