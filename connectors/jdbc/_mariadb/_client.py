@@ -71,18 +71,8 @@ def _where_table(table: QualifiedName) -> tuple[str, tuple[str, ...]]:
 def describe_table(cur: Any, table: QualifiedName) -> TableInfo | None:
     """Read a table's columns, unique keys and engine from ``information_schema``.
 
-    Parameters
-    ----------
-    cur
-        A cursor.
-    table
-        The table (``schema`` is the database; None: the connection's).
-
-    Returns
-    -------
-    TableInfo or None
-        None when the table does not exist or is not visible. ``kind`` is the
-        storage engine (``"InnoDB"``), or ``"VIEW"``.
+    ``table.schema`` is the database (None: the connection's). None when the table does
+    not exist or is not visible; ``kind`` is the storage engine (``"InnoDB"``), or ``"VIEW"``.
     """
     where, params = _where_table(table)
     cur.execute(f"SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES WHERE {where}", params)

@@ -86,18 +86,7 @@ _COLUMN = re.compile(
 
 
 def errno(exc: BaseException) -> int | None:
-    """Return the server's (or the client's) error number of a PyMySQL error.
-
-    Parameters
-    ----------
-    exc
-        Any exception.
-
-    Returns
-    -------
-    int or None
-        ``1062`` for a duplicate key, ``2013`` for a lost connection...
-    """
+    """Return the error number of a PyMySQL error (``1062``: duplicate key), or None."""
     args = getattr(exc, "args", ())
     if args and isinstance(args[0], int) and not isinstance(args[0], bool):
         return args[0]

@@ -99,19 +99,9 @@ WHERE i.indrelid = %s AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS 
 
 
 def describe_table(cur: Any, table: QualifiedName) -> TableInfo | None:
-    """Read a table's columns and unique keys (None when it does not exist).
+    """Read a table's columns and unique keys from ``pg_catalog`` (None: no such table).
 
-    Parameters
-    ----------
-    cur
-        A cursor.
-    table
-        The table.
-
-    Returns
-    -------
-    TableInfo or None
-        The description.
+    ``table`` is looked up by ``to_regclass``: the search path finds one without a schema.
     """
     cur.execute(
         "SELECT c.oid, c.relkind FROM pg_catalog.pg_class c WHERE c.oid = to_regclass(%s)",

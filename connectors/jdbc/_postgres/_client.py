@@ -16,15 +16,7 @@ __all__ = ["PostgresClient"]
 
 
 class PostgresClient(JdbcClient):
-    """The PostgreSQL dialect's client: psycopg2, and the sink's session settings.
-
-    Parameters
-    ----------
-    options
-        The sink's options.
-    connection
-        Connection parameters.
-    """
+    """The PostgreSQL dialect's client: psycopg2, and the sink's session settings."""
 
     dbapi = PSYCOPG2
     errors = POSTGRES_ERRORS

@@ -113,18 +113,7 @@ _TOO_LONG_TYPE = re.compile(r"value too long for type (.+)$")
 
 
 def sqlstate(exc: BaseException) -> str | None:
-    """Return the SQLSTATE of a psycopg2 error, or None (client-side or connection errors).
-
-    Parameters
-    ----------
-    exc
-        Any exception.
-
-    Returns
-    -------
-    str or None
-        Five characters, e.g. ``"23502"``.
-    """
+    """Return the SQLSTATE of a psycopg2 error (``"23502"``), or None (libpq's own errors)."""
     code = getattr(exc, "pgcode", None)
     return code if isinstance(code, str) else None
 
