@@ -39,20 +39,13 @@ Code = Union[str, int]  # noqa: UP007 (a runtime alias under Python 3.10)
 
 @dataclass(frozen=True)
 class Codes:
-    """A set of error codes: exact ones, classes of SQLSTATEs (``"08"``), ranges of numbers.
+    """A set of error codes: exact ones, classes of SQLSTATEs (``"08"``), ranges of numbers."""
 
-    Attributes
-    ----------
-    exact
-        The codes themselves.
-    classes
-        Prefixes of text codes (a SQLSTATE's class: ``"08"`` for every connection exception).
-    ranges
-        Ranges of number codes (``range(2000, 3000)``: a client library's own errors).
-    """
-
+    #: The codes themselves.
     exact: frozenset[Code] = frozenset()
+    #: Prefixes of text codes (a SQLSTATE's class: ``"08"`` for every connection exception).
     classes: tuple[str, ...] = ()
+    #: Ranges of number codes (``range(2000, 3000)``: a client library's own errors).
     ranges: tuple[range, ...] = ()
 
     def __contains__(self, code: object) -> bool:
