@@ -11,7 +11,8 @@ settings of its sessions.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
 from twophase.errors import RetriableError, TwoPhaseError
 
@@ -21,7 +22,7 @@ from ._errors import ErrorMap
 from ._options import JdbcOptions
 from ._pool import ConnectionPool, DbApi, pool_for
 
-__all__ = ["JdbcClient", "lost_connection", "unreachable"]
+__all__ = ["JdbcClient", "ServerQuery", "lost_connection", "unreachable"]
 
 T = TypeVar("T")
 
@@ -125,25 +126,55 @@ class JdbcClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def run(self, doing: str, fn: Callable[[Any], T], where: ErrorContext) -> T:
-        """Run ``fn(cursor)`` on a pooled connection in autocommit mode and give it back.
+        """Run ``fn(cursor)`` as :meth:`session` does, in autocommit mode; return what it returned.
+
+        The connection is given back to the pool.
+        """
+        result, conn = self.session(doing, fn, where)
+        self.pool().release(conn)
+        return result
+
+    def read_server(self, query: ServerQuery[T], where: ErrorContext) -> T:
+        """Read what the sink needs to know about the server (a dialect's :class:`ServerQuery`).
 
         Parameters
         ----------
-        doing
-            What is being done, for error messages.
-        fn
-            The work; it receives a cursor.
+        query
+            The dialect's statement and the value its row makes.
         where
             The sink, batch and partition, named by every error.
 
         Returns
         -------
         T
-            What ``fn`` returned.
+            The value, e.g. the server's version.
         """
-        result, conn = self.session(doing, fn, where)
-        self.pool().release(conn)
-        return result
+        return self.run(query.doing, query, where)
+
+
+@dataclass(frozen=True)
+class ServerQuery(Generic[T]):
+    """What a dialect reads of its server: one statement, and the value its one row makes.
+
+    Callable on a cursor, as every catalog read is.
+
+    Attributes
+    ----------
+    doing
+        What reading it is, for error messages (``"reading the server settings"``).
+    statement
+        The ``SELECT`` of one row.
+    parse
+        Makes the value from the row's columns.
+    """
+
+    doing: str
+    statement: str
+    parse: Callable[..., T]
+
+    def __call__(self, cur: Any) -> T:
+        cur.execute(self.statement)
+        return self.parse(*cur.fetchone())
 
 
 def unreachable(error: TwoPhaseError, pool: ConnectionPool) -> TwoPhaseError:

@@ -2,25 +2,85 @@
 
 :class:`ErrorMap` builds every message the same way -- what the sink was
 doing, the server's own text with its error code, a hint, secrets scrubbed
-(:func:`~._config.redact`), the column when it can be told -- and asks the
-dialect only what its codes mean (:meth:`ErrorMap.classify`) and how its
-client library tells a lost connection, a refused login and a missing database.
+(:func:`~._config.redact`), the column when it can be told -- and classifies
+every error the same way: by the dialect's error code (:meth:`ErrorMap.code_of`)
+looked up in its tables (:class:`ErrorRule`, :class:`Codes`): which codes mean
+a lost session, which class, setting and advice each code is raised with,
+which codes mean a refused login or a missing database. A dialect declares
+those tables and says how its client library reads a code, its server's text
+and the column at fault.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Sequence
-from typing import ClassVar, Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal, Union
 
-from twophase.errors import ConfigurationError, FatalError, RetriableError, TwoPhaseError
+from twophase.errors import (
+    AbortRequiredError,
+    ConfigurationError,
+    FatalError,
+    RetriableError,
+    TwoPhaseError,
+)
 
 from .._context import ErrorContext, keywords_of
 from ._config import redact
 
-__all__ = ["ErrorMap", "Refusal"]
+__all__ = ["Code", "Codes", "ErrorMap", "ErrorRule", "Refusal"]
 
 #: Why a server refused a connection, when it is not a network failure.
 Refusal = Literal["credentials", "database"]
+#: A server's error code: a SQLSTATE (``"23505"``) or an error number (``1062``).
+Code = Union[str, int]  # noqa: UP007 (a runtime alias under Python 3.10)
+
+
+@dataclass(frozen=True)
+class Codes:
+    """A set of error codes: exact ones, classes of SQLSTATEs (``"08"``), ranges of numbers."""
+
+    #: The codes themselves.
+    exact: frozenset[Code] = frozenset()
+    #: Prefixes of text codes (a SQLSTATE's class: ``"08"`` for every connection exception).
+    classes: tuple[str, ...] = ()
+    #: Ranges of number codes (``range(2000, 3000)``: a client library's own errors).
+    ranges: tuple[range, ...] = ()
+
+    def __contains__(self, code: object) -> bool:
+        if code is None or isinstance(code, bool):
+            return False
+        if code in self.exact:
+            return True
+        if isinstance(code, str):
+            return code.startswith(self.classes) if self.classes else False
+        return isinstance(code, int) and any(code in span for span in self.ranges)
+
+
+@dataclass(frozen=True)
+class ErrorRule:
+    """One row of a dialect's error table: these codes are raised as this class.
+
+    Attributes
+    ----------
+    codes
+        The codes of the row.
+    raised_as
+        The :mod:`twophase.errors` class.
+    setting
+        The setting at fault, named by the error (None: none).
+    advice
+        Text added to the message.
+    only_if
+        The row applies only when the message contains this text ("": always).
+    """
+
+    codes: Codes
+    raised_as: type[TwoPhaseError]
+    setting: str | None = None
+    advice: str = ""
+    only_if: str = ""
 
 
 class ErrorMap:
@@ -30,15 +90,23 @@ class ErrorMap:
     database: ClassVar[str]
     #: The connection keyword naming the database (``"dbname"``).
     database_keyword: ClassVar[str]
+    #: The import name of the client library, whose ``Error`` is caught around statements.
+    library: ClassVar[str]
+    #: The codes that mean the session is gone (lost, shut down, unusable).
+    lost: ClassVar[Codes]
+    #: The error table, first matching row wins; a code of no row is an AbortRequiredError.
+    rules: ClassVar[tuple[ErrorRule, ...]]
+    #: The codes of a refused login, and of a missing database, at connect.
+    refused_login: ClassVar[Codes]
+    missing_database: ClassVar[Codes]
 
     # ------------------------------------------------------------------ hooks
-    @property
-    def error(self) -> tuple[type[BaseException], ...]:
-        """The client library's base exception class(es), caught around statements."""
+    def code_of(self, exc: BaseException) -> Code | None:
+        """Return the server's error code of ``exc`` (None: none, e.g. the client library's own)."""
         raise NotImplementedError
 
-    def is_connection_error(self, exc: BaseException) -> bool:
-        """Whether the session is gone."""
+    def lost_without_code(self, exc: BaseException) -> bool:
+        """Whether an error without a code means the session is gone (by its class)."""
         raise NotImplementedError
 
     def server_text(self, exc: BaseException) -> str:
@@ -49,17 +117,44 @@ class ErrorMap:
         """Return the column a failed statement is about, when it can be told."""
         raise NotImplementedError
 
+    def refusal_in_text(self, message: str) -> Refusal | None:
+        """Why a connect failed, told by the message alone (None: it does not say)."""
+        return None
+
+    # ------------------------------------------------------------- the skeleton
+    @property
+    def error(self) -> tuple[type[BaseException], ...]:
+        """The client library's base exception class, caught around statements."""
+        base: type[BaseException] = importlib.import_module(self.library).Error
+        return (base,)
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """Whether the session is gone: a code of :attr:`lost`, or the library's own error."""
+        code = self.code_of(exc)
+        return self.lost_without_code(exc) if code is None else code in self.lost
+
     def classify(
         self, exc: BaseException, text: str
     ) -> tuple[type[TwoPhaseError], str | None, str]:
         """Return the class, the setting at fault (or None) and advice to add to ``text``."""
-        raise NotImplementedError
+        code = self.code_of(exc)
+        if code is None:
+            return (RetriableError if self.lost_without_code(exc) else AbortRequiredError), None, ""
+        for rule in self.rules:
+            if code in rule.codes and rule.only_if in text:
+                return rule.raised_as, rule.setting, rule.advice
+        return AbortRequiredError, None, ""
 
     def refusal(self, exc: BaseException, message: str) -> Refusal | None:
         """Why a connect failed, when the server refused it (None: unreachable)."""
-        raise NotImplementedError
+        code = self.code_of(exc)
+        told = self.refusal_in_text(message)
+        if code in self.refused_login or told == "credentials":
+            return "credentials"
+        if code in self.missing_database or told == "database":
+            return "database"
+        return None
 
-    # ------------------------------------------------------------- the skeleton
     def map_error(
         self,
         exc: BaseException,

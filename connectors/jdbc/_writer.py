@@ -52,7 +52,50 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
 
     # ------------------------------------------------------------------ hooks
     def start(self, context: TaskContext, where: ErrorContext) -> tuple[TxnT, bool]:
-        """Start the partition's transaction on a pooled session; say whether the table exists."""
+        """Start the partition's transaction on a pooled session and read the table.
+
+        Runs on the executor, once per partition attempt, from :meth:`begin`.
+
+        Parameters
+        ----------
+        context
+            The task.
+        where
+            Its error context.
+
+        Returns
+        -------
+        tuple
+            The open transaction, and whether the table exists.
+        """
+        raise NotImplementedError
+
+    def write(self, txn: TxnT, batch: pa.RecordBatch) -> None:
+        """Write one record batch into the table (append) or the staging table (upsert, CDC).
+
+        Runs on the executor, once per record batch of the partition; the first
+        one makes the plan (:meth:`planned`).
+
+        Parameters
+        ----------
+        txn
+            The open transaction.
+        batch
+            The rows.
+        """
+        raise NotImplementedError
+
+    def finish(self, txn: TxnT) -> None:
+        """End the writes: merge the staging table into the table (upsert, CDC) and drop it.
+
+        Runs on the executor, once, after the partition's last batch and before
+        the protocol ends the transaction (prepare, or the marker and commit).
+
+        Parameters
+        ----------
+        txn
+            The open transaction.
+        """
         raise NotImplementedError
 
     def release_session(self, txn: TxnT) -> None:

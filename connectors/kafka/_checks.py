@@ -194,24 +194,7 @@ def describe_topic(admin: AdminClient, topic: str, *, sink: str, timeout: float)
 
 
 def check_topic_exists(admin: AdminClient, topic: str, *, sink: str, timeout: float) -> bool:
-    """Tell whether a topic exists, without creating it (no metadata auto-creation).
-
-    Parameters
-    ----------
-    admin
-        An admin client.
-    topic
-        The topic.
-    sink
-        The sink name (named in errors).
-    timeout
-        Seconds.
-
-    Returns
-    -------
-    bool
-        True if the topic exists.
-    """
+    """Tell whether a topic exists, without creating it (:func:`describe_topic`)."""
     return describe_topic(admin, topic, sink=sink, timeout=timeout) is not None
 
 

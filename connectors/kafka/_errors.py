@@ -71,6 +71,89 @@ _UNKNOWN_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._
 _TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 
+#: The codes told apart by what the user can do: (class, message, setting, column). The message
+#: names ``{action}``, ``{topic}``, ``{tid}`` (the transactional id) and ``{timeout}``.
+_ADVICE: dict[int, tuple[type[TwoPhaseError], str, str | None, str | None]] = {
+    **dict.fromkeys(
+        _TOO_LARGE_CODES,
+        (
+            DataError,
+            "{action}: a record is too large for {topic}. Raise the producer's message.max.bytes "
+            "and the topic's max.message.bytes, or make the records smaller.",
+            "message.max.bytes",
+            None,
+        ),
+    ),
+    KafkaError.INVALID_RECORD: (
+        DataError,
+        "{action}: the brokers refused a record of {topic} as invalid. Most often a record "
+        "without a key (a null or missing 'key' column) sent to a compacted topic "
+        "(cleanup.policy=compact), where every record needs a key. Fix the rows or the topic.",
+        None,
+        "key",
+    ),
+    **dict.fromkeys(
+        _UNKNOWN_TOPIC_CODES,
+        (
+            ConfigurationError,
+            "{action}: {topic} does not exist (or this principal may not describe it). "
+            "Create it before starting the query.",
+            "topic",
+            None,
+        ),
+    ),
+    KafkaError._UNKNOWN_PARTITION: (
+        DataError,
+        "{action}: a row names a partition that {topic} does not have.",
+        None,
+        "partition",
+    ),
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: (
+        ConfigurationError,
+        "{action}: not authorized to write to {topic}. Grant the principal WRITE and DESCRIBE "
+        "on it (and READ on the control topic for replays).",
+        "topic",
+        None,
+    ),
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (
+        ConfigurationError,
+        "{action}: not authorized to use transactional.id{tid}. Grant the principal WRITE and "
+        "DESCRIBE on the TransactionalId resource with the sink's transactional_id_prefix as a "
+        "PREFIXED pattern.",
+        "transactional_id_prefix",
+        None,
+    ),
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: (
+        ConfigurationError,
+        "{action}: not authorized on the cluster. Brokers older than 2.8 require "
+        "IDEMPOTENT_WRITE on the Cluster resource for transactional producers.",
+        "producer_config",
+        None,
+    ),
+    KafkaError.INVALID_TRANSACTION_TIMEOUT: (
+        ConfigurationError,
+        "{action}: transaction.timeout.ms ({timeout}) is larger than the broker's "
+        "transaction.max.timeout.ms; lower transaction_timeout_ms.",
+        "transaction_timeout_ms",
+        None,
+    ),
+    **dict.fromkeys(
+        (KafkaError._INVALID_ARG, KafkaError.INVALID_CONFIG),
+        (ConfigurationError, "{action}: invalid configuration.", None, None),
+    ),
+    **dict.fromkeys(
+        (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED),
+        (
+            ConfigurationError,
+            "{action}: authentication with the brokers failed; check the security settings "
+            "(security.protocol, sasl.*, ssl.*).",
+            "producer_config",
+            None,
+        ),
+    ),
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class KafkaErrorContext(ErrorContext):
     """Where a Kafka call failed: the sink, batch and partition, and what of Kafka was involved.
@@ -198,75 +281,14 @@ def map_kafka_error(err: KafkaError, ctx: KafkaErrorContext) -> TwoPhaseError:
     said = f"Kafka said: {err.str()} ({err.name()})"
     if code in FENCED_CODES:
         return FatalError(_fenced_message(err, ctx), **where)
-    if code in _TOO_LARGE_CODES:
-        return DataError(
-            f"{ctx.action}: a record is too large for {topic}. Raise the producer's "
-            "message.max.bytes and the topic's max.message.bytes, or make the records "
-            f"smaller. {said}",
-            setting="message.max.bytes",
-            **where,
-        )
-    if code == KafkaError.INVALID_RECORD:
-        return DataError(
-            f"{ctx.action}: the brokers refused a record of {topic} as invalid. Most often a "
-            "record without a key (a null or missing 'key' column) sent to a compacted topic "
-            "(cleanup.policy=compact), where every record needs a key. Fix the rows or the "
-            f"topic. {said}",
-            column="key",
-            **where,
-        )
-    if code in _UNKNOWN_TOPIC_CODES:
-        return ConfigurationError(
-            f"{ctx.action}: {topic} does not exist (or this principal may not describe it). "
-            f"Create it before starting the query. {said}",
-            setting="topic",
-            **where,
-        )
-    if code == KafkaError._UNKNOWN_PARTITION:
-        return DataError(
-            f"{ctx.action}: a row names a partition that {topic} does not have. {said}",
-            column="partition",
-            **where,
-        )
-    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-        return ConfigurationError(
-            f"{ctx.action}: not authorized to write to {topic}. Grant the principal WRITE "
-            f"and DESCRIBE on it (and READ on the control topic for replays). {said}",
-            setting="topic",
-            **where,
-        )
-    if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    advice = _ADVICE.get(code)
+    if advice is not None:
+        raised_as, text, setting, column = advice
         tid = f" {ctx.transactional_id!r}" if ctx.transactional_id else ""
-        return ConfigurationError(
-            f"{ctx.action}: not authorized to use transactional.id{tid}. Grant the principal "
-            "WRITE and DESCRIBE on the TransactionalId resource with the sink's "
-            f"transactional_id_prefix as a PREFIXED pattern. {said}",
-            setting="transactional_id_prefix",
-            **where,
+        text = text.format(
+            action=ctx.action, topic=topic, tid=tid, timeout=ctx.transaction_timeout_ms
         )
-    if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-        return ConfigurationError(
-            f"{ctx.action}: not authorized on the cluster. Brokers older than 2.8 require "
-            f"IDEMPOTENT_WRITE on the Cluster resource for transactional producers. {said}",
-            setting="producer_config",
-            **where,
-        )
-    if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
-        return ConfigurationError(
-            f"{ctx.action}: transaction.timeout.ms ({ctx.transaction_timeout_ms}) is larger "
-            f"than the broker's transaction.max.timeout.ms; lower transaction_timeout_ms. {said}",
-            setting="transaction_timeout_ms",
-            **where,
-        )
-    if code in (KafkaError._INVALID_ARG, KafkaError.INVALID_CONFIG):
-        return ConfigurationError(f"{ctx.action}: invalid configuration. {said}", **where)
-    if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
-        return ConfigurationError(
-            f"{ctx.action}: authentication with the brokers failed; check the security "
-            f"settings (security.protocol, sasl.*, ssl.*). {said}",
-            setting="producer_config",
-            **where,
-        )
+        return raised_as(f"{text} {said}", setting=setting, column=column, **where)
     if err.fatal():
         return FatalError(
             f"{ctx.action} failed with a fatal producer error; the producer cannot be used "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._context import ErrorContext
-from .._client import JdbcClient
+from .._client import JdbcClient, ServerQuery
 from .._options import QualifiedName
 from .._table import TableColumn, TableInfo
 from ._dbapi import PYMYSQL
@@ -45,28 +45,21 @@ class MariaDBServer:
     mariadb: bool
     database: str | None
 
+    @classmethod
+    def of_row(cls, version: object, database: str | None) -> MariaDBServer:
+        """Return the values of ``SELECT @@version, DATABASE()``."""
+        return cls(str(version), "mariadb" in str(version).lower(), database)
+
     def describe_version(self) -> str:
         """Return the version for messages: ``"MariaDB 10.11.19"``."""
         number = self.version.split("-")[0]
         return f"{'MariaDB' if self.mariadb else 'MySQL'} {number}"
 
 
-def server_info(cur: Any) -> MariaDBServer:
-    """Read the server's version and the current database.
-
-    Parameters
-    ----------
-    cur
-        A cursor.
-
-    Returns
-    -------
-    MariaDBServer
-        The values.
-    """
-    cur.execute("SELECT @@version, DATABASE()")
-    version, database = cur.fetchone()
-    return MariaDBServer(str(version), "mariadb" in str(version).lower(), database)
+#: Read the server's version and the current database (a cursor -> :class:`MariaDBServer`).
+server_info = ServerQuery(
+    "reading the server's version", "SELECT @@version, DATABASE()", MariaDBServer.of_row
+)
 
 
 def _where_table(table: QualifiedName) -> tuple[str, tuple[str, ...]]:
@@ -78,18 +71,8 @@ def _where_table(table: QualifiedName) -> tuple[str, tuple[str, ...]]:
 def describe_table(cur: Any, table: QualifiedName) -> TableInfo | None:
     """Read a table's columns, unique keys and engine from ``information_schema``.
 
-    Parameters
-    ----------
-    cur
-        A cursor.
-    table
-        The table (``schema`` is the database; None: the connection's).
-
-    Returns
-    -------
-    TableInfo or None
-        None when the table does not exist or is not visible. ``kind`` is the
-        storage engine (``"InnoDB"``), or ``"VIEW"``.
+    ``table.schema`` is the database (None: the connection's). None when the table does
+    not exist or is not visible; ``kind`` is the storage engine (``"InnoDB"``), or ``"VIEW"``.
     """
     where, params = _where_table(table)
     cur.execute(f"SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES WHERE {where}", params)
@@ -154,16 +137,5 @@ class MariaDBClient(JdbcClient):
         )
 
     def server(self, where: ErrorContext) -> MariaDBServer:
-        """Read the server's version and current database.
-
-        Parameters
-        ----------
-        where
-            Error context (sink, batch, partition).
-
-        Returns
-        -------
-        MariaDBServer
-            The values.
-        """
-        return self.run("reading the server's version", server_info, where)
+        """Read the server's version and current database (:data:`server_info`)."""
+        return self.read_server(server_info, where)

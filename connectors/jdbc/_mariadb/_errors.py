@@ -32,20 +32,52 @@ from twophase.errors import (
     DataError,
     FatalError,
     RetriableError,
-    TwoPhaseError,
 )
 
-from .._errors import ErrorMap, Refusal
+from .._errors import Code, Codes, ErrorMap, ErrorRule
 
 __all__ = ["MARIADB_ERRORS", "errno", "guess_column"]
 
-_RETRIABLE = frozenset({1053, 1927, 1040, 1213, 1614, 1203, 1021, 1037, 1041})
-_ABORT = frozenset({1205, 1969, 3024, 1317, 1613})
-_DATA = frozenset(
-    {1048, 1062, 1264, 1265, 1292, 1366, 1406, 1367, 1451, 1452, 4025, 1690, 1411, 1586, 1263}
-)
-_CONFIG = frozenset({1146, 1054, 1049, 1142, 1143, 1044, 1227, 1109, 1064, 1136, 1471, 1370})
+#: Client errors 2000-2999 (lost, gone away, cannot connect), shutdown, connection killed.
+_LOST = Codes(frozenset({1053, 1927}), ranges=(range(2000, 3000),))
 _AUTH = frozenset({1045, 1698, 1251})
+#: The table above.
+_RULES = (
+    ErrorRule(_LOST, RetriableError),
+    ErrorRule(
+        Codes(frozenset({1053, 1927, 1040, 1213, 1614, 1203, 1021, 1037, 1041})), RetriableError
+    ),
+    ErrorRule(Codes(frozenset({1205, 1969, 3024, 1317, 1613})), AbortRequiredError),
+    ErrorRule(
+        Codes(
+            frozenset(
+                {
+                    1048,
+                    1062,
+                    1264,
+                    1265,
+                    1292,
+                    1366,
+                    1406,
+                    1367,
+                    1451,
+                    1452,
+                    4025,
+                    1690,
+                    1411,
+                    1586,
+                    1263,
+                }
+            )
+        ),
+        DataError,
+    ),
+    ErrorRule(
+        Codes(frozenset({1146, 1054, 1049, 1142, 1143, 1044, 1227, 1109, 1064, 1136, 1471, 1370})),
+        ConfigurationError,
+    ),
+    ErrorRule(Codes(_AUTH), FatalError),
+)
 # "Column 'x' cannot be null", "Out of range value for column 'x'", and
 # "Incorrect datetime value: '...' for column `db`.`table`.`x` at row 1".
 _COLUMN = re.compile(
@@ -54,18 +86,7 @@ _COLUMN = re.compile(
 
 
 def errno(exc: BaseException) -> int | None:
-    """Return the server's (or the client's) error number of a PyMySQL error.
-
-    Parameters
-    ----------
-    exc
-        Any exception.
-
-    Returns
-    -------
-    int or None
-        ``1062`` for a duplicate key, ``2013`` for a lost connection...
-    """
+    """Return the error number of a PyMySQL error (``1062``: duplicate key), or None."""
     args = getattr(exc, "args", ())
     if args and isinstance(args[0], int) and not isinstance(args[0], bool):
         return args[0]
@@ -77,26 +98,21 @@ class MariaDBErrors(ErrorMap):
 
     database = "MariaDB"
     database_keyword = "database"
+    library = "pymysql"
+    lost = _LOST
+    rules = _RULES
+    refused_login = Codes(_AUTH)
+    missing_database = Codes(frozenset({1049}))
 
-    @property
-    def error(self) -> tuple[type[BaseException], ...]:
-        """``pymysql.Error``."""
+    def code_of(self, exc: BaseException) -> Code | None:
+        """Return the error number (:func:`errno`); 0, PyMySQL's own error, as None."""
+        return errno(exc) or None
+
+    def lost_without_code(self, exc: BaseException) -> bool:
+        """PyMySQL's ``InterfaceError`` (a closed connection)."""
         import pymysql
 
-        return (pymysql.Error,)
-
-    def is_connection_error(self, exc: BaseException) -> bool:
-        """Client errors 2000-2999 (lost, gone away, cannot connect), shutdown, killed."""
-        import pymysql
-
-        code = errno(exc)
-        if code is None:
-            return isinstance(exc, pymysql.InterfaceError)
-        return (
-            2000 <= code < 3000
-            or code in (1053, 1927)
-            or (code == 0 and isinstance(exc, pymysql.InterfaceError))
-        )
+        return isinstance(exc, pymysql.InterfaceError)
 
     def server_text(self, exc: BaseException) -> str:
         """Return the server's message and its error number."""
@@ -105,37 +121,6 @@ class MariaDBErrors(ErrorMap):
     def column_of(self, exc: BaseException, columns: Sequence[tuple[str, str]]) -> str | None:
         """Return the column the server's message names (:func:`guess_column`)."""
         return guess_column(_server_text(exc), columns)
-
-    def classify(
-        self, exc: BaseException, text: str
-    ) -> tuple[type[TwoPhaseError], str | None, str]:
-        """Map the error number."""
-        code = errno(exc)
-        cls: type[TwoPhaseError]
-        if code is None or self.is_connection_error(exc):
-            cls = RetriableError if self.is_connection_error(exc) else AbortRequiredError
-        elif code in _RETRIABLE:
-            cls = RetriableError
-        elif code in _ABORT:
-            cls = AbortRequiredError
-        elif code in _DATA:
-            cls = DataError
-        elif code in _CONFIG:
-            cls = ConfigurationError
-        elif code in _AUTH:
-            cls = FatalError
-        else:
-            cls = AbortRequiredError
-        return cls, None, ""
-
-    def refusal(self, exc: BaseException, message: str) -> Refusal | None:
-        """Rejected credentials (1045, 1698, 1251), an unknown database (1049)."""
-        code = errno(exc)
-        if code in _AUTH:
-            return "credentials"
-        if code == 1049:
-            return "database"
-        return None
 
     def connect_text(self, exc: BaseException) -> str:
         """Return the server's message and its error number."""

@@ -65,20 +65,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
 
     # -------------------------------------------------------------- begin
     def start(self, context: TaskContext, where: ErrorContext) -> tuple[MariaDBTransaction, bool]:
-        """Take the partition's slot, start the transaction, read the table.
-
-        Parameters
-        ----------
-        context
-            The task.
-        where
-            Its error context.
-
-        Returns
-        -------
-        tuple
-            The open transaction, and whether the table exists.
-        """
+        """Take the partition's slot, start the transaction, read the table."""
         xid = xid_of(context.identity, context.batch_id, context.partition_id, context.attempt)
 
         def start(cur: Any) -> tuple[Any, int]:
@@ -110,15 +97,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
 
     # -------------------------------------------------------------- write
     def write(self, txn: MariaDBTransaction, batch: pa.RecordBatch) -> None:
-        """Insert one record batch.
-
-        Parameters
-        ----------
-        txn
-            The open transaction.
-        batch
-            The rows.
-        """
+        """Insert one record batch (``LOAD DATA``, or multi-row ``INSERT``)."""
         conn = txn.open_connection("write()")
         if batch.num_rows == 0:
             return
@@ -183,13 +162,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
         txn.staging = STAGING
 
     def finish(self, txn: MariaDBTransaction) -> None:
-        """Merge the staged rows into the table (upsert/CDC) and drop the staging tables.
-
-        Parameters
-        ----------
-        txn
-            The open transaction.
-        """
+        """Merge the staged rows into the table (upsert/CDC) and drop the staging tables."""
         conn = txn.open_connection("finishing the writes")
         if txn.staging is None or txn.plan is None:
             return

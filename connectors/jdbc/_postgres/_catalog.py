@@ -11,6 +11,7 @@ from typing import Any
 
 from psycopg2 import sql
 
+from .._client import ServerQuery
 from .._options import QualifiedName
 from .._table import TableColumn, TableInfo
 
@@ -56,26 +57,14 @@ class ServerInfo:
         return f"{self.version // 10000}.{self.version % 10000}"
 
 
-def server_info(cur: Any) -> ServerInfo:
-    """Read the server's version and prepared-transaction capacity.
-
-    Parameters
-    ----------
-    cur
-        A cursor.
-
-    Returns
-    -------
-    ServerInfo
-        The values.
-    """
-    cur.execute(
-        "SELECT current_setting('server_version_num')::int, "
-        "current_setting('max_prepared_transactions')::int, "
-        "(SELECT count(*) FROM pg_catalog.pg_prepared_xacts)::int, current_database()"
-    )
-    version, mpt, in_use, database = cur.fetchone()
-    return ServerInfo(version, mpt, in_use, database)
+#: Read the server's version and prepared-transaction capacity (a cursor -> :class:`ServerInfo`).
+server_info = ServerQuery(
+    "reading the server settings",
+    "SELECT current_setting('server_version_num')::int, "
+    "current_setting('max_prepared_transactions')::int, "
+    "(SELECT count(*) FROM pg_catalog.pg_prepared_xacts)::int, current_database()",
+    ServerInfo,
+)
 
 
 _DESCRIBE = """
@@ -110,19 +99,9 @@ WHERE i.indrelid = %s AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS 
 
 
 def describe_table(cur: Any, table: QualifiedName) -> TableInfo | None:
-    """Read a table's columns and unique keys (None when it does not exist).
+    """Read a table's columns and unique keys from ``pg_catalog`` (None: no such table).
 
-    Parameters
-    ----------
-    cur
-        A cursor.
-    table
-        The table.
-
-    Returns
-    -------
-    TableInfo or None
-        The description.
+    ``table`` is looked up by ``to_regclass``: the search path finds one without a schema.
     """
     cur.execute(
         "SELECT c.oid, c.relkind FROM pg_catalog.pg_class c WHERE c.oid = to_regclass(%s)",

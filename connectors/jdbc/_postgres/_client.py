@@ -16,15 +16,7 @@ __all__ = ["PostgresClient"]
 
 
 class PostgresClient(JdbcClient):
-    """The PostgreSQL dialect's client: psycopg2, and the sink's session settings.
-
-    Parameters
-    ----------
-    options
-        The sink's options.
-    connection
-        Connection parameters.
-    """
+    """The PostgreSQL dialect's client: psycopg2, and the sink's session settings."""
 
     dbapi = PSYCOPG2
     errors = POSTGRES_ERRORS
@@ -40,18 +32,7 @@ class PostgresClient(JdbcClient):
         return self.options.session_settings()
 
     def server(self, where: ErrorContext) -> ServerInfo:
-        """Read the server's version and ``max_prepared_transactions``.
-
-        Parameters
-        ----------
-        where
-            Error context (sink, batch, partition).
-
-        Returns
-        -------
-        ServerInfo
-            The values.
-        """
+        """Read the version and ``max_prepared_transactions`` (:data:`~._catalog.server_info`)."""
         from ._catalog import server_info
 
-        return self.run("reading the server settings", server_info, where)
+        return self.read_server(server_info, where)

@@ -39,10 +39,9 @@ from twophase.errors import (
     DataError,
     FatalError,
     RetriableError,
-    TwoPhaseError,
 )
 
-from .._errors import ErrorMap, Refusal
+from .._errors import Code, Codes, ErrorMap, ErrorRule, Refusal
 
 __all__ = [
     "POSTGRES_ERRORS",
@@ -53,16 +52,59 @@ __all__ = [
     "sqlstate",
 ]
 
-_RETRIABLE = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300", "53100", "58030"})
-_DATA = frozenset({"23502", "23505", "23503", "23514", "23P01", "42804"})
-_CONFIG = frozenset({"42P01", "42703", "42501", "42P10", "3F000", "42883", "0A000", "3D000"})
-_PREPARED_FULL = "maximum number of prepared transactions reached"
 #: 25006: a write on a server in recovery (a standby, or a primary being demoted).
 _READ_ONLY = "25006"
 _ON_A_STANDBY = (
     "The server is read-only: a standby, or a primary demoted by a failover. The connection is "
     "dropped and the step retried; with several hosts in the DSN, add "
     "target_session_attrs=read-write so that a connection only ever lands on the primary"
+)
+_SLOTS_FULL = (
+    ". Every prepared-transaction slot of the server is taken (by other sinks, "
+    "other users or stale transactions: SELECT * FROM pg_prepared_xacts); nothing "
+    "was committed, and a restart shares the slots again among the active sinks. "
+    "If it recurs, lower max_partitions or raise max_prepared_transactions (needs a "
+    "server restart): see docs/jdbc.md, 'Sizing max_prepared_transactions'"
+)
+_SHUTDOWN = frozenset({"57P01", "57P02", "57P03"})
+#: The session is gone: a connection exception, a shutdown; a read-only session stays on a
+#: standby, so it is dropped as if it were gone.
+_LOST = Codes(_SHUTDOWN | {_READ_ONLY}, classes=("08",))
+#: The table above, in the order it is read.
+_RULES = (
+    ErrorRule(
+        Codes(_SHUTDOWN | {"40001", "40P01", "53300", "53100", "58030"}, classes=("08",)),
+        RetriableError,
+    ),
+    ErrorRule(
+        Codes(frozenset({_READ_ONLY})), RetriableError, "target_session_attrs", _ON_A_STANDBY
+    ),
+    # The slots are shared by the whole server; a restart rolls this batch's orphans back and
+    # shares the slots again among the active sinks.
+    ErrorRule(
+        Codes(frozenset({"53200"})),
+        RetriableError,
+        "max_prepared_transactions",
+        _SLOTS_FULL,
+        only_if="maximum number of prepared transactions reached",
+    ),
+    ErrorRule(
+        Codes(frozenset({"55000"})),
+        ConfigurationError,
+        "max_prepared_transactions",
+        only_if="prepared transactions are disabled",
+    ),
+    ErrorRule(Codes(frozenset({"55P03", "57014"})), AbortRequiredError),
+    ErrorRule(
+        Codes(frozenset({"23502", "23505", "23503", "23514", "23P01", "42804"}), classes=("22",)),
+        DataError,
+    ),
+    ErrorRule(
+        Codes(frozenset({"42P01", "42703", "42501", "42P10", "3F000", "42883", "0A000", "3D000"})),
+        ConfigurationError,
+    ),
+    ErrorRule(Codes(classes=("28",)), FatalError),
+    ErrorRule(Codes(classes=("53",)), RetriableError),
 )
 
 _COPY_COLUMN = re.compile(r"line \d+, column (.+?)(?::|$)", re.MULTILINE)
@@ -71,47 +113,9 @@ _TOO_LONG_TYPE = re.compile(r"value too long for type (.+)$")
 
 
 def sqlstate(exc: BaseException) -> str | None:
-    """Return the SQLSTATE of a psycopg2 error, or None (client-side or connection errors).
-
-    Parameters
-    ----------
-    exc
-        Any exception.
-
-    Returns
-    -------
-    str or None
-        Five characters, e.g. ``"23502"``.
-    """
+    """Return the SQLSTATE of a psycopg2 error (``"23502"``), or None (libpq's own errors)."""
     code = getattr(exc, "pgcode", None)
     return code if isinstance(code, str) else None
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """Whether ``exc`` means the connection is unusable (the session is gone).
-
-    Parameters
-    ----------
-    exc
-        Any exception.
-
-    Returns
-    -------
-    bool
-        True for libpq connection failures and server shutdowns.
-    """
-    import psycopg2
-
-    code = sqlstate(exc)
-    if code is not None:  # a read-only session stays on a standby: drop it as if it were gone
-        return code.startswith("08") or code in ("57P01", "57P02", "57P03", _READ_ONLY)
-    # Every error the server sends has a SQLSTATE; one without is libpq's own. psycopg2 raises a
-    # lost connection as OperationalError only if libpq has already marked it bad, else as a
-    # plain DatabaseError ("server closed the connection unexpectedly" on a pooled connection
-    # whose server restarted while it was idle): the session is gone either way.
-    return isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)) or (
-        type(exc) is psycopg2.DatabaseError
-    )
 
 
 def _diag(exc: BaseException, name: str) -> str | None:
@@ -177,17 +181,27 @@ class PostgresErrors(ErrorMap):
 
     database = "PostgreSQL"
     database_keyword = "dbname"
+    library = "psycopg2"
+    lost = _LOST
+    rules = _RULES
+    refused_login = Codes(classes=("28",))
+    missing_database = Codes(frozenset({"3D000"}))
 
-    @property
-    def error(self) -> tuple[type[BaseException], ...]:
-        """``psycopg2.Error``."""
+    def code_of(self, exc: BaseException) -> Code | None:
+        """Return the SQLSTATE (:func:`sqlstate`)."""
+        return sqlstate(exc)
+
+    def lost_without_code(self, exc: BaseException) -> bool:
+        """Libpq's own errors: the session is gone."""
         import psycopg2
 
-        return (psycopg2.Error,)
-
-    def is_connection_error(self, exc: BaseException) -> bool:
-        """Libpq connection failures and server shutdowns."""
-        return is_connection_error(exc)
+        # Every error the server sends has a SQLSTATE; one without is libpq's own. psycopg2 raises
+        # a lost connection as OperationalError only if libpq has already marked it bad, else as a
+        # plain DatabaseError ("server closed the connection unexpectedly" on a pooled connection
+        # whose server restarted while it was idle): the session is gone either way.
+        return isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)) or (
+            type(exc) is psycopg2.DatabaseError
+        )
 
     def server_text(self, exc: BaseException) -> str:
         """Return the server's message, detail and hint, and the SQLSTATE."""
@@ -197,55 +211,18 @@ class PostgresErrors(ErrorMap):
         """Return the column from the error's fields or text (:func:`guess_column`)."""
         return guess_column(exc, columns)
 
-    def classify(
-        self, exc: BaseException, text: str
-    ) -> tuple[type[TwoPhaseError], str | None, str]:
-        """Map the SQLSTATE (the table above)."""
-        code = sqlstate(exc)
-        if code is None:
-            return (RetriableError if is_connection_error(exc) else AbortRequiredError), None, ""
-        if code.startswith("08") or code in _RETRIABLE:
-            return RetriableError, None, ""
-        if code == _READ_ONLY:
-            return RetriableError, "target_session_attrs", _ON_A_STANDBY
-        if code == "53200" and _PREPARED_FULL in text:
-            # The slots are shared by the whole server; a restart rolls this batch's
-            # orphans back and shares the slots again among the active sinks.
-            return RetriableError, "max_prepared_transactions", _SLOTS_FULL
-        if code == "55000" and "prepared transactions are disabled" in text:
-            return ConfigurationError, "max_prepared_transactions", ""
-        if code in ("55P03", "57014"):
-            return AbortRequiredError, None, ""
-        if code in _DATA or code.startswith("22"):
-            return DataError, None, ""
-        if code in _CONFIG:
-            return ConfigurationError, None, ""
-        if code.startswith("28"):
-            return FatalError, None, ""
-        if code.startswith("53"):
-            return RetriableError, None, ""
-        return AbortRequiredError, None, ""
-
-    def refusal(self, exc: BaseException, message: str) -> Refusal | None:
-        """Rejected credentials (28xxx), a missing database (3D000)."""
-        code = sqlstate(exc)
-        if (code is not None and code.startswith("28")) or "authentication failed" in message:
+    def refusal_in_text(self, message: str) -> Refusal | None:
+        """Tell, by libpq's words, a failed authentication or a missing database."""
+        if "authentication failed" in message:
             return "credentials"
-        if code == "3D000" or ("database" in message and "does not exist" in message):
+        if "database" in message and "does not exist" in message:
             return "database"
         return None
 
-
-_SLOTS_FULL = (
-    ". Every prepared-transaction slot of the server is taken (by other sinks, "
-    "other users or stale transactions: SELECT * FROM pg_prepared_xacts); nothing "
-    "was committed, and a restart shares the slots again among the active sinks. "
-    "If it recurs, lower max_partitions or raise max_prepared_transactions (needs a "
-    "server restart): see docs/jdbc.md, 'Sizing max_prepared_transactions'"
-)
 
 #: The dialect's error map.
 POSTGRES_ERRORS = PostgresErrors()
 #: Shorthands of :data:`POSTGRES_ERRORS`' methods, for the dialect's modules.
 map_error = POSTGRES_ERRORS.map_error
 connection_error = POSTGRES_ERRORS.connection_error
+is_connection_error = POSTGRES_ERRORS.is_connection_error

@@ -24,8 +24,7 @@ __all__ = [
     "create_staging",
     "create_table",
     "ident",
-    "merge_cdc",
-    "merge_upsert",
+    "merge",
 ]
 
 
@@ -136,14 +135,19 @@ def _on_conflict(columns: Sequence[str], keys: Sequence[str]) -> sql.Composed:
     return sql.SQL(" ON CONFLICT ({}) DO UPDATE SET {}").format(_columns(keys), assignments)
 
 
-def merge_upsert(
+def merge(
     target: sql.Composable,
     staging: sql.Composable,
     columns: Sequence[str],
     keys: Sequence[str],
     order_column: str | None,
+    *,
+    cdc: bool,
 ) -> sql.Composed:
-    """Insert the latest staged row of every key, updating existing rows.
+    """Apply the latest staged row of every key: upsert it, or (``cdc``) delete it for ``d``.
+
+    The CDC statement is one statement: the DELETE and the INSERT are
+    data-modifying CTEs over the same de-duplicated rows and touch disjoint keys.
 
     Parameters
     ----------
@@ -155,39 +159,20 @@ def merge_upsert(
         The key columns (a unique index on exactly them must exist).
     order_column
         Orders the rows of one key (largest wins), before row order.
+    cdc
+        The staging table also has the operation (upsert otherwise).
 
     Returns
     -------
     psycopg2.sql.Composed
-        ``INSERT ... SELECT DISTINCT ON ... ON CONFLICT (keys) DO UPDATE``.
+        ``INSERT ... SELECT DISTINCT ON ... ON CONFLICT (keys) DO UPDATE``, for
+        CDC within ``WITH latest AS (...), deleted AS (DELETE ...), upserted AS (...)``.
     """
-    return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM ({}) AS latest").format(
-        target, _columns(columns), _columns(columns), _latest_per_key(staging, keys, order_column)
-    ) + _on_conflict(columns, keys)
-
-
-def merge_cdc(
-    target: sql.Composable,
-    staging: sql.Composable,
-    columns: Sequence[str],
-    keys: Sequence[str],
-    order_column: str | None,
-) -> sql.Composed:
-    """Apply the latest staged change of every key: delete for ``d``, upsert otherwise.
-
-    One statement: the DELETE and the INSERT are data-modifying CTEs over the
-    same de-duplicated rows and touch disjoint keys.
-
-    Parameters
-    ----------
-    target, staging, columns, keys, order_column
-        As for :func:`merge_upsert` (the staging table also has the operation).
-
-    Returns
-    -------
-    psycopg2.sql.Composed
-        The statement.
-    """
+    latest = _latest_per_key(staging, keys, order_column)
+    if not cdc:
+        return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM ({}) AS latest").format(
+            target, _columns(columns), _columns(columns), latest
+        ) + _on_conflict(columns, keys)
     op = sql.Identifier(OP_COLUMN)
     match = sql.SQL(" AND ").join(
         sql.SQL("t.{} = latest.{}").format(sql.Identifier(k), sql.Identifier(k)) for k in keys
@@ -197,16 +182,7 @@ def merge_cdc(
             "WITH latest AS ({}), "
             "deleted AS (DELETE FROM {} AS t USING latest WHERE latest.{} = 'd' AND {}), "
             "upserted AS (INSERT INTO {} ({}) SELECT {} FROM latest WHERE latest.{} <> 'd'"
-        ).format(
-            _latest_per_key(staging, keys, order_column),
-            target,
-            op,
-            match,
-            target,
-            _columns(columns),
-            _columns(columns),
-            op,
-        )
+        ).format(latest, target, op, match, target, _columns(columns), _columns(columns), op)
         + _on_conflict(columns, keys)
         + sql.SQL(") SELECT 1")
     )

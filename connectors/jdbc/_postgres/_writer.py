@@ -66,20 +66,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
 
     # -------------------------------------------------------------- begin
     def start(self, context: TaskContext, where: ErrorContext) -> tuple[PostgresTransaction, bool]:
-        """``BEGIN`` on a pooled connection and read the target's catalog.
-
-        Parameters
-        ----------
-        context
-            The task.
-        where
-            Its error context.
-
-        Returns
-        -------
-        tuple
-            The open transaction, and whether the table exists.
-        """
+        """``BEGIN`` on a pooled connection and read the target's catalog."""
         gid = GIDS.checked(
             format_gid(context.identity, context.batch_id, context.partition_id, context.attempt)
         )
@@ -105,15 +92,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
 
     # -------------------------------------------------------------- write
     def write(self, txn: PostgresTransaction, batch: pa.RecordBatch) -> None:
-        """COPY one record batch into the table (append) or the staging table.
-
-        Parameters
-        ----------
-        txn
-            The open transaction.
-        batch
-            The rows.
-        """
+        """COPY one record batch into the table (append) or the staging table."""
         txn.open_connection("write()")
         if batch.num_rows == 0:
             return
@@ -189,25 +168,19 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
 
     # ------------------------------------------------------------- finish
     def finish(self, txn: PostgresTransaction) -> None:
-        """End the COPY; merge the staging table into the target (upsert/CDC) and drop it.
-
-        Parameters
-        ----------
-        txn
-            The open transaction.
-        """
+        """End the COPY; merge the staging table into the target (upsert/CDC) and drop it."""
         conn = txn.open_connection("finishing the writes")
         self._end_copy(txn)
         if txn.staging is None or txn.plan is None:
             return
         options = self.options
-        merge = _sql.merge_upsert if options.mode == "upsert" else _sql.merge_cdc
-        statement = merge(
+        statement = _sql.merge(
             _sql.ident(options.table),
             txn.staging,
             txn.plan.names,
             options.key_columns,
             options.order_column,
+            cdc=options.mode != "upsert",
         )
         try:
             with conn.cursor() as cur:
