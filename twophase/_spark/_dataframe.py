@@ -223,7 +223,7 @@ _ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
 def _renamed(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
-    """The batch with its columns named ``names`` (types, nullability and metadata kept)."""
+    """Return the batch with its columns named ``names`` (types, nullability, metadata kept)."""
     fields = [field.with_name(name) for field, name in zip(batch.schema, names, strict=True)]
     schema = pa.schema(fields, metadata=batch.schema.metadata)
     return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
