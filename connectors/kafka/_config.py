@@ -220,6 +220,65 @@ def _truthy(value: Any) -> bool | None:
     return None
 
 
+#: What librdkafka says of a property it does not know, or of a value it refuses.
+_UNKNOWN_PROPERTY = re.compile(r'No such configuration property: "([^"]+)"')
+_BAD_VALUE = re.compile(r'Invalid value "[^"]*" for configuration property "([^"]+)"')
+
+
+def check_properties(sink: str, conf: Mapping[str, Any]) -> None:
+    """Refuse a property librdkafka does not know, or a value it refuses, when the sink is built.
+
+    librdkafka itself is asked (a producer made and dropped at once, with no
+    broker to reach: nothing crosses the network), so that a misspelt
+    property fails here, by name, and not in every task. Only an unknown
+    property and a refused value are refused here; what librdkafka checks of
+    properties together (SASL without a password...) fails the task as
+    before. With ``plugin.library.paths`` nothing is checked: a plugin adds
+    properties of its own, and is loaded only where the producer runs.
+
+    Parameters
+    ----------
+    sink
+        The sink name (named in the error).
+    conf
+        The producer properties.
+
+    Raises
+    ------
+    ConfigurationError
+        Naming the property (``setting``); the value is not quoted (it may be a secret).
+    """
+    from confluent_kafka import KafkaException, Producer
+
+    if "plugin.library.paths" in conf:
+        return
+    probe = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+    probe["log_level"] = 0  # no warning that no broker is configured
+    try:
+        Producer(probe)
+    except KafkaException as exc:
+        text = str(exc.args[0].str() if exc.args else exc)
+        unknown, bad = _UNKNOWN_PROPERTY.search(text), _BAD_VALUE.search(text)
+        if unknown is not None:
+            raise ConfigurationError(
+                f"producer_config has {unknown.group(1)!r}, a property librdkafka does not know "
+                "(see librdkafka's CONFIGURATION.md for the producer's properties)",
+                sink=sink,
+                setting=unknown.group(1),
+            ) from None
+        if bad is not None:
+            raise ConfigurationError(
+                f"librdkafka refuses the producer configuration: {_withheld(text)}",
+                sink=sink,
+                setting=bad.group(1),
+            ) from None
+
+
+def _withheld(text: str) -> str:
+    """Librdkafka's message with quoted values withheld (they may be secrets)."""
+    return re.sub(r'value "[^"]*"', 'value "…"', text)
+
+
 def normalise_producer_config(
     sink: str,
     *,
@@ -325,6 +384,7 @@ def normalise_producer_config(
             sink=sink,
             setting="transaction.timeout.ms",
         )
+    check_properties(sink, conf)
     out = SecretConfig(PRODUCER_DEFAULTS)
     out.update(conf)
     out["enable.idempotence"] = True

@@ -5,8 +5,9 @@ Design (zombies, recovery, code layout, where KIP-939 plugs in): ``docs/kafka.md
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -21,7 +22,7 @@ from twophase import (
 )
 from twophase.errors import FatalError
 
-from .._settings import check_number
+from .._settings import check_number, refuse_unknown
 from . import _fencing
 from ._attempt_fence import Fence
 from ._checks import check_cluster
@@ -30,6 +31,9 @@ from ._marker_reader import MarkerReader
 from ._markers import new_nonce
 from ._options import KafkaOptions, arguments_from_spark_options
 from ._transaction import KafkaTransaction
+
+if TYPE_CHECKING:
+    from typing_extensions import Never
 
 __all__ = ["KafkaSink"]
 
@@ -176,7 +180,10 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         staging: bool = False,
         checkpoint_location: str | None = None,
         retry: RetryPolicy | None = None,
+        **unexpected: Never,
     ) -> None:
+        # A misspelt keyword is refused by name here, not by a TypeError (nor later).
+        refuse_unknown("KafkaSink", name, unexpected, _KEYWORDS)
         super().__init__(
             name, staging=staging, checkpoint_location=checkpoint_location, retry=retry
         )
@@ -384,3 +391,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     def abort(self, txn: KafkaTransaction) -> None:
         """Abort the transaction; a fenced or failed producer is closed, not pooled."""
         txn.abort()
+
+
+#: The keywords :class:`KafkaSink` takes, to name the closest to a misspelt one.
+_KEYWORDS = frozenset(inspect.signature(KafkaSink.__init__).parameters) - {"self", "unexpected"}

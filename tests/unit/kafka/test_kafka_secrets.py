@@ -19,6 +19,8 @@ from twophase.connectors.kafka._spark_options import translate_spark_options
 pytestmark = pytest.mark.unit
 
 BS = "127.0.0.1:9"
+#: A plugin's properties are librdkafka's only with the plugin's path set.
+PLUGIN = {"plugin.library.paths": "/opt/plugins/libsecret.so"}
 SECRETS = {
     "sasl.password": "Sasl-Pa55-A1",
     "ssl.key.password": "Key-Pa55-B2",
@@ -26,7 +28,7 @@ SECRETS = {
     "sasl.oauthbearer.client.secret": "Client-Secret-D4",
     "ssl.key.pem": "-----BEGIN PRIVATE KEY-----E5",
     "sasl.oauthbearer.config": "principal=me secret=F6",
-    "plugin.api.secret.token": "Plugin-Secret-G7",
+    "plugin.api.secret.token": "Plugin-Secret-G7",  # a plugin's (PLUGIN below loads it)
 }
 
 
@@ -66,7 +68,7 @@ def test_ordinary_properties_are_shown(key: str) -> None:
 
 def test_no_secret_in_the_repr_str_or_vars_of_the_sink_and_its_options() -> None:
     sink = KafkaSink(
-        "s", bootstrap_servers=BS, producer_config={"sasl.username": "alice", **SECRETS}
+        "s", bootstrap_servers=BS, producer_config={"sasl.username": "alice", **PLUGIN, **SECRETS}
     )
     shown = everything_about(sink)
     for secret in SECRETS.values():
