@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._markers import ADD_EPOCH, MarkerTable
+from .._marker_table import ADD_EPOCH, MarkerTable
 from ._client import PostgresClient
 from ._errors import sqlstate
 from ._rows import pg_add_format_column, pg_has_column

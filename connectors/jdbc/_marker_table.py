@@ -8,7 +8,7 @@ batch. Marker table layout and pruning: "Marker table" in ``docs/jdbc.md``.
 The statements are the same on every database (both client libraries take ``%s``
 parameters); a dialect's subclass says how to quote the table, which column
 types to create it with, and how to tell a duplicate-key error and a
-``COMMIT`` that rolled back instead (each dialect's ``_markers`` module).
+``COMMIT`` that rolled back instead (each dialect's ``_marker_table`` module).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """The coordinated protocol's SQL: prepare, ``COMMIT`` / ``ROLLBACK PREPARED``, recovery.
 
 The executor prepares (:meth:`PreparedTransactions.prepare`); the driver probes the
-server, commits, lists and rolls back by gid (:class:`PreparedTransactions`).
-Every driver statement runs in autocommit mode and is safe to repeat: an
-unknown gid is success for ``ROLLBACK PREPARED`` and is resolved through the
-transaction's xid for ``COMMIT PREPARED``.
+server and sizes batches to its slots; the steps by gid (commit, rollback,
+status, ids in doubt, fence) are the family's (:class:`~.._prepared_store.PreparedStatements`),
+from what this store declares: the statements, SQLSTATE 42704 for an unknown
+gid, ``pg_prepared_xacts``, and the proof rows of ``twophase_commits``
+(:mod:`._commit_proofs`; the xid for a decision of 0.2.0).
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -21,35 +21,27 @@ from twophase import TransactionHandle, TransactionStatus
 from twophase.errors import ConfigurationError
 
 from ..._context import ErrorContext
-from .._coordinated import PreparedStatements
 from .._gid import GID_PREFIX, gid_prefix
+from .._prepared_store import PreparedStatements
 from . import _sql
 from ._client import PostgresClient
-from ._commits import (
+from ._commit_proofs import (
     commits_table,
     create_commits_table,
     outcome_of_vanished,
     prune_commits,
     record_commit,
-    transaction_status,
+    recorded_commit,
 )
 from ._errors import is_connection_error, map_error, sqlstate
-from ._fencing import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
-from ._slots import active_sinks, share_slots
+from ._prepared_capacity import active_sinks, share_slots
 from ._transaction import PostgresTransaction
+from ._zombie_fences import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
 
 __all__ = [
     "PostgresHandle",
     "PreparedTransactions",
 ]
-
-_log = logging.getLogger("twophase.connectors.jdbc")
-
-#: SQLSTATE of ``COMMIT/ROLLBACK PREPARED`` with a gid that is not prepared.
-_UNKNOWN_GID = "42704"
-
-#: Prepared transactions of other sinks older than this are reported by ``open()``.
-_STALE_AFTER_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +93,7 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
         Returns
         -------
         int
-            How many partitions one batch may have (:mod:`._slots`).
+            How many partitions one batch may have (:mod:`._prepared_capacity`).
 
         Raises
         ------
@@ -128,30 +120,6 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
             capped=self.options.max_partitions is not None,
         )
         return share.limit
-
-    def ensure_ready(self, identity: str, where: ErrorContext) -> None:
-        """Create the fence row; warn of other sinks' prepared transactions over 10 minutes old.
-
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        where
-            Error context (sink, batch, partition).
-        """
-        self.ensure_fences(identity, where)
-        stale = self.stale(identity, _STALE_AFTER_SECONDS, where)
-        if stale:
-            _log.warning(
-                "sink %s: %d prepared transaction(s) of other twophase sinks are older than "
-                "10 minutes (%s%s); they hold locks and slots and block VACUUM. If their "
-                "queries are gone (a reset checkpoint), roll them back by hand: see "
-                "docs/jdbc.md",
-                where.sink,
-                len(stale),
-                ", ".join(stale[:3]),
-                ", ..." if len(stale) > 3 else "",
-            )
 
     def prepare(self, txn: PostgresTransaction) -> PostgresHandle:
         """Refuse a fenced attempt and ``PREPARE TRANSACTION`` (executor).
@@ -184,41 +152,6 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
         return PostgresHandle(
             txn.gid, c.batch_id, c.partition_id, c.attempt, txn.xid, txn.rows, proof=True
         )
-
-    def commit_prepared(self, handle: PostgresHandle, where: ErrorContext) -> str:
-        """``COMMIT PREPARED``; a gid no longer prepared is resolved by its proof row (or xid).
-
-        Parameters
-        ----------
-        handle
-            The handle.
-        where
-            Error context (sink, batch, partition).
-
-        Returns
-        -------
-        str
-            As :meth:`commit`.
-        """
-        return self.commit(handle.transaction_id, handle.xid, where, proof=handle.proof)
-
-    def rollback_prepared(self, handle: PostgresHandle, where: ErrorContext) -> None:
-        """``ROLLBACK PREPARED``; a gid that is not this connector's is refused.
-
-        Parameters
-        ----------
-        handle
-            The handle.
-        where
-            Error context (sink, batch, partition).
-
-        Raises
-        ------
-        ConfigurationError
-            The gid is not one of this connector's.
-        """
-        self.ours(handle.transaction_id, where)
-        self.rollback(handle.transaction_id, where)
 
     # ------------------------------------------------------------ statements
     def probe(self, where: ErrorContext) -> None:
@@ -290,7 +223,7 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
         create_commits_table(cur, self.commits)
 
     def move_fence(self, cur: Any, identity: str, rank: tuple[int, int]) -> bool:
-        """Raise the identity's fence row to ``rank`` (:func:`~._fencing.fence_attempts`).
+        """Raise the identity's fence row to ``rank`` (:func:`~._zombie_fences.fence_attempts`).
 
         Once it is raised, the commit proofs of the batches before the rank's go: the
         coordinator finished them, and no recovery commits them again.
@@ -300,148 +233,68 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
         prune_commits(cur, self.commits, identity, rank[1])
         return True
 
-    def commit(self, gid: str, xid: int | None, where: ErrorContext, *, proof: bool = False) -> str:
-        """``COMMIT PREPARED gid``; an unknown gid is resolved by its proof row, or its xid.
+    commit_verb = "COMMIT PREPARED"
+    rollback_verb = "ROLLBACK PREPARED"
+    unknown_id = "42704"
 
-        Parameters
-        ----------
-        gid
-            The gid.
-        xid
-            The 64-bit transaction id recorded at ``begin`` (None when unknown).
-        where
-            Error context (sink, batch, partition).
-        proof
-            Whether the transaction wrote its row into ``twophase_commits``
-            (:attr:`PostgresHandle.proof`).
+    def error_code(self, exc: BaseException) -> object:
+        """Return the SQLSTATE."""
+        return sqlstate(exc)
 
-        Returns
-        -------
-        str
-            ``"committed"`` (now), ``"already committed"`` (its proof row, or
-            the xid, says so), or ``"assumed committed"`` (no proof, and the
-            server no longer knows the xid).
+    def id_params(self, gid: str, where: ErrorContext) -> tuple[Any, ...]:
+        """Return the gid itself."""
+        return (gid,)
 
-        Raises
-        ------
-        FatalError
-            The transaction did not commit on this server and is prepared no
-            more: its rows are lost (a failover to a standby that had not
-            received it, or a ``ROLLBACK PREPARED`` by hand).
-        RetriableError
-            The server is unreachable, or the transaction is still running.
-        """
+    def is_prepared(self, cur: Any, params: tuple[Any, ...]) -> bool:
+        """``pg_prepared_xacts`` lists the gid."""
+        cur.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", params)
+        return cur.fetchone() is not None
 
-        def commit(cur: Any) -> str | None:
-            try:
-                cur.execute("COMMIT PREPARED %s", (gid,))
-                return None
-            except psycopg2.Error as exc:
-                if sqlstate(exc) != _UNKNOWN_GID:
-                    raise
-            return outcome_of_vanished(cur, self.commits if proof else None, gid, xid, where)
+    def committed(self, cur: Any, gid: str) -> bool:
+        """Its row in ``twophase_commits`` (:func:`~._commit_proofs.recorded_commit`)."""
+        return recorded_commit(cur, self.commits, gid)
 
-        outcome = self.run(f"COMMIT PREPARED {gid!r}", commit, where)
-        return "committed" if outcome is None else outcome
+    def vanished(self, cur: Any, handle: PostgresHandle, where: ErrorContext) -> str:
+        """Tell by its proof row, or by its xid for 0.2.0 (:mod:`._commit_proofs`)."""
+        commits = self.commits if handle.proof else None
+        return outcome_of_vanished(cur, commits, handle.transaction_id, handle.xid, where)
 
     def status(self, handle: PostgresHandle, where: ErrorContext) -> TransactionStatus | None:
-        """Tell prepared, committed or lost, by ``pg_prepared_xacts`` and the proof row.
-
-        None for a handle without a proof row (0.2.0): an xid tells nothing
-        across a failover, and such a handle is committed as before.
-        """
-        if not handle.proof:
-            return None
-        gid = handle.transaction_id
-
-        def query(cur: Any) -> TransactionStatus:
-            return transaction_status(cur, self.commits, gid)
-
-        return self.run(f"status of {gid!r}", query, where)
-
-    def rollback(self, gid: str, where: ErrorContext) -> bool:
-        """``ROLLBACK PREPARED gid`` on a pooled connection; an unknown gid is success.
-
-        Parameters
-        ----------
-        gid
-            The gid.
-        where
-            Error context (sink, batch, partition).
-
-        Returns
-        -------
-        bool
-            Whether a prepared transaction was rolled back.
-        """
-
-        def rollback(cur: Any) -> bool:
-            try:
-                cur.execute("ROLLBACK PREPARED %s", (gid,))
-            except psycopg2.Error as exc:
-                if sqlstate(exc) == _UNKNOWN_GID:
-                    return False
-                raise
-            return True
-
-        return self.run(f"ROLLBACK PREPARED {gid!r}", rollback, where)
+        """None for a handle without a proof row (0.2.0): an xid tells nothing across a failover."""
+        return super().status(handle, where) if handle.proof else None
 
     def prepared_gids(self, identity: str, where: ErrorContext) -> list[str]:
-        """List the gids of this identity's prefix in ``pg_prepared_xacts``, in this database.
-
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        where
-            Error context (sink, batch, partition).
-
-        Returns
-        -------
-        list of str
-            The gids.
-        """
+        """List the gids of this identity's prefix in ``pg_prepared_xacts``, in this database."""
         prefix = gid_prefix(identity)
+        return self._gids(
+            "listing prepared transactions",
+            "left(gid, %s) = %s ORDER BY gid",
+            (len(prefix), prefix),
+            where,
+        )
+
+    def stale(self, identity: str, older_than: float, where: ErrorContext) -> list[str]:
+        """List those of other identities of this connector older than ``older_than``, by age."""
+        mine = gid_prefix(identity)
+        return self._gids(
+            "listing stale prepared transactions",
+            "left(gid, %s) = %s AND left(gid, %s) <> %s "
+            "AND prepared < now() - make_interval(secs => %s) ORDER BY prepared",
+            (len(GID_PREFIX), GID_PREFIX, len(mine), mine, older_than),
+            where,
+        )
+
+    def _gids(
+        self, doing: str, condition: str, params: tuple[Any, ...], where: ErrorContext
+    ) -> list[str]:
+        """List the gids of ``pg_prepared_xacts`` in this database that meet ``condition``."""
 
         def query(cur: Any) -> list[str]:
             cur.execute(
                 "SELECT gid FROM pg_catalog.pg_prepared_xacts "
-                "WHERE database = current_database() AND left(gid, %s) = %s ORDER BY gid",
-                (len(prefix), prefix),
+                f"WHERE database = current_database() AND {condition}",
+                params,
             )
             return [r[0] for r in cur.fetchall()]
 
-        return self.run("listing prepared transactions", query, where)
-
-    def stale(self, identity: str, older_than: float, where: ErrorContext) -> list[str]:
-        """List prepared transactions of other identities of this connector, older than a limit.
-
-        They hold locks and slots and block VACUUM; nothing of this run will
-        resolve them (a reset checkpoint, another query), so ``open()`` warns.
-
-        Parameters
-        ----------
-        identity
-            This sink's identity (excluded).
-        older_than
-            Age in seconds.
-        where
-            Error context (sink, batch, partition).
-
-        Returns
-        -------
-        list of str
-            Their gids.
-        """
-        mine = gid_prefix(identity)
-
-        def query(cur: Any) -> list[str]:
-            cur.execute(
-                "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE database = current_database() "
-                "AND left(gid, %s) = %s AND left(gid, %s) <> %s "
-                "AND prepared < now() - make_interval(secs => %s) ORDER BY prepared",
-                (len(GID_PREFIX), GID_PREFIX, len(mine), mine, older_than),
-            )
-            return [r[0] for r in cur.fetchall()]
-
-        return self.run("listing stale prepared transactions", query, where)
+        return self.run(doing, query, where)
