@@ -26,6 +26,7 @@ from twophase.errors import ConfigurationError, FatalError, RetriableError
 from .._context import ErrorContext
 from ._client import JdbcClient
 from ._gid import ParsedGid, parse_gid
+from ._transaction import JdbcTransaction
 
 __all__ = ["PreparedStatements"]
 
@@ -55,6 +56,8 @@ class PreparedStatements(JdbcClient, Generic[HandleT]):
     handle_type: type[HandleT]
     #: The rights the sink's user needs on them, for messages.
     fence_rights: ClassVar[str]
+    #: The statement that prepares the open transaction, for messages.
+    prepare_verb: ClassVar[str]
     #: The statements that end a prepared transaction, followed by :meth:`id_params`' placeholders.
     commit_verb: ClassVar[str]
     rollback_verb: ClassVar[str]
@@ -118,15 +121,30 @@ class PreparedStatements(JdbcClient, Generic[HandleT]):
         return []
 
     # ------------------------------------------------------------- the steps
+    def prepare_with(self, txn: JdbcTransaction, statements: Callable[[Any], None]) -> None:
+        """Run ``statements`` (fence, proof row, prepare) on the transaction's connection.
+
+        A broken connection leaves the transaction ``unknown`` (the server may
+        have prepared it); once prepared, the connection is given back, or
+        closed when the prepared id stays attached to it (:attr:`attaches`).
+        """
+        conn = txn.open_connection(self.prepare_verb)
+        try:
+            with conn.cursor() as cur:
+                statements(cur)
+        except txn.errors.error as exc:
+            if txn.errors.is_connection_error(exc):
+                txn.state = "unknown"  # the server may have prepared it before the break
+            raise txn.failure(exc, f"{self.prepare_verb} {txn.gid!r}") from exc
+        txn.state = "prepared"
+        txn.conn = None
+        if self.attaches:
+            txn.pool.discard(conn)  # detaches the prepared transaction
+        else:
+            txn.pool.release(conn)
+
     def ensure_fences(self, identity: str, where: ErrorContext) -> None:
         """Create the fence if missing; refuse, with the rights it needs, one the user may not use.
-
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        where
-            The sink, named by every error.
 
         Raises
         ------
@@ -269,24 +287,9 @@ class PreparedStatements(JdbcClient, Generic[HandleT]):
         return outcome
 
     def rollback(self, gid: str, where: ErrorContext) -> bool:
-        """Roll back by id on a pooled connection; an id the server does not hold is success.
+        """Roll back ``gid``; True when one was, an id the server does not hold is success.
 
-        Parameters
-        ----------
-        gid
-            The gid.
-        where
-            The sink, batch and partition, named by every error.
-
-        Returns
-        -------
-        bool
-            Whether a prepared transaction was rolled back.
-
-        Raises
-        ------
-        RetriableError
-            The id is prepared but still attached to a live session.
+        Raises :class:`RetriableError` while the id is still attached to a live session.
         """
         params = self.id_params(gid, where)
 

@@ -142,24 +142,20 @@ class XATransactions(MariaDBClient, PreparedStatements[MariaDBHandle]):
         MariaDBHandle
             The handle.
         """
-        conn = txn.open_connection("XA PREPARE")
-        assert txn.xa is not None
-        try:
-            with conn.cursor() as cur:
-                refuse_if_fenced(cur, self.options, txn.context)
-                cur.execute("XA END %s, %s, %s", txn.xa)
-                cur.execute("XA PREPARE %s, %s, %s", txn.xa)
-        except txn.errors.error as exc:
-            if txn.errors.is_connection_error(exc):
-                txn.state = "unknown"  # the server may have prepared it
-            raise txn.failure(exc, f"XA PREPARE {txn.gid!r}") from exc
-        txn.state = "prepared"
-        txn.conn = None
-        txn.pool.discard(conn)  # detaches the prepared transaction
+        xa = txn.xa
+        assert xa is not None
+
+        def statements(cur: Any) -> None:
+            refuse_if_fenced(cur, self.options, txn.context)
+            cur.execute("XA END %s, %s, %s", xa)
+            cur.execute("XA PREPARE %s, %s, %s", xa)
+
+        self.prepare_with(txn, statements)
         c = txn.context
         return MariaDBHandle(txn.gid, c.batch_id, c.partition_id, c.attempt, txn.rows)
 
     # ---------------------------------------------------------- driver: phase 2
+    prepare_verb = "XA PREPARE"
     commit_verb = "XA COMMIT"
     rollback_verb = "XA ROLLBACK"
     unknown_id = _UNKNOWN_XID

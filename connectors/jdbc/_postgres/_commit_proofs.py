@@ -130,22 +130,10 @@ def outcome_of_vanished(
 
 
 def committed_or_raise(status: str | None, gid: str, where: ErrorContext) -> str:
-    """Turn the status of a vanished prepared transaction into an outcome or an error.
+    """Turn the status of a vanished prepared transaction into its outcome, or raise.
 
-    Parameters
-    ----------
-    status
-        ``txid_status()``: ``committed``, ``aborted``, ``in progress`` or None;
-        or, from the transaction's proof row, ``committed`` or ``lost``.
-    gid
-        The gid.
-    where
-        Error context (sink, batch, partition).
-
-    Returns
-    -------
-    str
-        The outcome when it is a success.
+    ``status`` is ``txid_status()``'s (``committed``, ``aborted``, ``in
+    progress`` or None) or the proof row's (``committed`` or ``lost``).
     """
     if status == "committed":
         return "already committed"

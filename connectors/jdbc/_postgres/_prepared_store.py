@@ -33,7 +33,7 @@ from ._commit_proofs import (
     record_commit,
     recorded_commit,
 )
-from ._errors import is_connection_error, map_error, sqlstate
+from ._errors import map_error, sqlstate
 from ._prepared_capacity import active_sinks, share_slots
 from ._transaction import PostgresTransaction
 from ._zombie_fences import create_fence_table, fence_attempts, fence_table, refuse_if_fenced
@@ -134,20 +134,13 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
         PostgresHandle
             The handle, with gid and xid.
         """
-        conn = txn.open_connection("PREPARE TRANSACTION")
-        try:
-            with conn.cursor() as cur:
-                refuse_if_fenced(cur, self.fences, txn.context)
-                record_commit(cur, self.commits, txn.gid, txn.context)
-                cur.execute("PREPARE TRANSACTION %s", (txn.gid,))
-        except psycopg2.Error as exc:
-            if is_connection_error(exc):
-                # The server may have prepared it before the connection broke.
-                txn.state = "unknown"
-            raise txn.failure(exc, f"PREPARE TRANSACTION {txn.gid!r}") from exc
-        txn.state = "prepared"
-        txn.conn = None
-        txn.pool.release(conn)
+
+        def statements(cur: Any) -> None:
+            refuse_if_fenced(cur, self.fences, txn.context)
+            record_commit(cur, self.commits, txn.gid, txn.context)
+            cur.execute("PREPARE TRANSACTION %s", (txn.gid,))
+
+        self.prepare_with(txn, statements)
         c = txn.context
         return PostgresHandle(
             txn.gid, c.batch_id, c.partition_id, c.attempt, txn.xid, txn.rows, proof=True
@@ -233,6 +226,7 @@ class PreparedTransactions(PostgresClient, PreparedStatements[PostgresHandle]):
         prune_commits(cur, self.commits, identity, rank[1])
         return True
 
+    prepare_verb = "PREPARE TRANSACTION"
     commit_verb = "COMMIT PREPARED"
     rollback_verb = "ROLLBACK PREPARED"
     unknown_id = "42704"
