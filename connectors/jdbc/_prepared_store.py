@@ -193,13 +193,6 @@ class PreparedStatements(JdbcClient, Generic[HandleT]):
     def in_doubt(self, identity: str, where: ErrorContext) -> Sequence[HandleT]:
         """List exactly this identity's prepared transactions, as handles.
 
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        where
-            The sink, named by every error.
-
         Returns
         -------
         list of HandleT
@@ -216,15 +209,7 @@ class PreparedStatements(JdbcClient, Generic[HandleT]):
         return handles
 
     def ensure_ready(self, identity: str, where: ErrorContext) -> None:
-        """Create the fence; warn of other sinks' prepared transactions over 10 minutes old.
-
-        Parameters
-        ----------
-        identity
-            The sink identity.
-        where
-            The sink, named by every error.
-        """
+        """Create the fence; warn of other sinks' prepared transactions over 10 minutes old."""
         self.ensure_fences(identity, where)
         stale = self.stale(identity, STALE_AFTER_SECONDS, where)
         if stale:

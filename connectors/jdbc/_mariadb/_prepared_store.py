@@ -131,16 +131,6 @@ class XATransactions(MariaDBClient, PreparedStatements[MariaDBHandle]):
 
         The connection is closed afterwards, which detaches the prepared
         transaction from it (the driver cannot commit it before).
-
-        Parameters
-        ----------
-        txn
-            The open, finished transaction.
-
-        Returns
-        -------
-        MariaDBHandle
-            The handle.
         """
         xa = txn.xa
         assert xa is not None
