@@ -20,10 +20,10 @@ from .._options import JdbcOptions
 from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._checks import MariaDBChecker
 from ._dbapi import CONNECT_KEYS, parse_url
-from ._markers import MariaDBMarkerTable
+from ._marker_table import MariaDBMarkerTable
+from ._prepared_store import MariaDBHandle, XATransactions
 from ._transaction import MariaDBTransaction
 from ._writer import MariaDBWriter
-from ._xa import MariaDBHandle, XATransactions
 
 __all__ = [
     "MARIADB",

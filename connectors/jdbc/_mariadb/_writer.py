@@ -26,15 +26,15 @@ from .._plan import OP_COLUMN, SEQ_COLUMN, checked_ops, key_lock_hint
 from .._writer import TransactionWriter
 from ._client import MariaDBClient, describe_table
 from ._errors import errno
-from ._fencing import release_slot, take_slot
 from ._insert import insert_statements, rows_text
 from ._load import LOCAL_INFILE_REFUSED, fields_text, load
+from ._prepared_store import XATransactions
 from ._render import render_fields, render_literals
 from ._sql import STAGING, columns, create_staging, dedupes_at_load, merge, table
 from ._transaction import MariaDBTransaction
 from ._type_map import MARIADB_TYPES, Kind
-from ._xa import XATransactions
 from ._xid import xid_of
+from ._zombie_fences import release_slot, take_slot
 
 __all__ = ["STATEMENT_BYTES", "MariaDBWriter"]
 

@@ -58,20 +58,7 @@ GTRIDS = IdLimit("MariaDB", "XA gtrid", MAX_GTRID_BYTES, 0)
 
 
 def xid_of(identity: str, batch_id: int, partition_id: int, attempt: int) -> Xid:
-    """Build the xid of one attempt of one partition of one batch.
-
-    Parameters
-    ----------
-    identity
-        The sink identity token.
-    batch_id, partition_id, attempt
-        Non-negative integers.
-
-    Returns
-    -------
-    Xid
-        The xid.
-    """
+    """Build the xid of one attempt of one partition of one batch (the parts of its gid)."""
     GTRIDS.check_identity(identity)
     gid = format_gid(identity, batch_id, partition_id, attempt)
     return Xid(gid_prefix(identity)[:-1], gid[len(gid_prefix(identity)) :])

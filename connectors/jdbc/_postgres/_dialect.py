@@ -20,9 +20,9 @@ from .._options import JdbcOptions
 from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._checks import PostgresChecker
 from ._dbapi import LIBPQ_KEYWORDS, libpq_keyword, postgres_connection
-from ._markers import PostgresMarkerTable
-from ._prepared import PostgresHandle, PreparedTransactions
-from ._slots import partition_limit
+from ._marker_table import PostgresMarkerTable
+from ._prepared_capacity import partition_limit
+from ._prepared_store import PostgresHandle, PreparedTransactions
 from ._transaction import PostgresTransaction
 from ._writer import PostgresWriter
 

@@ -32,11 +32,11 @@ from ._client import PostgresClient
 from ._copy import CopyStream
 from ._csv import encode_csv
 from ._errors import sqlstate
-from ._fencing import application_name, take_slot
 from ._gid import GIDS
-from ._prepared import PreparedTransactions
+from ._prepared_store import PreparedTransactions
 from ._transaction import PostgresTransaction
 from ._type_map import POSTGRES_TYPES
+from ._zombie_fences import application_name, take_slot
 
 __all__ = ["PostgresWriter"]
 

@@ -14,7 +14,7 @@ from jdbc_support import id_batch, mariadb_sql
 
 from twophase import Fingerprint, Marker, RecoveryContext, SinkContext, TaskContext
 from twophase.connectors.jdbc import mariadb_sink
-from twophase.connectors.jdbc._mariadb._xa import MariaDBHandle
+from twophase.connectors.jdbc._mariadb._prepared_store import MariaDBHandle
 from twophase.errors import ConfigurationError, FatalError, RetriableError
 
 pytestmark = pytest.mark.integration

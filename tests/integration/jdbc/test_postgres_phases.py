@@ -26,7 +26,7 @@ from twophase.connectors.jdbc import (
 )
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
 from twophase.connectors.jdbc._postgres._dbapi import postgres_connection
-from twophase.connectors.jdbc._postgres._prepared import PostgresHandle
+from twophase.connectors.jdbc._postgres._prepared_store import PostgresHandle
 from twophase.errors import AbortRequiredError, ConfigurationError, FatalError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 

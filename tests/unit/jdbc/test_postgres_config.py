@@ -15,8 +15,8 @@ from twophase.connectors.jdbc import PostgresMarkerSink, PostgresTwoPhaseSink, p
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
 from twophase.connectors.jdbc._postgres._dbapi import postgres_connection
-from twophase.connectors.jdbc._postgres._prepared import PostgresHandle
-from twophase.connectors.jdbc._postgres._slots import partition_limit, share_slots
+from twophase.connectors.jdbc._postgres._prepared_capacity import partition_limit, share_slots
+from twophase.connectors.jdbc._postgres._prepared_store import PostgresHandle
 from twophase.errors import ConfigurationError, RetriableError
 
 pytestmark = pytest.mark.unit

@@ -2,7 +2,7 @@
 
 A zombie is an attempt Spark gave up on whose process lives on and may still
 try to commit after Spark's retry did. ``(epoch, batch, attempt)`` orders
-attempts, as in the PostgreSQL dialect (:func:`.._fence.attempt_rank`).
+attempts, as in the PostgreSQL dialect (:func:`.._fence_verdict.attempt_rank`).
 
 **The coordinated protocol.** PostgreSQL keeps a shared row lock through
 ``PREPARE TRANSACTION``; MariaDB releases shared locks at ``XA PREPARE``
@@ -16,7 +16,7 @@ a row still locked belongs to a transaction that read the old rank -- one
 that already prepared holds the lock until the coordinator's sweep rolls it
 back, and the fence is tried again. Committed rows are also the record that a
 transaction committed: ``XA COMMIT`` of an xid the server no longer knows is
-resolved by them (:mod:`._xa`). Every XA transaction also takes its partition's
+resolved by them (:mod:`._prepared_store`). Every XA transaction also takes its partition's
 slot (below) before ``XA START``, until ``XA PREPARE`` closes its session: the
 session of an attempt whose client vanished (a network partition) is killed by
 the next attempt of the slot instead of keeping the xid taken.
@@ -48,7 +48,7 @@ from twophase import TaskContext
 from twophase.errors import FatalError
 
 from ..._context import ErrorContext
-from .._fence import Rank, attempt_rank, refuse_stale_attempt
+from .._fence_verdict import Rank, attempt_rank, refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
 from .._rows import FORMAT_COLUMN, FORMAT_DEFINITION, check_row_format, row_dicts
 from ._errors import errno

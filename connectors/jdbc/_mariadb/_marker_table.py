@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._markers import MarkerTable
+from .._marker_table import MarkerTable
 from ._client import MariaDBClient
 from ._errors import errno
-from ._fencing import create_slots_table, release_slot
 from ._rows import mariadb_add_format_column, mariadb_has_column
 from ._sql import table
+from ._zombie_fences import create_slots_table, release_slot
 
 __all__ = ["MariaDBMarkerTable"]
 

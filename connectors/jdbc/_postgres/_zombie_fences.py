@@ -26,7 +26,7 @@ partition slot) that every attempt takes right after ``BEGIN``:
   (lower ``(epoch, batch, attempt)``) is a zombie: its backend is terminated,
   which rolls its transaction back and frees the lock. A newer holder means this
   attempt is the zombie: it stops at once.
-* **check before committing** (:func:`._markers.newer_or_sibling_marker`, shared by
+* **check before committing** (:func:`._marker_table.newer_or_sibling_marker`, shared by
   every dialect): under the lock,
   ``commit_with_marker`` looks for a marker of the same (identity, batch,
   partition) committed by another attempt of the same run or by any attempt of a
@@ -53,7 +53,7 @@ from twophase import TaskContext
 from twophase.errors import FatalError
 
 from ..._context import ErrorContext
-from .._fence import Rank, attempt_rank, refuse_stale_attempt
+from .._fence_verdict import Rank, attempt_rank, refuse_stale_attempt
 from .._options import JdbcOptions, QualifiedName
 from .._rows import row_dicts
 from ._rows import pg_add_format_column

@@ -8,7 +8,7 @@ batch. Marker table layout and pruning: "Marker table" in ``docs/jdbc.md``.
 The statements are the same on every database (both client libraries take ``%s``
 parameters); a dialect's subclass says how to quote the table, which column
 types to create it with, and how to tell a duplicate-key error and a
-``COMMIT`` that rolled back instead (each dialect's ``_markers`` module).
+``COMMIT`` that rolled back instead (each dialect's ``_marker_table`` module).
 """
 
 from __future__ import annotations
@@ -146,10 +146,17 @@ class MarkerTable(JdbcClient):
         Each ``ALTER`` runs only when its column is missing: even a no-op one
         waits for every lock on the table.
         """
-        cur.execute(self.create_statement.format(table))
-        if not self.has_column(cur, table, "epoch"):
-            cur.execute(ADD_EPOCH.format(table))
-        self.add_format_column(cur, table)
+        missing = self.is_missing(cur, table)
+        if missing is not False:
+            cur.execute(self.create_statement.format(table))
+        if missing is not True:
+            if not self.has_column(cur, table, "epoch"):
+                cur.execute(ADD_EPOCH.format(table))
+            self.add_format_column(cur, table)
+
+    def is_missing(self, cur: Any, table: str) -> bool | None:
+        """Whether the table is missing; None (the default): not asked, ``IF NOT EXISTS`` tells."""
+        return None
 
     def has_column(self, cur: Any, table: str, column: str) -> bool:
         """Whether the table has ``column`` (the dialect's catalog)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._markers import ADD_EPOCH, MarkerTable
+from .._marker_table import MarkerTable
 from ._client import PostgresClient
 from ._errors import sqlstate
 from ._rows import pg_add_format_column, pg_has_column
@@ -41,15 +41,10 @@ class PostgresMarkerTable(PostgresClient, MarkerTable):
         """SQLSTATE 23505."""
         return sqlstate(exc) == "23505"
 
-    def create(self, cur: Any, table: str) -> None:
-        """Create the table if missing (CREATE needs no privilege when it exists); upgrade it."""
+    def is_missing(self, cur: Any, table: str) -> bool | None:
+        """``to_regclass``: ``CREATE`` then runs only when it is (it needs a privilege)."""
         cur.execute("SELECT to_regclass(%s)", (table,))
-        if cur.fetchone()[0] is None:
-            cur.execute(self.create_statement.format(table))
-        else:
-            if not self.has_column(cur, table, "epoch"):
-                cur.execute(ADD_EPOCH.format(table))
-            self.add_format_column(cur, table)
+        return bool(cur.fetchone()[0] is None)
 
     def has_column(self, cur: Any, table: str, column: str) -> bool:
         """``pg_attribute``."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from twophase import TaskContext, TransactionStatus
+from twophase import TaskContext
 from twophase.errors import FatalError, RetriableError
 
 from ..._context import ErrorContext
@@ -34,7 +34,7 @@ __all__ = [
     "outcome_of_vanished",
     "prune_commits",
     "record_commit",
-    "transaction_status",
+    "recorded_commit",
 ]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
@@ -71,27 +71,13 @@ def record_commit(cur: Any, table: sql.Composable, gid: str, context: TaskContex
     )
 
 
-def _recorded_commit(cur: Any, table: sql.Composable, gid: str) -> bool:
+def recorded_commit(cur: Any, table: sql.Composable, gid: str) -> bool:
     """Whether the transaction ``gid`` committed on this server (its proof row is visible)."""
     cur.execute(sql.SQL("SELECT record_format FROM {} WHERE gid = %s").format(table), (gid,))
     rows = cur.fetchall()
     if rows:
         check_row_format(rows[0][0], table=table.as_string(cur), row=f"gid {gid!r}")
     return bool(rows)
-
-
-def transaction_status(cur: Any, commits: sql.Composable, gid: str) -> TransactionStatus:
-    """Return whether ``gid`` is prepared, committed (its proof row is visible), or lost.
-
-    Prepared is asked first: a transaction committed between the two queries
-    then shows its proof row, so a committed one is never taken for lost.
-    """
-    cur.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,))
-    if cur.fetchone() is not None:
-        return TransactionStatus.PREPARED
-    if _recorded_commit(cur, commits, gid):
-        return TransactionStatus.COMMITTED
-    return TransactionStatus.LOST
 
 
 def prune_commits(cur: Any, table: sql.Composable, identity: str, batch_id: int) -> None:
@@ -126,7 +112,7 @@ def outcome_of_vanished(
         server no longer knows the xid).
     """
     if commits is not None:
-        status = "committed" if _recorded_commit(cur, commits, gid) else "lost"
+        status = "committed" if recorded_commit(cur, commits, gid) else "lost"
     elif xid is None:
         status = None
     else:
@@ -144,22 +130,10 @@ def outcome_of_vanished(
 
 
 def committed_or_raise(status: str | None, gid: str, where: ErrorContext) -> str:
-    """Turn the status of a vanished prepared transaction into an outcome or an error.
+    """Turn the status of a vanished prepared transaction into its outcome, or raise.
 
-    Parameters
-    ----------
-    status
-        ``txid_status()``: ``committed``, ``aborted``, ``in progress`` or None;
-        or, from the transaction's proof row, ``committed`` or ``lost``.
-    gid
-        The gid.
-    where
-        Error context (sink, batch, partition).
-
-    Returns
-    -------
-    str
-        The outcome when it is a success.
+    ``status`` is ``txid_status()``'s (``committed``, ``aborted``, ``in
+    progress`` or None) or the proof row's (``committed`` or ``lost``).
     """
     if status == "committed":
         return "already committed"
