@@ -25,10 +25,12 @@ from twophase.errors import ConfigurationError, FatalError, RetriableError
 
 from .._context import ErrorContext
 from ._client import JdbcClient
+from ._config import ConnectionConfig
 from ._gid import ParsedGid, parse_gid
+from ._options import JdbcOptions
 from ._transaction import JdbcTransaction
 
-__all__ = ["PreparedStatements"]
+__all__ = ["NoPreparedTransactions", "PreparedStatements"]
 
 HandleT = TypeVar("HandleT", bound=TransactionHandle)
 
@@ -357,3 +359,61 @@ class PreparedStatements(JdbcClient, Generic[HandleT]):
                 f"{gid!r} is not a transaction id of this connector", **where.keywords()
             )
         return parsed
+
+
+class NoPreparedTransactions(Generic[HandleT]):
+    """The prepared store of a database whose transactions do not outlive their session.
+
+    Such a database runs the markers protocol only (its dialect's ``choose``
+    never picks ``coordinated``); a coordinated sink built on it anyway is
+    refused by name when it opens, before any batch.
+
+    Parameters
+    ----------
+    options, connection
+        The sink's options and connection parameters.
+    """
+
+    def __init__(self, options: JdbcOptions, connection: ConnectionConfig) -> None:
+        self.options = options
+        self.connection = connection
+
+    def _refuse(self, where: ErrorContext) -> ConfigurationError:
+        return ConfigurationError(
+            f"{self.options.database} keeps no transaction beyond the session that opened it, "
+            "so it cannot run protocol='coordinated'; use protocol='markers'",
+            setting="protocol",
+            **where.keywords(),
+        )
+
+    def capacity(self, identity: str, where: ErrorContext) -> int | None:
+        """Refuse: nothing can be prepared."""
+        raise self._refuse(where)
+
+    def ensure_ready(self, identity: str, where: ErrorContext) -> None:
+        """Refuse (never reached: :meth:`capacity` refuses first)."""
+        raise self._refuse(where)
+
+    def prepare(self, txn: JdbcTransaction) -> HandleT:
+        """Refuse."""
+        raise self._refuse(txn.where)
+
+    def fence(self, identity: str, epoch: int, batch_id: int, where: ErrorContext) -> bool:
+        """Refuse."""
+        raise self._refuse(where)
+
+    def commit_prepared(self, handle: HandleT, where: ErrorContext) -> str:
+        """Refuse."""
+        raise self._refuse(where)
+
+    def rollback_prepared(self, handle: HandleT, where: ErrorContext) -> None:
+        """Refuse."""
+        raise self._refuse(where)
+
+    def status(self, handle: HandleT, where: ErrorContext) -> TransactionStatus | None:
+        """Refuse."""
+        raise self._refuse(where)
+
+    def in_doubt(self, identity: str, where: ErrorContext) -> Sequence[HandleT]:
+        """Nothing is ever in doubt."""
+        return ()

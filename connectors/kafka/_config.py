@@ -228,34 +228,23 @@ _BAD_VALUE = re.compile(r'Invalid value "[^"]*" for configuration property "([^"
 def check_properties(sink: str, conf: Mapping[str, Any]) -> None:
     """Refuse a property librdkafka does not know, or a value it refuses, when the sink is built.
 
-    librdkafka itself is asked (a producer made and dropped at once, with no
-    broker to reach: nothing crosses the network), so that a misspelt
-    property fails here, by name, and not in every task. Only an unknown
-    property and a refused value are refused here; what librdkafka checks of
-    properties together (SASL without a password...) fails the task as
-    before. With ``plugin.library.paths`` nothing is checked: a plugin adds
-    properties of its own, and is loaded only where the producer runs.
-
-    Parameters
-    ----------
-    sink
-        The sink name (named in the error).
-    conf
-        The producer properties.
+    librdkafka itself is asked (a producer made and dropped, with no broker:
+    nothing crosses the network). What it checks of properties together
+    (SASL without a password...) still fails the task, as before; with
+    ``plugin.library.paths`` nothing is checked (a plugin adds properties).
 
     Raises
     ------
     ConfigurationError
-        Naming the property (``setting``); the value is not quoted (it may be a secret).
+        Naming the property (``setting``), never quoting a value (it may be a secret).
     """
     from confluent_kafka import KafkaException, Producer
 
     if "plugin.library.paths" in conf:
         return
     probe = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
-    probe["log_level"] = 0  # no warning that no broker is configured
     try:
-        Producer(probe)
+        Producer({**probe, "log_level": 0})  # no warning that no broker is configured
     except KafkaException as exc:
         text = str(exc.args[0].str() if exc.args else exc)
         unknown, bad = _UNKNOWN_PROPERTY.search(text), _BAD_VALUE.search(text)
@@ -267,16 +256,12 @@ def check_properties(sink: str, conf: Mapping[str, Any]) -> None:
                 setting=unknown.group(1),
             ) from None
         if bad is not None:
+            withheld = re.sub(r'value "[^"]*"', 'value "…"', text)
             raise ConfigurationError(
-                f"librdkafka refuses the producer configuration: {_withheld(text)}",
+                f"librdkafka refuses the producer configuration: {withheld}",
                 sink=sink,
                 setting=bad.group(1),
             ) from None
-
-
-def _withheld(text: str) -> str:
-    """Librdkafka's message with quoted values withheld (they may be secrets)."""
-    return re.sub(r'value "[^"]*"', 'value "…"', text)
 
 
 def normalise_producer_config(
