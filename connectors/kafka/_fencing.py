@@ -35,7 +35,7 @@ from . import _pool
 from ._attempt_fence import Fence, encode_fence, fence_key
 from ._errors import KafkaErrorContext, kafka_error_of, map_kafka_error, retry_locally
 from ._lanes import lane_of_this_process
-from ._markers import CONTROL_PARTITION
+from ._marker_records import CONTROL_PARTITION
 from ._options import KafkaOptions
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Reading one batch's markers back from the control topic, fast: backwards from the end.
 
-The markers' format is :mod:`._markers`; the fence records the reader passes on
+The markers' format is :mod:`._marker_records`; the fence records the reader passes on
 the way are :mod:`._attempt_fence`'s.
 
 Why reading stays fast
@@ -42,7 +42,7 @@ from ._attempt_fence import Fence, decode_fence, is_fence_key
 from ._compat import earliest_offset, latest_offset
 from ._config import SecretConfig
 from ._errors import KafkaErrorContext, kafka_error_of, map_kafka_error
-from ._markers import CONTROL_PARTITION, decode_marker, identity_prefix
+from ._marker_records import CONTROL_PARTITION, decode_marker, identity_prefix
 
 __all__ = ["MarkerReader", "close_idle_clients"]
 

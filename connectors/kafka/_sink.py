@@ -28,7 +28,7 @@ from ._attempt_fence import Fence
 from ._checks import check_cluster
 from ._columns import plan_records
 from ._marker_reader import MarkerReader
-from ._markers import new_nonce
+from ._marker_records import new_nonce
 from ._options import KafkaOptions, arguments_from_spark_options
 from ._transaction import KafkaTransaction
 

@@ -28,7 +28,7 @@ from . import _pool
 from ._columns import RecordPlan, plan_records
 from ._errors import is_fenced, kafka_error_of, map_kafka_error, retry_locally
 from ._fencing import init_producer, task_producer
-from ._markers import CONTROL_PARTITION, encode_marker, marker_key, new_nonce
+from ._marker_records import CONTROL_PARTITION, encode_marker, marker_key, new_nonce
 from ._options import KafkaOptions
 from ._records import produce_one, produce_rows
 from ._topics import check_topic_column

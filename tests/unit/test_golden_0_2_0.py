@@ -24,7 +24,7 @@ from twophase._stores._store import LocalFileStore
 from twophase.connectors.jdbc._mariadb._dialect import MariaDBTwoPhaseSink
 from twophase.connectors.jdbc._postgres._dialect import PostgresTwoPhaseSink
 from twophase.connectors.kafka._attempt_fence import decode_fence
-from twophase.connectors.kafka._markers import decode_marker
+from twophase.connectors.kafka._marker_records import decode_marker
 from twophase.testing import FakeSink
 
 pytestmark = pytest.mark.unit

@@ -2,7 +2,7 @@
 
 :class:`MariaDBDialect` declares what MariaDB does its own way: its four parts
 (:class:`~._writer.MariaDBWriter`, :class:`~._checks.MariaDBChecker`,
-:class:`~._xa.XATransactions`, :class:`~._markers.MariaDBMarkerTable`), its
+:class:`~._prepared_store.XATransactions`, :class:`~._marker_table.MariaDBMarkerTable`), its
 identifier limit, PyMySQL's connection keywords, and what ``protocol="auto"``
 means (always the coordinated protocol: MariaDB cannot turn XA off). The
 family's core builds the factory and the ``format(...)`` from it.
@@ -40,8 +40,8 @@ class MariaDBDialect(PartsDialect[MariaDBTransaction, MariaDBHandle]):
     Its parts: ``XA START`` or ``BEGIN``, ``LOAD DATA``/``INSERT``, roll back
     (:class:`~._writer.MariaDBWriter`); ``information_schema``
     (:class:`~._checks.MariaDBChecker`); ``XA COMMIT``, ``XA RECOVER``
-    (:class:`~._xa.XATransactions`); the marker table
-    (:class:`~._markers.MariaDBMarkerTable`).
+    (:class:`~._prepared_store.XATransactions`); the marker table
+    (:class:`~._marker_table.MariaDBMarkerTable`).
     """
 
     name = "MariaDB"

@@ -1,9 +1,9 @@
 """The executor side of both MariaDB protocols: begin, ``INSERT`` the rows, roll back.
 
 The coordinated protocol runs the partition in an XA transaction
-(``XA START`` at begin, ``XA END`` + ``XA PREPARE`` in :mod:`._xa`); the
+(``XA START`` at begin, ``XA END`` + ``XA PREPARE`` in :mod:`._prepared_store`); the
 markers protocol in a local transaction that first takes the partition's slot
-(:mod:`._fencing`). Rows go in as multi-row ``INSERT`` statements
+(:mod:`._zombie_fences`). Rows go in as multi-row ``INSERT`` statements
 (:mod:`._insert`) of at most :data:`STATEMENT_BYTES`: into the table (append),
 or into the session's temporary staging table (upsert, CDC), merged into the
 table at the end (:func:`._sql.merge`).

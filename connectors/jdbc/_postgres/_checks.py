@@ -1,8 +1,8 @@
 """PostgreSQL's checks of the target: ``pg_catalog``, the relation's kind, the user's rights.
 
 What every dialect checks alike is :class:`~.._checks.TableChecks`; the
-coordinated protocol's statements are in :mod:`._prepared`, the markers
-protocol's in :mod:`._markers`.
+coordinated protocol's statements are in :mod:`._prepared_store`, the markers
+protocol's in :mod:`._marker_table`.
 """
 
 from __future__ import annotations

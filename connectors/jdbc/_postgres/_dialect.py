@@ -2,7 +2,7 @@
 
 :class:`PostgresDialect` declares what PostgreSQL does its own way: its four
 parts (:class:`~._writer.PostgresWriter`, :class:`~._checks.PostgresChecker`,
-:class:`~._prepared.PreparedTransactions`, :class:`~._markers.PostgresMarkerTable`),
+:class:`~._prepared_store.PreparedTransactions`, :class:`~._marker_table.PostgresMarkerTable`),
 its identifier limit, libpq's connection keywords, and what ``protocol="auto"``
 means (the server's ``max_prepared_transactions``). The family's core builds
 the factory and the ``format(...)`` from it.
@@ -42,8 +42,8 @@ class PostgresDialect(PartsDialect[PostgresTransaction, PostgresHandle]):
     Its parts: ``BEGIN``, ``COPY``, merge, ``ROLLBACK``
     (:class:`~._writer.PostgresWriter`); catalog and privileges
     (:class:`~._checks.PostgresChecker`); ``pg_prepared_xacts``
-    (:class:`~._prepared.PreparedTransactions`); the marker table
-    (:class:`~._markers.PostgresMarkerTable`).
+    (:class:`~._prepared_store.PreparedTransactions`); the marker table
+    (:class:`~._marker_table.PostgresMarkerTable`).
     """
 
     name = "PostgreSQL"

@@ -5,7 +5,7 @@ and values always travel as query parameters: nothing from the data or the
 user's options is ever formatted into SQL text. The only literal SQL fragments
 are the PostgreSQL type names of :data:`~._type_map.POSTGRES_TYPES`, which come
 from a fixed table in this package. The marker table's statements follow the
-same rule in :mod:`._markers`.
+same rule in :mod:`._marker_table`.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 One PostgreSQL transaction per partition (:class:`~._transaction.PostgresTransaction`),
 fed by one streaming ``COPY`` (:class:`~._copy.CopyStream`) that is ended
 before any other statement runs on the connection. How a finished transaction
-ends is the protocol's: ``PREPARE TRANSACTION`` (:mod:`._prepared`) or the
-marker row and ``COMMIT`` (:mod:`._markers`).
+ends is the protocol's: ``PREPARE TRANSACTION`` (:mod:`._prepared_store`) or the
+marker row and ``COMMIT`` (:mod:`._marker_table`).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         def start(cur: Any) -> tuple[int | None, Any]:
             if self.prepare:
                 # Named like the markers protocol's attempts, so that the driver's fence can find a
-                # zombie that holds the fence row (_fencing.py).
+                # zombie that holds the fence row (_zombie_fences.py).
                 cur.execute(
                     "BEGIN ISOLATION LEVEL READ COMMITTED; "
                     "SELECT set_config('application_name', %s, true), txid_current()",
@@ -83,7 +83,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
                 xid = int(cur.fetchone()[1])
             else:
                 cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                take_slot(cur, context)  # the markers protocol's zombie fence (_fencing.py)
+                take_slot(cur, context)  # the markers protocol's zombie fence (_zombie_fences.py)
                 xid = None
             return xid, describe_table(cur, self.options.table)
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from twophase import Fingerprint, Marker
-from twophase.connectors.kafka._markers import (
+from twophase.connectors.kafka._marker_records import (
     decode_marker,
     encode_marker,
     identity_prefix,

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from twophase import Fingerprint, Marker, RecoveryContext, TaskContext
 from twophase.connectors.kafka import KafkaSink, KafkaTransaction, _pool
-from twophase.connectors.kafka._markers import decode_marker
+from twophase.connectors.kafka._marker_records import decode_marker
 from twophase.errors import AbortRequiredError, FatalError
 
 pytestmark = pytest.mark.unit
