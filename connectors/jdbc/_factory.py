@@ -11,8 +11,10 @@ and the :class:`~._config.ConnectionConfig`, asks the dialect which protocol
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypedDict, TypeVar
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from ._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 
 __all__ = [
+    "DEFAULTS",
     "PROTOCOLS",
     "Choice",
     "CommitProtocolName",
@@ -34,6 +37,7 @@ __all__ = [
     "SinkClasses",
     "SinkOptions",
     "build_sink",
+    "options_signature",
 ]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
@@ -130,6 +134,63 @@ class FactoryDialect(Protocol):
     ) -> Choice:
         """Return which protocol ``requested`` (``"auto"`` or one pinned) means here."""
         ...
+
+
+#: What a factory's options default to (those of :class:`~._options.JdbcOptions`, and the sink's).
+DEFAULTS: dict[str, Any] = {
+    **{f.name: f.default for f in dataclasses.fields(JdbcOptions) if f.name in _OPTION_FIELDS},
+    "marker_table": "twophase_markers",
+    "protocol": "auto",
+    "staging": False,
+    "checkpoint_location": None,
+    "retry": None,
+}
+
+FactoryT = TypeVar("FactoryT", bound=Callable[..., Any])
+
+
+def options_signature(*own: str) -> Callable[[FactoryT], FactoryT]:
+    """Give a factory the signature its options spell, for ``help()``, IDEs and the docs.
+
+    A factory is typed ``(name, *, table, <connection string>, **options:
+    Unpack[...])``; its signature as Python shows it lists every option with
+    its default (:data:`DEFAULTS`), then ``**connect_params`` (the client
+    library's keywords), as a hand-written signature would.
+
+    Parameters
+    ----------
+    *own
+        The database's own options, in the order its docstring has them (they
+        default to :data:`DEFAULTS`' value or None).
+
+    Returns
+    -------
+    callable
+        A decorator that sets ``__signature__``.
+    """
+
+    def decorate(factory: FactoryT) -> FactoryT:
+        given = list(inspect.signature(factory).parameters.values())[:-1]  # without **options
+        hints = {
+            key: getattr(hint, "__forward_arg__", hint)  # a TypedDict keeps ForwardRefs
+            for key, hint in {**SinkOptions.__annotations__, **factory.__annotations__}.items()
+        }
+        options = [
+            inspect.Parameter(
+                key,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=DEFAULTS.get(key),
+                annotation=hints.get(key, inspect.Parameter.empty),
+            )
+            for key in (*SinkOptions.__annotations__, *own)
+        ]
+        rest = inspect.Parameter("connect_params", inspect.Parameter.VAR_KEYWORD)
+        factory.__signature__ = inspect.signature(factory).replace(  # type: ignore[attr-defined]
+            parameters=[*given, *options, rest]
+        )
+        return factory
+
+    return decorate
 
 
 TwoPhaseT = TypeVar("TwoPhaseT", bound="JdbcTwoPhaseSink[Any, Any]")

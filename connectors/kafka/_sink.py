@@ -121,6 +121,9 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     retry
         Backoff of the driver's commit steps that fail transiently (a
         :class:`twophase.RetryPolicy`; its defaults when omitted).
+    **unexpected
+        None is taken: a keyword not above is refused by name, with the
+        closest valid one (a :class:`~twophase.errors.ConfigurationError`).
 
     Raises
     ------

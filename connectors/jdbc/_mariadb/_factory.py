@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._factory import SinkOptions, build_sink
+from .._factory import SinkOptions, build_sink, options_signature
 from ._dialect import MARIADB, MARIADB_SINKS, MariaDBMarkerSink, MariaDBTwoPhaseSink
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ class MariaDBOptions(SinkOptions, total=False):
     write_timeout: str | int
 
 
+@options_signature()
 def mariadb_sink(
     name: str,
     *,
@@ -123,11 +124,9 @@ def mariadb_sink(
         MariaDB has no limit on prepared transactions of its own.
     staging, checkpoint_location, retry
         As for :func:`~twophase.connectors.jdbc.postgres_sink`.
-    **options
-        The options above (``mode`` ... ``retry``; their defaults are those of
-        :func:`~twophase.connectors.jdbc.postgres_sink`), and the connection
-        keywords listed under ``url``. Any other keyword is refused by name,
-        with the closest valid one.
+    **connect_params
+        Connection keywords (those listed under ``url``); any other keyword is
+        refused by name, with the closest valid one.
 
     Returns
     -------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._factory import SinkOptions, build_sink
+from .._factory import SinkOptions, build_sink, options_signature
 from ._dialect import POSTGRES, POSTGRES_SINKS, PostgresMarkerSink, PostgresTwoPhaseSink
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class PostgresOptions(SinkOptions, total=False):
     service: str
 
 
+@options_signature("merge_schema")
 def postgres_sink(
     name: str,
     *,
@@ -151,16 +152,11 @@ def postgres_sink(
     retry
         Backoff of the driver's commit steps that fail transiently (a
         :class:`twophase.RetryPolicy`; its defaults when omitted).
-    **options
-        The options above (``mode`` ... ``retry``, with the defaults shown in
-        ``docs/jdbc.md``: ``mode="append"``, ``protocol="auto"``,
-        ``marker_table="twophase_markers"``, ``marker_retention=100``,
-        ``lock_timeout=30``, ``statement_timeout=600``,
-        ``idle_in_transaction_timeout=600``, ``connect_timeout=10``,
-        ``network_timeout=60``), and libpq keywords (``host``, ``port``,
-        ``dbname``, ``user``, ``password``, ``sslmode``,
-        ``target_session_attrs``, ``keepalives_idle``...), passed through
-        unchanged; they win over the DSN. A keyword that is neither is refused
+    **connect_params
+        libpq keywords (``host``, ``port``, ``dbname``, ``user``,
+        ``password``, ``sslmode``, ``target_session_attrs``,
+        ``keepalives_idle``...), passed through unchanged; they win over the
+        DSN. A keyword that is neither an option above nor libpq's is refused
         by name, with the closest valid one.
 
     Returns

@@ -77,3 +77,22 @@ def test_an_invalid_protocol_names_the_setting_and_the_sink() -> None:
     with pytest.raises(ConfigurationError, match="protocol must be") as caught:
         mariadb_sink("orders", table="t", url="mysql://etl@db.invalid/x", protocol="xa")  # type: ignore[typeddict-item]
     assert (caught.value.sink, caught.value.setting) == ("orders", "protocol")
+
+
+@pytest.mark.parametrize(("factory", "target"), FACTORIES)
+def test_the_signature_python_shows_lists_every_option_with_the_default_it_takes(
+    factory: Callable[..., Any], target: dict[str, str]
+) -> None:
+    import inspect
+
+    from twophase.connectors.jdbc._factory import SinkOptions
+
+    parameters = inspect.signature(factory).parameters
+    assert set(SinkOptions.__annotations__) <= set(parameters)
+    assert list(parameters)[-1] == "connect_params"
+    options = factory("orders", table="t", protocol="markers", **target).options
+    for name in ("mode", "cdc_op_column", "create_table", "marker_retention", "lock_timeout"):
+        assert parameters[name].default == getattr(options, name), name
+    assert parameters["marker_table"].default == str(options.marker_table)
+    assert parameters["protocol"].default == "auto"
+    assert parameters["lock_timeout"].annotation == "float"
