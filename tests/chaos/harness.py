@@ -77,6 +77,8 @@ __all__ = [
     "FAULT_KINDS",
     "PIPELINES",
     "SINKS",
+    "STATEFUL",
+    "TEST_PIPELINES",
     "Fault",
     "Infra",
     "TrialPlan",
@@ -132,6 +134,11 @@ DATABASE = {
 #: Former names of the PostgreSQL sinks, still taken by ``--sinks``.
 FORMER_SINK_NAMES = {"pg-A": "pg-coordinated", "pg-B": "pg-markers"}
 PIPELINES = ("passthrough", "repartition_key", "repartition_rr", "aggregate")
+#: Pipelines a test may name but a seed never draws (drawing them would change what every
+#: recorded seed draws): ``deduplicate`` is ``dropDuplicates(["id"])``, a stateful passthrough.
+TEST_PIPELINES = ("deduplicate",)
+#: Pipelines whose batches hold Spark state (a state store per shuffle partition).
+STATEFUL = frozenset({"aggregate", "deduplicate"})
 #: Pipelines whose partitions may differ from one run to the next.
 NONDETERMINISTIC = frozenset({"repartition_rr"})
 FAULT_KINDS = (
@@ -312,7 +319,7 @@ class TrialPlan:
         """How many partitions (tasks) each batch has at the sink."""
         if self.pipeline == "passthrough":
             return self.topic_partitions if self.source == "kafka" else 1
-        if self.pipeline == "aggregate":
+        if self.pipeline in STATEFUL:
             return 2  # spark.sql.shuffle.partitions of spark_session()
         return self.partitions
 

@@ -23,6 +23,7 @@ from .._stores._hadoop import HadoopFileStore
 from .._stores._store import LogStore, open_store
 from ..errors import ConfigurationError
 from ._dataframe import (
+    STATE_DIRECTORY,
     DataFrameExecution,
     QueryOptions,
     check_speculation,
@@ -264,6 +265,21 @@ class SparkBatchExecution(DataFrameExecution):
 
     def _routed(self, partitions: int) -> None:
         self._partitions = partitions
+
+    def holds_state(self) -> bool:
+        """Return whether the running query's checkpoint has Spark's ``state`` directory.
+
+        Asked of Hadoop's file system, where Spark writes it. A query whose checkpoint cannot
+        be found is taken to hold state: computing a batch once more costs a job, leaving a
+        stateful batch's state uncommitted fails the query.
+        """
+        spark = self.df.sparkSession
+        query_id = spark.sparkContext.getLocalProperty(_QUERY_ID_KEY)
+        checkpoint = find_checkpoint(spark, query_id) if query_id else None
+        if checkpoint is None:
+            return True
+        fs, path = self._fs(f"{checkpoint.rstrip('/')}/{STATE_DIRECTORY}")
+        return bool(fs.exists(path))
 
     def _fs(self, location: str) -> tuple[Any, Any]:
         spark = self.df.sparkSession
