@@ -63,7 +63,7 @@ venv_for() {  # venv_for PYSPARK PYTHON -> path of its python, created once
         "pyspark[connect]==$1" "pandas>=2.2,<3" pyarrow cloudpickle psycopg2-binary
         confluent-kafka pytest pytest-timeout hypothesis "boto3==1.44.5" "moto[server]==5.2.5"
         "google-auth==2.63.0" requests "azure-storage-blob==12.31.1" "azure-identity==1.27.0"
-        build venv-pack "tomli>=2; python_version < '3.11'"
+        build venv-pack "tomli>=2; python_version < '3.11'" "opentelemetry-api>=1.27"
     )
     if [[ ! -x "$venv/bin/python" ]]; then
         base="$(python_for "$2")"

@@ -30,6 +30,13 @@ with a test on every supported version (``scripts/compat.sh``):
   (its TODO SPARK-44463) and the query fails with the JVM's ``EOFException``
   and no text, so the worker leaves the twophase error in the query's session
   configuration, under the query's run id, and the client reads it from there.
+* :func:`stopped_batch_message` -- what a classic ``foreachBatch`` function interrupted by
+  ``query.stop()`` raises, short. Spark's ``StreamExecution`` (3.5 to 4.3) tells a stop from a
+  failure by matching the Python traceback py4j hands back against
+  ``py4j.protocol.Py4JJavaError: An error occurred while calling`` followed by any characters
+  (an alternation per character, which ``java.util.regex`` matches recursively) and an
+  interrupt exception's name: a traceback carrying a Java stack overflows the stream thread's
+  stack (``StackOverflowError``).
 * :func:`require_feature` -- refuses, by name, what a version lacks: the Python
   data source writer behind ``format(...)`` needs ``DataSourceStreamArrowWriter``
   (PySpark 4.1).
@@ -59,6 +66,7 @@ __all__ = [
     "installed_version",
     "require",
     "require_feature",
+    "stopped_batch_message",
 ]
 
 #: The PySpark versions twophase supports, as pip writes them.
@@ -237,6 +245,35 @@ def connect_recorded_failure(query: Any) -> str | None:
     except Exception:  # the session or the server is gone: PySpark's own error stands
         return None
     return str(recorded) if recorded else None
+
+
+#: What Spark's StreamExecution.PROXY_ERROR looks for (3.5 to 4.3): the text of a py4j error
+#: followed by one of IO_EXCEPTION_NAMES.
+_PROXY_ERROR_PREFIX = "py4j.protocol.Py4JJavaError: An error occurred while calling"
+_INTERRUPTED = "java.lang.InterruptedException"
+
+
+def stopped_batch_message(sink: str, batch_id: int) -> str:
+    """Return the short error a classic ``foreachBatch`` function raises when the query is stopped.
+
+    Spark recognises it as an interruption by ``query.stop()`` (the query then stops
+    cleanly), and it is short enough for the regular expression Spark matches it with.
+
+    Parameters
+    ----------
+    sink, batch_id
+        For the message.
+
+    Returns
+    -------
+    str
+        One line, under 300 characters.
+    """
+    return (
+        f"{_PROXY_ERROR_PREFIX} Spark while the query was stopped: {_INTERRUPTED} "
+        f"(sink {sink!r}, batch {batch_id}: query.stop() interrupted it; the batch runs "
+        "again when the query starts)"
+    )
 
 
 def _describe(version: tuple[int, int, int]) -> str:

@@ -151,6 +151,8 @@ def pipeline(df: Any, spec: dict[str, Any]) -> Any:
         df = df.repartition(n, "id")
     elif name == "repartition_rr":
         df = df.repartition(n)
+    if name == "deduplicate":
+        df = df.dropDuplicates(["id"])
     if name == "aggregate":
         from pyspark.sql import functions as F  # noqa: N812
 
@@ -254,7 +256,7 @@ def run(spec: dict[str, Any]) -> int:
             df, sink, checkpoint_location=spec["checkpoint"], trigger={"availableNow": True}
         )
         if spec["pipeline"] == "aggregate":
-            writer = writer.outputMode("update")
+            writer = writer.outputMode("update")  # deduplicate: append, the default
         query = writer.start()
         emit(events, src="driver", name="query_started", run=spec["run"])
         stopper = Stopper(query, spec)

@@ -15,7 +15,8 @@ batch's own work: claim the identity, recover, skip a batch already committed,
 check the schema, route rows to the sink's transactions. Per batch, either protocol::
 
     start -> recover -> [the protocol's begin_run, once per run]
-      -> [already committed? return] -> check schema, route rows
+      -> [already committed? compute it without writing if it holds state, return]
+      -> check schema, route rows
       -> the protocol's run_batch (coordinated: prepare, decide, commit; markers:
          check the replay, commit with markers)
 """
@@ -183,14 +184,7 @@ class Coordinator:
         self._recovered_committed = self._recovered_aborted = 0
         self.log.check_epoch(batch_id)
         if self.log.state.is_committed(batch_id):
-            _log.info(
-                "sink %s: batch %d is already committed; skipping the replay",
-                sink.name,
-                batch_id,
-            )
-            metrics = self._run.replay_metrics(
-                sink, batch_id, recovered_committed=recovered[0], recovered_aborted=recovered[1]
-            )
+            metrics = self._skip(sink, execution, recovered)
         else:
             try:
                 sink.check_schema(execution.schema(), batch_id)
@@ -206,6 +200,34 @@ class Coordinator:
                 execution.close()
         metrics.emit()
         return metrics
+
+    def _skip(
+        self, sink: AnySink, execution: BatchExecution, recovered: tuple[int, int]
+    ) -> BatchMetrics:
+        """Skip the replay of a committed batch; compute it, writing nothing, if it holds state.
+
+        The engine's state of a stateful query (Spark's state stores) is committed by computing
+        the batch; Spark 4.2 and later fail the query if the replay leaves it uncommitted
+        (``STATE_STORE_COMMIT_VALIDATION_FAILED``). A stateless batch is not computed at all.
+        """
+        batch_id = execution.batch_id
+        try:
+            stateful = execution.holds_state()
+            if stateful:
+                execution.compute_without_writing()
+        except TwoPhaseError as exc:
+            raise exc.with_context(sink=sink.name, batch_id=batch_id) from exc.__cause__
+        finally:
+            execution.close()
+        _log.info(
+            "sink %s: batch %d is already committed; skipping the replay%s",
+            sink.name,
+            batch_id,
+            " (computed without writing: the query holds state)" if stateful else "",
+        )
+        return self._run.replay_metrics(
+            sink, batch_id, recovered_committed=recovered[0], recovered_aborted=recovered[1]
+        )
 
     def plan(self, sink: AnySink, batch_id: int) -> None:
         """Start a run for one batch whose tasks have not run yet: claim, recover.

@@ -77,6 +77,18 @@ class BatchExecution(Protocol):
         """Run phase 1: one participant per partition; return every result."""
         ...
 
+    def holds_state(self) -> bool:
+        """Return whether computing the batch commits engine state (Spark's state stores).
+
+        A replay the sink skips still has to compute such a batch: Spark (4.2 and later)
+        fails a query whose ``foreachBatch`` left a stateful batch's state uncommitted.
+        """
+        ...
+
+    def compute_without_writing(self) -> None:
+        """Compute every partition of the batch and discard its rows (nothing is written)."""
+        ...
+
     def close(self) -> None:
         """Release what the execution holds (cached data)."""
         ...

@@ -19,10 +19,12 @@ from .._engine._coordinator import Coordinator
 from .._engine._hooks import AnySink
 from .._engine._runtime import runtime_of
 from .._log._identity import query_id_in_metadata
+from .._pyspark import stopped_batch_message
 from .._stores._hadoop import HadoopFileStore
 from .._stores._store import LogStore, open_store
 from ..errors import ConfigurationError
 from ._dataframe import (
+    STATE_DIRECTORY,
     DataFrameExecution,
     QueryOptions,
     check_speculation,
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOG_STORE_KEY",
+    "BatchStopped",
     "SparkBatchExecution",
     "find_checkpoint",
     "log_store",
@@ -230,10 +233,41 @@ def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int, options: Quer
     options
         What :func:`twophase.write_stream` knows of the query.
     """
-    _coordinator_for(sink, df, batch_id, options.checkpoint_of(sink))
-    runtime_of(sink).run_batch(
-        sink, SparkBatchExecution(df, batch_id), otel_environment=options.otel_environment
-    )
+    try:
+        _coordinator_for(sink, df, batch_id, options.checkpoint_of(sink))
+        runtime_of(sink).run_batch(
+            sink, SparkBatchExecution(df, batch_id), otel_environment=options.otel_environment
+        )
+    except Exception:
+        if not _stopping(df):
+            raise
+        # What crosses py4j is the traceback of what this raises: kept short, without the
+        # Java stacks of the interrupted calls, so that Spark's check of it cannot overflow.
+        raise BatchStopped(stopped_batch_message(sink.name, batch_id)) from None
+
+
+class BatchStopped(Exception):  # noqa: N818 -- named for what happened, as Spark says it
+    """A batch interrupted by ``query.stop()`` (its text is Spark's, see ``_pyspark``)."""
+
+
+def _stopping(df: DataFrame) -> bool:
+    """Return whether the batch's query is being stopped (no longer active, or gone).
+
+    Spark marks the query terminated before it interrupts the stream thread and cancels the
+    batch's jobs; anything that goes wrong while asking says no (the error stands).
+    """
+    try:
+        spark = df.sparkSession
+        query_id = spark.sparkContext.getLocalProperty(_QUERY_ID_KEY)
+        if not query_id:
+            return False
+        for jsession in _sessions(spark):
+            query = jsession.streams().get(query_id)
+            if query is not None:
+                return not bool(query.isActive())
+        return True  # no session lists it any more: it stopped
+    except Exception:
+        return False
 
 
 class SparkBatchExecution(DataFrameExecution):
@@ -264,6 +298,21 @@ class SparkBatchExecution(DataFrameExecution):
 
     def _routed(self, partitions: int) -> None:
         self._partitions = partitions
+
+    def holds_state(self) -> bool:
+        """Return whether the running query's checkpoint has Spark's ``state`` directory.
+
+        Asked of Hadoop's file system, where Spark writes it. A query whose checkpoint cannot
+        be found is taken to hold state: computing a batch once more costs a job, leaving a
+        stateful batch's state uncommitted fails the query.
+        """
+        spark = self.df.sparkSession
+        query_id = spark.sparkContext.getLocalProperty(_QUERY_ID_KEY)
+        checkpoint = find_checkpoint(spark, query_id) if query_id else None
+        if checkpoint is None:
+            return True
+        fs, path = self._fs(f"{checkpoint.rstrip('/')}/{STATE_DIRECTORY}")
+        return bool(fs.exists(path))
 
     def _fs(self, location: str) -> tuple[Any, Any]:
         spark = self.df.sparkSession

@@ -48,6 +48,7 @@ from ._dataframe import (
     QueryOptions,
     check_speculation,
     current_coordinator,
+    has_state_directory,
     new_coordinator,
     session_conf,
 )
@@ -142,6 +143,7 @@ def run_foreach_batch(sink: AnySink, df: DataFrame, batch_id: int, options: Quer
         execution = ConnectBatchExecution(
             df, batch_id, coordinator.log.store, coordinator.context.log_location, sink
         )
+        execution.checkpoint = options.checkpoint_of(sink)
         runtime_of(sink).run_batch(sink, execution, otel_environment=options.otel_environment)
     except Exception as exc:
         record_failure(sink, df, exc, options)
@@ -265,6 +267,8 @@ class ConnectBatchExecution(DataFrameExecution):
         self._ran: int | None = None
         limit = sink.max_transactions_per_batch
         self._limit = limit
+        #: The query's checkpoint location (where Spark keeps its state); None: not known.
+        self.checkpoint: str | None = None
 
     def num_partitions(self) -> int:
         """Return the participant slots: partitions run, or the bound the batch is coalesced to."""
@@ -286,6 +290,15 @@ class ConnectBatchExecution(DataFrameExecution):
 
     def _routed(self, partitions: int) -> None:
         self._slots = partitions
+
+    def holds_state(self) -> bool:
+        """Return whether the checkpoint has Spark's ``state`` directory (read without the JVM).
+
+        An unknown checkpoint is taken to hold state (see the classic path's reason).
+        """
+        if not self.checkpoint:
+            return True
+        return has_state_directory(open_store(self.checkpoint))
 
     def _relative(self, location: str) -> str:
         if not location.startswith(self._root + "/"):

@@ -40,6 +40,7 @@ __all__ = [
     "QueryOptions",
     "check_speculation",
     "current_coordinator",
+    "has_state_directory",
     "new_coordinator",
     "session_conf",
 ]
@@ -210,6 +211,32 @@ _POSITION = "__twophase_position"
 #: A column computed after coalescing, before the shuffle: it keeps Spark's optimizer
 #: (CollapseRepartition) from dropping a coalesce followed by a repartition.
 _COALESCED = "__twophase_coalesced"
+
+#: The directory of Spark's state stores below a query's checkpoint (every version, every mode).
+STATE_DIRECTORY = "state"
+
+
+def has_state_directory(store: LogStore) -> bool:
+    """Return whether the checkpoint at ``store`` holds Spark state (a stateful query's stores).
+
+    Spark keeps every stateful operator's stores below ``<checkpoint>/state/<operator id>``, and
+    nothing else there; a stateless query never creates the directory.
+
+    Parameters
+    ----------
+    store
+        A store rooted at the query's checkpoint.
+
+    Returns
+    -------
+    bool
+        True when ``state`` has an entry (an operator's directory).
+    """
+    directories = getattr(store, "list_directories", None)
+    if directories is not None and directories(STATE_DIRECTORY):
+        return True
+    return bool(store.list(STATE_DIRECTORY))
+
 
 _RESULT_SCHEMA = pa.schema([pa.field("result", pa.binary())])
 
@@ -404,6 +431,19 @@ class DataFrameExecution:
         """Run phase 1: one participant per partition, in one Spark job."""
         rows = map_in_arrow(self.df, _participant_fn(sink, plan))
         return [loads(row[0]) for row in rows]
+
+    def holds_state(self) -> bool:
+        """Return whether the query keeps state in its checkpoint (each mode says how it looks)."""
+        raise NotImplementedError
+
+    def compute_without_writing(self) -> None:
+        """Run every partition of the batch through Spark's ``noop`` writer: rows computed, dropped.
+
+        Spark's stateful operators commit their state stores as their partitions finish; the
+        ``noop`` format writes nothing and returns nothing to the driver (one job, no shuffle of
+        its own: cheaper than ``count()``, see docs/guarantees.md).
+        """
+        self.df.write.format("noop").mode("overwrite").save()
 
     def close(self) -> None:
         """Unpersist the batch if the replay check persisted it."""

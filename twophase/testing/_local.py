@@ -172,6 +172,12 @@ class _LocalExecution:
                 break
         return results
 
+    def holds_state(self) -> bool:
+        return False  # partitions held in memory: no engine state to commit
+
+    def compute_without_writing(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
