@@ -284,7 +284,7 @@ def test_the_code_map_refuses_a_room_on_no_floor(monkeypatch: pytest.MonkeyPatch
     assert len(floors) <= 8, "the core stands on at most 8 import floors"
     assert sum(len(floor) for floor in floors) <= 17, "the core has at most 17 rooms"
     monkeypatch.setattr(
-        tables, "core_floors", lambda: [*floors[:-1], ["errors", "_types", "_arrow"]]
+        tables, "core_floors", lambda: [*floors[:-1], ["errors", "_values", "_arrow"]]
     )
     with pytest.raises(ValueError, match=r"on no floor \['_version'\]"):
         tables.code_map()

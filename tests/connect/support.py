@@ -70,11 +70,13 @@ def start_query(
     sink: Any,
     transform: Any = lambda df: df,
     listener: Any = None,
+    output_mode: str | None = None,
     **options: Any,
 ) -> Any:
     """Start the file-source query of ``tests.spark.helpers`` on a Connect session.
 
-    ``options`` go to ``twophase.write_stream`` (``otel_environment=``).
+    ``options`` go to ``twophase.write_stream`` (``otel_environment=``); ``output_mode`` to the
+    writer (``"update"`` for an aggregation).
     """
     df = transform(
         spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
@@ -84,6 +86,8 @@ def start_query(
         writer = writer.foreachBatch(
             WithListener.of(df, sink, listener, str(checkpoint), **options)
         )
+    if output_mode is not None:
+        writer = writer.outputMode(output_mode)
     return writer.trigger(availableNow=True).start()
 
 

@@ -228,3 +228,40 @@ def test_cdc_on_connect_routes_a_keys_creates_and_deletes_to_one_transaction(
 
     run_to_end(connect_server, start)
     assert sorted(table_ids(postgres_server, table)) == list(range(50, 60))
+
+
+def test_a_skipped_replay_of_a_stateful_query_on_connect_commits_its_state(
+    connect_server: SparkConnectServer, tmp_path: Path
+) -> None:
+    # The server dies after the sink recorded batch 1 committed and before Spark's commits/1: the
+    # restart replays batch 1, which the sink skips without writing. The query keeps state (a
+    # count by key), whose stores must still commit, or Spark 4.2+ fails the restart with
+    # STATE_STORE_COMMIT_VALIDATION_FAILED (issue 53). One restart must finish the query.
+    write_input(tmp_path / "in", 3)
+    target = FakeTarget(tmp_path / "target")
+
+    def counted(df: Any) -> Any:
+        from pyspark.sql import functions as sf
+
+        return df.groupBy((sf.col("id") % 5).alias("key")).count()
+
+    _crash(
+        connect_server,
+        tmp_path,
+        FakeSink("stateful", target),
+        "recorded_committed",
+        transform=counted,
+        output_mode="update",
+    )
+    assert sorted({r["key"] for r in target.committed_rows()}) == [0, 1, 2, 3, 4]
+    committed = len(target.committed())
+    _run(
+        connect_server,
+        tmp_path,
+        FakeSink("stateful", target),
+        transform=counted,
+        output_mode="update",
+    )
+    final = {r["key"]: r["count"] for r in target.committed_rows()}
+    assert final == {k: 12 for k in range(5)}, final  # 60 ids (3 batches of 20), 12 a key
+    assert len(target.committed()) > committed, "batch 2 was not written after the replay"
