@@ -100,6 +100,15 @@ METRICS = (
         "decision (rows of partitions skipped on replay are not counted again)",
     ),
     MetricDefinition(
+        "twophase.rows.dead_lettered",
+        _C,
+        "{row}",
+        "Rows the target refused and the sink set aside as dead letters (`bad_rows="
+        '"dead_letter"`), committed with their batch, by `error_class` (`not_null`, '
+        "`too_long`, ...): not counted in `twophase.rows`",
+        ("error_class",),
+    ),
+    MetricDefinition(
         "twophase.bytes",
         _C,
         "By",
@@ -288,6 +297,10 @@ def record_batch(metrics: Any) -> None:
     ):
         if value:
             instruments[name].add(value, attributes)
+    for error_class, count in metrics.dead_lettered_by_class.items():
+        instruments["twophase.rows.dead_lettered"].add(
+            count, {**attributes, "error_class": error_class}
+        )
     for action, count in (
         ("committed", metrics.recovered_committed),
         ("aborted", metrics.recovered_aborted),
