@@ -1,4 +1,4 @@
-"""The dead-letter contract run against the kit's fake sinks, and the contract catching broken ones."""
+"""The dead-letter contract run against the kit's fake sinks, and catching broken sinks."""
 
 from __future__ import annotations
 

@@ -17,7 +17,6 @@ from twophase._metrics._otel import ATTRIBUTES, METRICS, use_meter_provider
 from twophase.testing import (
     FakeMarkerSink,
     FakeSink,
-    FakeMarkerSink,
     FakeTarget,
     LocalRunner,
     SimulatedCrash,
