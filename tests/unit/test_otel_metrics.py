@@ -258,6 +258,23 @@ def test_rows_set_aside_are_counted_by_error_class_and_not_as_rows(
     assert runner.log.read_record(0, "committed")["dead_lettered"] == 3
 
 
+def test_dead_letters_of_a_batch_finished_by_recovery_are_counted_once(
+    reader: InMemoryMetricReader,
+) -> None:
+    target = FakeTarget.in_memory()
+    target.reject("id", [1, 2])
+    runner = LocalRunner(FakeSink("s", target, bad_rows="dead_letter"))
+    runner.crash_at("decided", batch_id=0)
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, split(0))
+    assert runner.log.read_record(0, "decision")["dead_lettered"] == {"not_null": 2}
+    assert Points(reader).value("twophase.rows.dead_lettered") == 0  # not committed yet
+    runner.restart()
+    assert runner.run_batch(0, split(0)).outcome == "already-committed"
+    assert len(target.dead_letters()) == 2
+    assert Points(reader).value("twophase.rows.dead_lettered", error_class="not_null") == 2
+
+
 def test_a_prometheus_scrape_shows_every_metric_under_the_documented_name() -> None:
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import REGISTRY, generate_latest

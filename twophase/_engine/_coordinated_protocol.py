@@ -29,7 +29,7 @@ from ._execution import BatchExecution
 from ._fencing_loop import FencingLoop
 from ._hooks import AnySink, CoordinatedHooks, as_coordinated
 from ._participant import TaskResult
-from ._rejections import check_batch
+from ._rejections import by_class, check_batch
 from ._run import Run
 from ._steps import Step
 
@@ -155,9 +155,10 @@ class CoordinatedProtocol:
         rows = sum(r.rows for r in results)
         run = self._run
         t1 = time.perf_counter()
-        run.log.record_decision(
-            batch_id, handles, {"rows": rows}, encode=_checked_encoder(sink, batch_id)
-        )
+        facts: dict[str, Any] = {"rows": rows}
+        if sink.bad_rows == "dead_letter":  # an optional field: recovery counts them too
+            facts["dead_lettered"] = by_class(results)
+        run.log.record_decision(batch_id, handles, facts, encode=_checked_encoder(sink, batch_id))
         run.step(Step.DECIDED, batch_id)
         t2 = time.perf_counter()
         retries = [0]
