@@ -153,6 +153,19 @@ def read_dead_letters(database: str) -> list[DeadLetter]:
     return [DeadLetter(*row) for row in rows]
 
 
+def replay_after_a_crash(runner: Any, batch_id: int, partitions: list[list[Any]]) -> str:
+    """Run a batch whose driver "crashes" after its partitions committed; restart; replay it."""
+    from twophase.testing import SimulatedCrash
+
+    runner.crash_at("phase1_done", batch_id=batch_id)  # partitions committed, batch not recorded
+    try:
+        runner.run_batch(batch_id, partitions)
+    except SimulatedCrash:
+        print(f"driver crashed after batch {batch_id}'s partitions committed; restarting")
+    runner.restart()
+    return str(runner.run_batch(batch_id, partitions).log_line())
+
+
 def demo() -> None:
     """Write two batches, one partition of the second committing just before a driver "crash".
 
@@ -164,7 +177,7 @@ def demo() -> None:
     import os
     import tempfile
 
-    from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
+    from twophase.testing import LocalRunner, assert_exactly_once
 
     database = os.path.join(tempfile.mkdtemp(), "events.db")
     with contextlib.closing(sqlite3.connect(database)) as setup:
@@ -174,13 +187,7 @@ def demo() -> None:
         runner.run_batch(0, [[{"id": 1, "payload": "a"}], [{"id": 2, "payload": "b"}]]).log_line()
     )
     batch_1 = [[{"id": 3, "payload": "c"}], [{"id": 4, "payload": "d"}]]
-    runner.crash_at("phase1_done", batch_id=1)  # partitions committed, batch not recorded
-    try:
-        runner.run_batch(1, batch_1)
-    except SimulatedCrash:
-        print("driver crashed after batch 1's partitions committed; restarting")
-    runner.restart()
-    print(runner.run_batch(1, batch_1).log_line())  # the replay: skipped=2
+    print(replay_after_a_crash(runner, 1, batch_1))  # the replay: skipped=2
     with contextlib.closing(sqlite3.connect(database)) as check:
         rows = check.execute("SELECT id, payload FROM events ORDER BY id").fetchall()
     assert_exactly_once([r[0] for r in rows], [1, 2, 3, 4])
@@ -196,7 +203,7 @@ def demo_dead_letters() -> None:
     import os
     import tempfile
 
-    from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once_or_dead_lettered
+    from twophase.testing import LocalRunner, assert_exactly_once_or_dead_lettered
 
     database = os.path.join(tempfile.mkdtemp(), "events.db")
     with contextlib.closing(sqlite3.connect(database)) as setup:
@@ -209,13 +216,7 @@ def demo_dead_letters() -> None:
         [{"id": 4, "payload": "d"}, {"id": 1, "payload": "again"}],
         [{"id": 5, "payload": "e"}],
     ]
-    runner.crash_at("phase1_done", batch_id=1)  # partitions committed, batch not recorded
-    try:
-        runner.run_batch(1, batch_1)
-    except SimulatedCrash:
-        print("driver crashed after batch 1's partitions committed; restarting")
-    runner.restart()
-    print(runner.run_batch(1, batch_1).log_line())  # the replay skips rows and dead letters
+    print(replay_after_a_crash(runner, 1, batch_1))  # skips rows and dead letters alike
     with contextlib.closing(sqlite3.connect(database)) as check:
         good = [(i, p) for i, p in check.execute("SELECT id, payload FROM events")]
     dead = [(d.values()["id"], d.values()["payload"]) for d in read_dead_letters(database)]

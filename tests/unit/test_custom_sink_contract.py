@@ -44,11 +44,13 @@ class TestJsonFilesSinkContract(TwoPhaseSinkContract):
 
 
 class TestSqliteSinkContract(MarkerSinkContract):
+    table = "CREATE TABLE events (id INTEGER, payload TEXT)"
+
     @pytest.fixture
     def database(self, tmp_path: Path) -> str:
         path = str(tmp_path / "target.db")
         with contextlib.closing(sqlite3.connect(path)) as conn:
-            conn.execute("CREATE TABLE events (id INTEGER, payload TEXT)")
+            conn.execute(self.table)
         return path
 
     @pytest.fixture
@@ -65,12 +67,7 @@ class TestSqliteSinkContract(MarkerSinkContract):
 
 
 class TestSqliteDeadLetterSinkContract(DeadLetterContract, TestSqliteSinkContract):
-    @pytest.fixture
-    def database(self, tmp_path: Path) -> str:
-        path = str(tmp_path / "target.db")
-        with contextlib.closing(sqlite3.connect(path)) as conn:
-            conn.execute("CREATE TABLE events (id INTEGER, payload TEXT NOT NULL)")
-        return path
+    table = "CREATE TABLE events (id INTEGER, payload TEXT NOT NULL)"  # a null payload: refused
 
     @pytest.fixture
     def make_sink(self, database: str) -> Callable[[str], Any]:
