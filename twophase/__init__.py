@@ -36,9 +36,11 @@ from ._spark._entry import await_termination, write_stream
 from ._spark._format import register_format
 from ._values import (
     CommitProtocol,
+    DeadLetter,
     Fingerprint,
     Marker,
     RecoveryContext,
+    RowError,
     SinkContext,
     TaskContext,
     TransactionHandle,
@@ -74,6 +76,7 @@ __all__ = [
     "ConfigurationError",
     "CoordinatorLogError",
     "DataError",
+    "DeadLetter",
     "FatalError",
     "Fingerprint",
     "Marker",
@@ -82,6 +85,7 @@ __all__ = [
     "RecoveryContext",
     "RetriableError",
     "RetryPolicy",
+    "RowError",
     "SinkContext",
     "TaskContext",
     "TransactionError",

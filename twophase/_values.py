@@ -7,15 +7,20 @@ the coordinator log, so every class is a frozen dataclass that pickles.
 from __future__ import annotations
 
 import enum
+import json
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "FINGERPRINT_VERSION",
     "FINGERPRINT_VERSIONS",
     "CommitProtocol",
+    "DeadLetter",
     "Fingerprint",
     "Marker",
     "RecoveryContext",
+    "RowError",
     "SinkContext",
     "TaskContext",
     "TransactionHandle",
@@ -310,6 +315,95 @@ class RecoveryContext:
     unfinished_batches: tuple[int, ...] = field(default=())
     epoch: int = 0
     task: TaskContext | None = None
+
+
+_ERROR_CLASS = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+@dataclass(frozen=True)
+class RowError:
+    """One row the target refused, as a sink's ``write`` hands it back. Picklable.
+
+    Attributes
+    ----------
+    row
+        The row's position in the record batch ``write`` was given (0-based).
+    error_class
+        A short fixed word for the kind of error: ``not_null``, ``too_long``,
+        ``invalid_value``, ``unique``, ``foreign_key``, ``check``, ``too_large``
+        or ``other`` (lowercase letters, digits and ``_``, at most 32): it labels the
+        ``twophase.rows.dead_lettered`` metric, so never a message or a value.
+    message
+        The target's message, for a person. The sink redacts it: never a password,
+        a connection string or a value the user did not write.
+    code
+        The target's own code (a SQLSTATE, a librdkafka error name), or None.
+    column
+        The column at fault, when the target says.
+    """
+
+    row: int
+    error_class: str
+    message: str
+    code: str | None = None
+    column: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.row, bool) or not isinstance(self.row, int) or self.row < 0:
+            raise ValueError(f"RowError.row must be a row position (an int >= 0), got {self.row!r}")
+        if not isinstance(self.error_class, str) or not _ERROR_CLASS.match(self.error_class):
+            raise ValueError(
+                f"RowError.error_class must be a short word of [a-z0-9_] (at most 32, a letter "
+                f"first) such as 'not_null', got {self.error_class!r}: it labels a metric"
+            )
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A row set aside in the dead letters, in the same transaction as its batch's good rows.
+
+    Built by the framework on the executor from a :class:`RowError` and handed to the
+    sink's ``write_dead_letters``. Picklable; the row is JSON text, so a dead letter is
+    plain data a sink can store as it is.
+
+    Attributes
+    ----------
+    sink
+        The sink's name.
+    batch_id
+        The micro-batch.
+    partition_id
+        The partition (the participant's slot).
+    position
+        The row's position in its partition, counted across the partition's record
+        batches from 0: the same on a replay of the same input.
+    error_class, code, message, column
+        As the sink's :class:`RowError` gave them.
+    row
+        The row as a JSON object of its columns, every type kept (bytes as base64,
+        timestamps ISO 8601 with their zone, decimals as strings, nested lists, structs
+        and maps; see :meth:`values`).
+    """
+
+    sink: str
+    batch_id: int
+    partition_id: int
+    position: int
+    error_class: str
+    code: str | None
+    message: str
+    column: str | None
+    row: str
+
+    def values(self) -> dict[str, Any]:
+        """Return the row parsed from its JSON text.
+
+        Returns
+        -------
+        dict
+            ``{column: value}``, values as JSON has them.
+        """
+        return dict(json.loads(self.row))
 
 
 def parse_transaction_id(transaction_id: str) -> TransactionHandle | None:

@@ -146,6 +146,8 @@ def test_sqlite_sink() -> None:
     out = run_example("sqlite_sink.py")
     assert "skipped=2" in out  # the replay found both partitions' markers
     assert "committed exactly once" in out
+    assert "dead_lettered=1" in out
+    assert "OK: 4 rows and 2 dead letters, each input row once" in out
 
 
 def test_smoke_pipeline(kafka_broker: KafkaBroker, postgres_server: PostgresServer) -> None:

@@ -74,7 +74,8 @@ def test_sink_holds_settings_only_and_metrics_live_in_the_runtime() -> None:
     assert [m.batch_id for m in twophase.batch_metrics(sink)] == [0, 1]
     assert [m.batch_id for m in runner.metrics_history] == [0, 1]
     # Pickled the default way: nothing of the driver travels with the sink.
-    assert set(vars(sink)) == {"name", "checkpoint_location", "retry", "target"}
+    settings = {"name", "checkpoint_location", "retry", "bad_rows", "max_bad_rows"}
+    assert set(vars(sink)) == {*settings, "target"}
     clone = pickle.loads(pickle.dumps(sink))
     assert twophase.batch_metrics(clone) == []
     assert clone.name == "s"
@@ -153,6 +154,7 @@ def test_public_api_is_the_documented_surface() -> None:
         "ConfigurationError",
         "CoordinatorLogError",
         "DataError",
+        "DeadLetter",
         "FatalError",
         "Fingerprint",
         "Marker",
@@ -161,6 +163,7 @@ def test_public_api_is_the_documented_surface() -> None:
         "RecoveryContext",
         "RetriableError",
         "RetryPolicy",
+        "RowError",
         "SinkContext",
         "TaskContext",
         "TransactionError",
@@ -195,6 +198,8 @@ def test_parse_transaction_id_round_trips_a_task_context() -> None:
         TaskContext("s", "s.1", 1, 2, 3),
         Marker("s.1", 4, 0, 1, Fingerprint(3, 99)),
         Fingerprint(0, 0),
+        twophase.RowError(3, "not_null", "null value", "23502", "payload"),
+        twophase.DeadLetter("s", 1, 2, 7, "too_long", None, "too long", "name", '{"id": 1}'),
     ],
 )
 def test_wire_types_round_trip_through_pickle(value: object) -> None:

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from examples.custom_sink import JsonFilesSink
-from examples.sqlite_sink import SqliteSink
-from twophase.testing import MarkerSinkContract, TwoPhaseSinkContract
+from examples.sqlite_sink import SqliteDeadLetterSink, SqliteSink, read_dead_letters
+from twophase import DeadLetter
+from twophase.testing import DeadLetterContract, MarkerSinkContract, TwoPhaseSinkContract
 
 pytestmark = pytest.mark.unit
 
@@ -43,11 +44,13 @@ class TestJsonFilesSinkContract(TwoPhaseSinkContract):
 
 
 class TestSqliteSinkContract(MarkerSinkContract):
+    table = "CREATE TABLE events (id INTEGER, payload TEXT)"
+
     @pytest.fixture
     def database(self, tmp_path: Path) -> str:
         path = str(tmp_path / "target.db")
         with contextlib.closing(sqlite3.connect(path)) as conn:
-            conn.execute("CREATE TABLE events (id INTEGER, payload TEXT)")
+            conn.execute(self.table)
         return path
 
     @pytest.fixture
@@ -63,6 +66,18 @@ class TestSqliteSinkContract(MarkerSinkContract):
         return read
 
 
+class TestSqliteDeadLetterSinkContract(DeadLetterContract, TestSqliteSinkContract):
+    table = "CREATE TABLE events (id INTEGER, payload TEXT NOT NULL)"  # a null payload: refused
+
+    @pytest.fixture
+    def make_sink(self, database: str) -> Callable[[str], Any]:
+        return lambda name: SqliteDeadLetterSink(name, database, "events", bad_rows="dead_letter")
+
+    @pytest.fixture
+    def read_dead_letters(self, database: str) -> Callable[[], list[DeadLetter]]:
+        return lambda: read_dead_letters(database)
+
+
 @pytest.mark.parametrize("example", ["custom_sink.py", "sqlite_sink.py"])
 def test_the_docs_show_the_tested_code(example: str) -> None:
     # Every class shown in docs/custom-sink.md is the tested example, verbatim.
@@ -71,3 +86,5 @@ def test_the_docs_show_the_tested_code(example: str) -> None:
     blocks = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "class " in b]
     shown = [b for b in blocks if b.strip() in source]
     assert shown, f"docs/custom-sink.md shows no class of examples/{example} verbatim"
+    if example == "sqlite_sink.py":  # "Rejecting rows: dead letters" shows the tested sink
+        assert any("class SqliteDeadLetterSink(SqliteSink):" in b for b in shown)

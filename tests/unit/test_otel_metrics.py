@@ -26,7 +26,7 @@ from twophase.testing import (
 pytestmark = pytest.mark.unit
 
 #: The attributes a metric may have besides the common ones: bounded values only.
-BOUNDED = {"outcome", "action"}
+BOUNDED = {"outcome", "action", "error_class"}
 
 
 def rows(batch_id: int, n: int = 6) -> list[dict[str, int]]:
@@ -239,6 +239,42 @@ def test_a_markers_replay_reports_the_partitions_it_skipped(reader: InMemoryMetr
     assert_exactly_once([r["id"] for r in target.committed_rows()], [r["id"] for r in rows(0)])
 
 
+@pytest.mark.parametrize("sink_class", [FakeSink, FakeMarkerSink])
+def test_rows_set_aside_are_counted_by_error_class_and_not_as_rows(
+    reader: InMemoryMetricReader, sink_class: type[Any]
+) -> None:
+    target = FakeTarget.in_memory()
+    target.reject("id", [1, 2], error_class="not_null", code="23502")
+    target.reject("id", [4], error_class="too_long", code="22001")
+    runner = LocalRunner(sink_class("s", target, bad_rows="dead_letter"))
+    metrics = runner.run_batch(0, split(0))
+    assert (metrics.rows, metrics.dead_lettered) == (3, 3)
+    assert metrics.dead_lettered_by_class == {"not_null": 2, "too_long": 1}
+    assert "dead_lettered=3" in metrics.log_line()
+    points = Points(reader)
+    assert points.value("twophase.rows.dead_lettered", error_class="not_null") == 2
+    assert points.value("twophase.rows.dead_lettered", error_class="too_long") == 1
+    assert points.value("twophase.rows") == 3
+    assert runner.log.read_record(0, "committed")["dead_lettered"] == 3
+
+
+def test_dead_letters_of_a_batch_finished_by_recovery_are_counted_once(
+    reader: InMemoryMetricReader,
+) -> None:
+    target = FakeTarget.in_memory()
+    target.reject("id", [1, 2])
+    runner = LocalRunner(FakeSink("s", target, bad_rows="dead_letter"))
+    runner.crash_at("decided", batch_id=0)
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, split(0))
+    assert runner.log.read_record(0, "decision")["dead_lettered"] == {"not_null": 2}
+    assert Points(reader).value("twophase.rows.dead_lettered") == 0  # not committed yet
+    runner.restart()
+    assert runner.run_batch(0, split(0)).outcome == "already-committed"
+    assert len(target.dead_letters()) == 2
+    assert Points(reader).value("twophase.rows.dead_lettered", error_class="not_null") == 2
+
+
 def test_a_prometheus_scrape_shows_every_metric_under_the_documented_name() -> None:
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import REGISTRY, generate_latest
@@ -263,6 +299,7 @@ def test_a_prometheus_scrape_shows_every_metric_under_the_documented_name() -> N
     }
     expected = {m.prometheus_name for m in METRICS} - {
         # nothing of these happened here: a counter appears once it counted
+        "twophase_rows_dead_lettered_total",
         "twophase_partitions_skipped_total",
         "twophase_transactions_recovered_total",
         "twophase_transactions_zombie_total",

@@ -174,6 +174,8 @@ def _describe(sink: _Sink, target: Any) -> dict[str, Any]:
             "batch": last,
             "committed_at": (record or {}).get("committed_at"),
             "rows": (record or {}).get("rows"),
+            # Only a sink with bad_rows="dead_letter" records it (0.3.0 on).
+            "dead_lettered": (record or {}).get("dead_lettered"),
         },
         "unfinished": unfinished,
         "partition_slots": state.partition_slots,

@@ -69,6 +69,8 @@ def print_status(
         last = sink["last_committed"]
         when = f", at {_when(last['committed_at'])}" if last["committed_at"] else ""
         rows = f", {last['rows']} rows" if last["rows"] is not None else ""
+        if last.get("dead_lettered") is not None:
+            rows += f", {last['dead_lettered']} dead-lettered"
         print(f"  committed         through batch {_batch(sink['committed_through'])}{when}{rows}")
         print(f"  partition slots   {sink['partition_slots']}")
         if not sink["unfinished"]:

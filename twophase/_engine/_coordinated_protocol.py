@@ -29,6 +29,7 @@ from ._execution import BatchExecution
 from ._fencing_loop import FencingLoop
 from ._hooks import AnySink, CoordinatedHooks, as_coordinated
 from ._participant import TaskResult
+from ._rejections import by_class, check_batch
 from ._run import Run
 from ._steps import Step
 
@@ -66,6 +67,7 @@ class CoordinatedProtocol:
         t0 = time.perf_counter()
         try:
             results = execution.run_participants(coordinated, self._run.plan(sink, batch_id))
+            check_batch(sink, results)
         except BaseException as exc:
             # Driver-side abort of a failed batch: partitions that prepared
             # before another failed must not stay in doubt.
@@ -126,6 +128,13 @@ class CoordinatedProtocol:
             )
             metrics = self._run.replay_metrics(sink, batch_id)
         else:
+            try:
+                check_batch(sink, results)
+            except Exception:
+                for result in results:  # over max_bad_rows: nothing of the batch commits
+                    if result.handle is not None:
+                        sink.recover_and_abort(result.handle)
+                raise
             self._run.step(Step.PHASE1_DONE, batch_id)
             metrics = self._decide_and_commit(
                 coordinated, batch_id, results, len(results), time.perf_counter(), (0, 0)
@@ -146,9 +155,10 @@ class CoordinatedProtocol:
         rows = sum(r.rows for r in results)
         run = self._run
         t1 = time.perf_counter()
-        run.log.record_decision(
-            batch_id, handles, {"rows": rows}, encode=_checked_encoder(sink, batch_id)
-        )
+        facts: dict[str, Any] = {"rows": rows}
+        if sink.bad_rows == "dead_letter":  # an optional field: recovery counts them too
+            facts["dead_lettered"] = by_class(results)
+        run.log.record_decision(batch_id, handles, facts, encode=_checked_encoder(sink, batch_id))
         run.step(Step.DECIDED, batch_id)
         t2 = time.perf_counter()
         retries = [0]
@@ -168,7 +178,7 @@ class CoordinatedProtocol:
         run.step(Step.PHASE2_DONE, batch_id)
         orphans = self._fencing.sweep_after_commit(sink, batch_id, handles)
         self._fencing.fence_after(sink, batch_id, frozenset(h.transaction_id for h in handles))
-        t3 = run.record_committed(batch_id, rows)
+        t3 = run.record_committed(sink, batch_id, rows, results)
         run.log.compact(batch_id)
         return run.committed_metrics(
             sink,

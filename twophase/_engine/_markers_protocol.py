@@ -18,6 +18,7 @@ from .._metrics._batch import BatchMetrics
 from .._values import Fingerprint
 from ._execution import BatchExecution
 from ._hooks import AnySink, MarkerHooks, as_markers
+from ._rejections import check_batch
 from ._replay import legacy_versions, match_markers
 from ._run import Run
 from ._steps import Step
@@ -58,10 +59,13 @@ class MarkersProtocol:
             sink, batch_id, skip=skip, expected=expected, preexisting_markers=preexisting
         )
         results = execution.run_participants(markers_sink, plan)
+        # Over max_bad_rows, the batch fails after its partitions committed (each
+        # held to the bound before its commit); a restart skips them, dead letters too.
+        check_batch(sink, results)
         run.step(Step.PHASE1_DONE, batch_id)
         t2 = time.perf_counter()
         rows = sum(r.rows for r in results)
-        t3 = run.record_committed(batch_id, rows)
+        t3 = run.record_committed(sink, batch_id, rows, results)
         if markers_sink.staging:
             execution.drop_staged(self._staging_location(batch_id))
         run.log.compact(batch_id)

@@ -2,8 +2,9 @@ r"""The participant: what runs on an executor for one partition of a micro-batch
 
 One call of :func:`run_participant` per Spark task attempt. It drives the
 sink's participant hooks in order -- coordinated: ``begin_transaction`` ->
-``write``\\* -> ``pre_commit``; markers: ``begin_transaction`` -> ``write``\\*
--> ``commit_with_marker`` -- aborts on any failure, and returns a small
+``write``\\* -> [``write_dead_letters``] -> ``pre_commit``; markers:
+``begin_transaction`` -> ``write``\\* -> [``write_dead_letters``] ->
+``commit_with_marker`` -- aborts on any failure, and returns a small
 picklable :class:`TaskResult` to the driver.
 """
 
@@ -37,6 +38,7 @@ from ..errors import (
     add_note,
 )
 from ._hooks import AnySink, CoordinatedHooks, MarkerHooks, SinkHooks, as_coordinated, as_markers
+from ._rejections import PartitionRejections
 
 __all__ = ["TaskPlan", "TaskResult", "run_participant"]
 
@@ -96,7 +98,8 @@ class TaskResult:
     attempt
         The task attempt that produced this result.
     rows
-        Rows written (0 for skipped or empty partitions).
+        Rows written to the target (0 for skipped or empty partitions; rows set
+        aside as dead letters excluded).
     handle
         Coordinated protocol: the prepared transaction's handle (None if empty).
     marker
@@ -110,6 +113,10 @@ class TaskResult:
     target_seconds
         Time spent in the sink's hooks (begin, write, prepare or commit): the
         time in the target, for the driver's metrics (no round trip of its own).
+    dead_lettered
+        Rows set aside as dead letters, by error class (``(class, count)``).
+    rejections
+        The first errors of those rows, one line each, for the driver's message.
     """
 
     partition_id: int
@@ -121,6 +128,8 @@ class TaskResult:
     seconds: float = 0.0
     arrow_bytes: int = 0
     target_seconds: float = 0.0
+    dead_lettered: tuple[tuple[str, int], ...] = ()
+    rejections: tuple[str, ...] = ()
 
 
 class _HookClock:
@@ -201,6 +210,8 @@ def run_participant(
         seconds=time.perf_counter() - started,
         arrow_bytes=result.arrow_bytes,
         target_seconds=result.target_seconds,
+        dead_lettered=result.dead_lettered,
+        rejections=result.rejections,
     )
 
 
@@ -271,12 +282,14 @@ def _run_coordinated(
     clock = _HookClock()
     txn = clock.time(sink.begin_transaction, ctx)
     rows = 0
+    rejected = PartitionRejections(sink, ctx)
     try:
         for batch in itertools.chain((first,), rest):
             if batch.num_rows:
-                clock.time(sink.write, txn, batch)
+                rejected.add(clock.time(sink.write, txn, batch), batch)
                 rows += batch.num_rows
                 clock.arrow_bytes += batch.nbytes
+        clock.time(rejected.write, txn)
         handle: object = clock.time(sink.pre_commit, txn)
     except BaseException as exc:
         _abort_quietly(sink, txn, exc)
@@ -290,10 +303,12 @@ def _run_coordinated(
     return TaskResult(
         ctx.partition_id,
         ctx.attempt,
-        rows,
+        rows - len(rejected.letters),
         handle=handle,
         arrow_bytes=clock.arrow_bytes,
         target_seconds=clock.seconds,
+        dead_lettered=rejected.classes(),
+        rejections=rejected.samples(),
     )
 
 
@@ -321,12 +336,14 @@ def _run_markers(
     clock = _HookClock()
     txn = clock.time(sink.begin_transaction, ctx)
     acc = FingerprintAccumulator()
+    rejected = PartitionRejections(sink, ctx)
     try:
         for batch in itertools.chain((first,), rest):
             if batch.num_rows:
                 acc.add(batch)
-                clock.time(sink.write, txn, batch)
+                rejected.add(clock.time(sink.write, txn, batch), batch)
                 clock.arrow_bytes += batch.nbytes
+        clock.time(rejected.write, txn)
         fingerprint = acc.result()
         expected = plan.expected.get(ctx.partition_id)
         if expected is not None and expected != fingerprint:
@@ -354,10 +371,12 @@ def _run_markers(
     return TaskResult(
         ctx.partition_id,
         ctx.attempt,
-        fingerprint.count,
+        fingerprint.count - len(rejected.letters),
         marker=marker,
         arrow_bytes=clock.arrow_bytes,
         target_seconds=clock.seconds,
+        dead_lettered=rejected.classes(),
+        rejections=rejected.samples(),
     )
 
 

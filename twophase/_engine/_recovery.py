@@ -109,9 +109,11 @@ def recover(
             committed += 1
         log.record_committed(batch_id, {"recovered": True, "handles": len(handles)})
         # Its rows become visible now: counted in the metrics here (the decision holds them).
-        rows = (log.read_record(batch_id, "decision") or {}).get("rows")
-        if isinstance(rows, int):
+        decision = log.read_record(batch_id, "decision") or {}
+        if isinstance(rows := decision.get("rows"), int):
             _otel.record_recovered_rows(sink, rows)
+        if isinstance(dead := decision.get("dead_lettered"), dict):  # 0.3.0 on, optional
+            _otel.record_recovered_dead_letters(sink, dead)
     if sink.protocol is not CommitProtocol.COORDINATED and not state.unfinished():
         return committed, 0
     in_doubt = list(sink.list_in_doubt(context()))

@@ -23,6 +23,7 @@ from .._values import RecoveryContext, SinkContext
 from ._execution import BatchExecution, StepListener
 from ._hooks import AnySink
 from ._participant import TaskPlan, TaskResult
+from ._rejections import by_class
 from ._steps import Step
 
 __all__ = ["Run", "StateMachine"]
@@ -86,11 +87,17 @@ class Run:
         epoch = self.log.epoch or 0
         return TaskPlan(sink.name, self.identity, batch_id, sink.protocol, epoch=epoch, **kwargs)
 
-    def record_committed(self, batch_id: int, rows: int) -> float:
+    def record_committed(
+        self, sink: AnySink, batch_id: int, rows: int, results: list[TaskResult]
+    ) -> float:
         """Record "batch N committed"; return the time right after it."""
         # When, and how much: what `twophase status` shows of the last batch, also to a Spark
-        # Connect client, whose sink's metrics stay in the server's process.
-        self.log.record_committed(batch_id, {"rows": rows, "committed_at": time.time()})
+        # Connect client, whose sink's metrics stay in the server's process. The dead letters'
+        # count is an optional field (0.3.0 on): a reader before it ignores it.
+        info: dict[str, Any] = {"rows": rows, "committed_at": time.time()}
+        if sink.bad_rows == "dead_letter":
+            info["dead_lettered"] = sum(by_class(results).values())
+        self.log.record_committed(batch_id, info)
         done = time.perf_counter()
         self.step(Step.RECORDED_COMMITTED, batch_id)
         return done
@@ -105,6 +112,7 @@ class Run:
     ) -> BatchMetrics:
         """Return the metrics of a batch this run committed."""
         # What only the executors know came back with phase 1's results: no round trip of its own.
+        dead = by_class(results)
         return BatchMetrics(
             sink.name,
             batch_id,
@@ -114,6 +122,8 @@ class Run:
             target=attributes_of(sink)["twophase.target"],
             arrow_bytes=sum(r.arrow_bytes for r in results),
             target_seconds=sum(r.target_seconds for r in results),
+            dead_lettered=sum(dead.values()),
+            dead_lettered_by_class=dead,
             **fields,
         )
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import _otel
@@ -56,6 +57,11 @@ class BatchMetrics:
         Arrow bytes the participants handed to the sink's ``write`` hook.
     target_seconds
         Time the participants spent in the sink's hooks, summed over partitions.
+    dead_lettered
+        Rows set aside as dead letters (a sink with ``bad_rows="dead_letter"``),
+        committed with the batch; not counted in ``rows``.
+    dead_lettered_by_class
+        The same rows by error class (``{"not_null": 2, ...}``).
     """
 
     sink: str
@@ -75,6 +81,8 @@ class BatchMetrics:
     target: str = "custom"
     arrow_bytes: int = 0
     target_seconds: float = 0.0
+    dead_lettered: int = 0
+    dead_lettered_by_class: Mapping[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Return the metrics as a plain dict (for JSON, dashboards).
@@ -102,6 +110,7 @@ class BatchMetrics:
             f"phase2={self.phase2_seconds:.3f}s retries={self.commit_retries} "
             f"recovered_committed={self.recovered_committed} "
             f"recovered_aborted={self.recovered_aborted}"
+            + (f" dead_lettered={self.dead_lettered}" if self.dead_lettered else "")
         )
 
     def emit(self) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -98,6 +98,15 @@ METRICS = (
         "{row}",
         "Rows committed: a batch's when it commits, or when recovery commits it from its "
         "decision (rows of partitions skipped on replay are not counted again)",
+    ),
+    MetricDefinition(
+        "twophase.rows.dead_lettered",
+        _C,
+        "{row}",
+        "Rows the target refused and the sink set aside as dead letters (`bad_rows="
+        '"dead_letter"`), committed with their batch, by `error_class` (`not_null`, '
+        "`too_long`, ...): not counted in `twophase.rows`",
+        ("error_class",),
     ),
     MetricDefinition(
         "twophase.bytes",
@@ -288,6 +297,7 @@ def record_batch(metrics: Any) -> None:
     ):
         if value:
             instruments[name].add(value, attributes)
+    _count_dead_letters(instruments, attributes, metrics.dead_lettered_by_class)
     for action, count in (
         ("committed", metrics.recovered_committed),
         ("aborted", metrics.recovered_aborted),
@@ -332,6 +342,21 @@ def record_recovered_rows(sink: Any, rows: int) -> None:
     """Count the rows of a batch recovery committed from its decision. Runs on the driver."""
     if rows:
         _get()["twophase.rows"].add(rows, attributes_of(sink))
+
+
+def record_recovered_dead_letters(sink: Any, by_class: Mapping[str, int]) -> None:
+    """Count the dead letters of a batch recovery committed from its decision (driver)."""
+    _count_dead_letters(_get(), attributes_of(sink), by_class)
+
+
+def _count_dead_letters(
+    instruments: dict[str, Any], attributes: dict[str, str], by_class: Mapping[str, int]
+) -> None:
+    for error_class, count in by_class.items():
+        if isinstance(count, int) and count > 0:
+            instruments["twophase.rows.dead_lettered"].add(
+                count, {**attributes, "error_class": str(error_class)}
+            )
 
 
 def record_zombies(sink: Any, count: int) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from .._retry import RetryPolicy
 from .._values import CommitProtocol, Marker
-from ._sink import TxnT, _SinkBase
+from ._sink import DEFAULT_MAX_BAD_ROWS, TxnT, _SinkBase
 
 __all__ = ["MarkerCommitSink"]
 
@@ -42,8 +42,13 @@ class MarkerCommitSink(_SinkBase[TxnT]):
         Write every batch once to the checkpoint location and publish from that
         copy, so that replays are deterministic even when the pipeline is not.
         Costs one extra write and read of each batch.
-    checkpoint_location, retry
+    checkpoint_location, retry, bad_rows
         As for :class:`TwoPhaseCommitSink`.
+    max_bad_rows
+        As for :class:`TwoPhaseCommitSink`, but a partition commits on its
+        executor: each partition is held to it before its commit, and a batch
+        whose partitions together set aside more fails after they committed (a
+        restart then skips them, dead letters included).
 
     Examples
     --------
@@ -68,8 +73,16 @@ class MarkerCommitSink(_SinkBase[TxnT]):
         staging: bool = False,
         checkpoint_location: str | None = None,
         retry: RetryPolicy | None = None,
+        bad_rows: Literal["fail", "dead_letter"] = "fail",
+        max_bad_rows: int = DEFAULT_MAX_BAD_ROWS,
     ) -> None:
-        super().__init__(name, checkpoint_location=checkpoint_location, retry=retry)
+        super().__init__(
+            name,
+            checkpoint_location=checkpoint_location,
+            retry=retry,
+            bad_rows=bad_rows,
+            max_bad_rows=max_bad_rows,
+        )
         self.staging = staging
 
     @abc.abstractmethod

@@ -17,13 +17,15 @@ import abc
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, cast, final
 
 from .._retry import RetryPolicy
 from .._spark import _entry
 from .._values import (
     CommitProtocol,
+    DeadLetter,
     RecoveryContext,
+    RowError,
     SinkContext,
     TaskContext,
     TransactionHandle,
@@ -36,11 +38,15 @@ if TYPE_CHECKING:
 
     from .._engine._hooks import AnySink
 
-__all__ = ["HandleT", "TxnT", "iter_rows", "required"]
+__all__ = ["DEFAULT_MAX_BAD_ROWS", "HandleT", "TxnT", "iter_rows", "required"]
 
 TxnT = TypeVar("TxnT")
 HandleT = TypeVar("HandleT", bound=TransactionHandle)
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+#: ``max_bad_rows`` when a sink does not set it: more rows refused in one batch usually mean
+#: the target changed (a column narrowed, a constraint added), not that the rows are bad.
+DEFAULT_MAX_BAD_ROWS = 100
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -115,6 +121,8 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
         *,
         checkpoint_location: str | None = None,
         retry: RetryPolicy | None = None,
+        bad_rows: Literal["fail", "dead_letter"] = "fail",
+        max_bad_rows: int = DEFAULT_MAX_BAD_ROWS,
     ) -> None:
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ConfigurationError(
@@ -123,9 +131,18 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
                 "transaction ids)",
                 setting="name",
             )
+        _check_bad_rows(type(self), bad_rows, max_bad_rows)
         self.name = name
         self.checkpoint_location = checkpoint_location
         self.retry = retry if retry is not None else RetryPolicy()
+        #: What a row the target refuses does: ``"fail"`` fails the batch (a
+        #: :class:`~twophase.errors.DataError`), ``"dead_letter"`` sets it aside
+        #: through :meth:`write_dead_letters`, in the batch's transaction.
+        self.bad_rows = bad_rows
+        #: The most rows one batch may set aside; one more fails the batch with a
+        #: :class:`~twophase.errors.DataError` (each partition is held to it on its
+        #: executor, the batch's total on the driver: ``docs/custom-sink.md``).
+        self.max_bad_rows = max_bad_rows
 
     # ----------------------------------------------------- the entry point
     @final
@@ -281,7 +298,7 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
         """
 
     @abc.abstractmethod
-    def write(self, txn: TxnT, batch: pa.RecordBatch) -> None:
+    def write(self, txn: TxnT, batch: pa.RecordBatch) -> Sequence[RowError] | None:
         """Write one Arrow record batch of the partition into the transaction.
 
         Runs on
@@ -292,8 +309,10 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
         Idempotent
             not required: the whole transaction is aborted on any failure.
         On failure
-            the framework calls :meth:`abort` and fails the task. Raise
-            :class:`~twophase.errors.DataError` for bad rows (naming the column).
+            the framework calls :meth:`abort` and fails the task. What is wrong
+            with the whole batch (a missing table, a privilege, a lost connection)
+            is an exception; raise :class:`~twophase.errors.DataError` (naming
+            the column) for a bad row when the sink cannot leave it out.
 
         Parameters
         ----------
@@ -301,7 +320,50 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
             The transaction from :meth:`begin_transaction`.
         batch
             Rows of the micro-batch (see :func:`iter_rows` for a row view).
+
+        Returns
+        -------
+        sequence of RowError or None
+            The rows of ``batch`` the target refused, each by its position in
+            ``batch``, with every other row written (a savepoint rolled back around
+            the refused ones, say); None or empty when all were written. The
+            framework then fails the batch (``bad_rows="fail"``) or hands them to
+            :meth:`write_dead_letters` (``"dead_letter"``), up to
+            :attr:`max_bad_rows`.
         """
+
+    def write_dead_letters(self, txn: TxnT, letters: Sequence[DeadLetter]) -> None:
+        """Write the partition's rejected rows to the dead letters, in the same transaction.
+
+        Required for ``bad_rows="dead_letter"`` (the constructor refuses that
+        setting without it); never called otherwise.
+
+        Runs on
+            an executor.
+        Called
+            at most once per transaction, after the last :meth:`write` and before
+            the commit step (coordinated: :meth:`pre_commit`; markers:
+            ``commit_with_marker``), with every row :meth:`write` refused in this
+            partition, in position order, when there was at least one. The dead
+            letters then prepare and commit with the good rows: a replay rewrites
+            both (coordinated) or skips both (markers), so a row lands in the
+            target or in the dead letters, once.
+        Idempotent
+            not required: the transaction is aborted on any failure.
+        On failure
+            the framework calls :meth:`abort` and fails the task (Spark retries it).
+
+        Parameters
+        ----------
+        txn
+            The transaction from :meth:`begin_transaction`.
+        letters
+            One :class:`~twophase.DeadLetter` per refused row: where it came from,
+            the error, and the row as JSON text. Its message is the one the sink's
+            :class:`~twophase.RowError` gave: the framework adds no secret, and
+            knows none.
+        """
+        raise NotImplementedError(f"{type(self).__qualname__} does not write dead letters")
 
     @abc.abstractmethod
     def abort(self, txn: TxnT) -> None:
@@ -326,6 +388,26 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
         txn
             The transaction.
         """
+
+
+def _check_bad_rows(cls: type[_SinkBase[Any]], bad_rows: str, max_bad_rows: int) -> None:
+    """Refuse invalid ``bad_rows`` / ``max_bad_rows`` settings by name."""
+    if bad_rows not in ("fail", "dead_letter"):
+        raise ConfigurationError(
+            f"bad_rows={bad_rows!r} is not 'fail' or 'dead_letter'", setting="bad_rows"
+        )
+    if isinstance(max_bad_rows, bool) or not isinstance(max_bad_rows, int) or max_bad_rows < 0:
+        raise ConfigurationError(
+            f"max_bad_rows={max_bad_rows!r} must be an int of at least 0 (rows refused per batch)",
+            setting="max_bad_rows",
+        )
+    if bad_rows == "dead_letter" and cls.write_dead_letters is _SinkBase.write_dead_letters:
+        raise ConfigurationError(
+            f"bad_rows='dead_letter' needs a sink that implements write_dead_letters(), which "
+            f"writes the rows the target refused in the batch's transaction; {cls.__qualname__} "
+            "does not",
+            setting="bad_rows",
+        )
 
 
 def iter_rows(batch: pa.RecordBatch) -> Iterator[dict[str, Any]]:

@@ -47,6 +47,13 @@ class TwoPhaseCommitSink(_SinkBase[TxnT], Generic[TxnT, HandleT]):
         when omitted; when given it is checked against the query.
     retry
         Backoff for driver-side commits that fail transiently.
+    bad_rows
+        ``"fail"`` (the default): a row the target refuses fails the batch.
+        ``"dead_letter"``: it is set aside by :meth:`write_dead_letters` in the
+        batch's transaction (the sink must implement it).
+    max_bad_rows
+        The most rows one batch may set aside (default 100); one more fails the
+        batch with a :class:`~twophase.errors.DataError` and nothing of it commits.
 
     Examples
     --------

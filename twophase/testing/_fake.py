@@ -17,8 +17,10 @@ import pyarrow as pa
 from .._sinks._marker_commit_sink import MarkerCommitSink
 from .._sinks._two_phase_commit_sink import TwoPhaseCommitSink
 from .._values import (
+    DeadLetter,
     Marker,
     RecoveryContext,
+    RowError,
     TaskContext,
     TransactionHandle,
     TransactionStatus,
@@ -63,11 +65,22 @@ class _FakeParticipant:
         self.target.begin(c.transaction_id)
         return FakeTransaction(c)
 
-    def write(self, txn: FakeTransaction, batch: pa.RecordBatch) -> None:
-        """Append the batch's rows (fault point ``write``)."""
+    def write(self, txn: FakeTransaction, batch: pa.RecordBatch) -> list[RowError]:
+        """Append the batch's rows but those the target refuses, and return those (``write``)."""
         c = txn.context
         self.target.check_fault("write", c.batch_id, c.partition_id, c.attempt)
-        self.target.append(txn.transaction_id, batch.to_pylist())
+        rows = batch.to_pylist()
+        refused = self.target.refused(rows)
+        positions = {e.row for e in refused}
+        good = [row for index, row in enumerate(rows) if index not in positions]
+        self.target.append(txn.transaction_id, good)
+        return refused
+
+    def write_dead_letters(self, txn: FakeTransaction, letters: Sequence[DeadLetter]) -> None:
+        """Add the dead letters to the transaction (fault point ``write_dead_letters``)."""
+        c = txn.context
+        self.target.check_fault("write_dead_letters", c.batch_id, c.partition_id, c.attempt)
+        self.target.add_dead_letters(txn.transaction_id, list(letters))
 
     def abort(self, txn: FakeTransaction) -> None:
         """Roll back the transaction (fault point ``abort``)."""

@@ -31,7 +31,8 @@ class FaultRule:
     Attributes
     ----------
     hook
-        Hook name: ``begin_transaction``, ``write``, ``abort``; coordinated
+        Hook name: ``begin_transaction``, ``write``, ``write_dead_letters``,
+        ``abort``; coordinated
         ``pre_commit``, ``commit``, ``recover_and_commit``,
         ``transaction_status``; markers
         ``commit_with_marker``, ``read_markers``; both ``list_in_doubt``,

@@ -15,7 +15,7 @@ __all__ = ["with_faults"]
 
 S = TypeVar("S", bound=TwoPhaseCommitSink[Any, Any] | MarkerCommitSink[Any])
 
-_TXN_HOOKS = ("write", "pre_commit", "abort", "commit_with_marker")
+_TXN_HOOKS = ("write", "write_dead_letters", "pre_commit", "abort", "commit_with_marker")
 _HANDLE_HOOKS = ("commit", "recover_and_commit", "recover_and_abort", "transaction_status")
 _OTHER_HOOKS = ("list_in_doubt", "read_markers")
 

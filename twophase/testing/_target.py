@@ -19,14 +19,15 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from .._values import Fingerprint, Marker, TransactionStatus
+from .._values import DeadLetter, Fingerprint, Marker, TransactionStatus
 from ..errors import AbortRequiredError, TransactionError
 from ._fault_rules import FaultRules
+from ._row_rules import RowRules
 from ._storage import DirectoryStorage, MemoryStorage, Storage
 
 __all__ = ["FakeTarget"]
 
-_DIRS = ("open", "prepared", "committed", "faults", "fired")
+_DIRS = ("open", "prepared", "committed", "faults", "fired", "rejects")
 _MEMORY_REGISTRY: dict[str, Storage] = {}
 
 
@@ -36,8 +37,12 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-class FakeTarget(FaultRules):
-    """A transactional target for tests, with prepare, commit, markers and faults.
+class FakeTarget(FaultRules, RowRules):
+    """A transactional target for tests, with prepare, commit, markers, faults and dead letters.
+
+    Rows refused by :meth:`reject` rules are set aside by the fake sinks
+    (``bad_rows="dead_letter"``) in the dead-letter area of the same transaction
+    (:meth:`add_dead_letters`), visible with its rows (:meth:`dead_letters`).
 
     Parameters
     ----------
@@ -141,6 +146,23 @@ class FakeTarget(FaultRules):
         if record is None:
             raise AbortRequiredError(f"transaction {txn_id} is not open")
         record["rows"].extend(json.loads(json.dumps(rows, default=_json_default)))
+        self._storage.put(key, json.dumps(record).encode())
+
+    def add_dead_letters(self, txn_id: str, letters: list[DeadLetter]) -> None:
+        """Add dead letters to an open transaction: they commit or roll back with its rows.
+
+        Parameters
+        ----------
+        txn_id
+            An open transaction.
+        letters
+            The dead letters.
+        """
+        key = self._txn_key("open", txn_id)
+        record = self._load(key)
+        if record is None:
+            raise AbortRequiredError(f"transaction {txn_id} is not open")
+        record.setdefault("dead_letters", []).extend(letter.__dict__ for letter in letters)
         self._storage.put(key, json.dumps(record).encode())
 
     def set_marker(self, txn_id: str, marker: Marker) -> None:
@@ -279,6 +301,14 @@ class FakeTarget(FaultRules):
         for record in self._committed_records():
             rows.extend(record["rows"])
         return rows
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """Return every committed dead letter (what a reader of the dead letters sees)."""
+        return [
+            DeadLetter(**letter)
+            for record in self._committed_records()
+            for letter in record.get("dead_letters", ())
+        ]
 
     def markers(self, identity: str | None = None, batch_id: int | None = None) -> list[Marker]:
         """Return committed markers, optionally of one identity and batch.
