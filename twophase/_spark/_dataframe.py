@@ -259,12 +259,9 @@ def _renamed(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
 def map_in_arrow(df: DataFrame, fn: _ArrowFn) -> list[Any]:
     """Run ``fn`` over every partition of ``df`` with ``mapInArrow`` and collect its results.
 
-    ``mapInArrow`` resolves each input column by its name, as SQL text: a
-    name with a dot reads as a struct's field and a backtick is a syntax
-    error. So the columns cross by position, under names Spark reads as
-    they are (``_0``, ``_1``...), and ``fn`` gets them back under their own
-    names -- whatever names Spark allowed (dots, backticks, spaces, quotes,
-    any script).
+    ``mapInArrow`` resolves each column by its name as SQL text (a dot reads
+    as a struct's field, a backtick is a syntax error), so the columns cross
+    by position (``_0``, ``_1``...) and ``fn`` gets them under their own names.
 
     Parameters
     ----------
