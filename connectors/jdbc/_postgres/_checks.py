@@ -14,6 +14,7 @@ from twophase.errors import ConfigurationError
 
 from ..._context import ErrorContext
 from .._checks import TableChecks
+from .._evolution import NewColumn
 from .._options import QualifiedName
 from . import _sql
 from ._catalog import (
@@ -45,6 +46,10 @@ class PostgresChecker(PostgresClient, TableChecks):
     def create_table_statement(self, fields: Sequence[tuple[str, str, bool]]) -> Any:
         """``CREATE TABLE IF NOT EXISTS`` with the key columns as primary key."""
         return _sql.create_table(_sql.ident(self.options.table), fields, self.options.key_columns)
+
+    def add_column_statement(self, column: NewColumn) -> Any:
+        """``ADD COLUMN IF NOT EXISTS``; the session's ``lock_timeout`` bounds the wait."""
+        return _sql.add_column(_sql.ident(self.options.table), column.name, column.sql_type)
 
     def check_target(
         self, cur: Any, found: TableInfo | None, *, coordinated: bool, where: ErrorContext
