@@ -221,6 +221,23 @@ def test_an_upsert_merges_the_new_column_through_its_staging_table(target: Any) 
     assert target.prepared() == []
 
 
+# ------------------------------------------------------------------ a hostile name
+HOSTILE = 'ünï "q" `b`; DROP TABLE x; --'
+
+
+def test_a_new_column_of_any_name_is_added_as_it_is(target: Any) -> None:
+    table = target.table
+    target.create(table)
+    runner = LocalRunner(target.sink("evolve_names", table, schema_evolution="add_columns"))
+    batch = pa.record_batch(
+        {"id": pa.array([1], pa.int64()), HOSTILE: pa.array(["kept"], pa.string())}
+    )
+    runner.run_batch(0, [[batch]])
+    text = {"PostgreSQL": "text", "MariaDB": "longtext"}[target.database]
+    assert target.column(table, HOSTILE) == (text, True)
+    assert target.columns(table) == ["id", "payload", HOSTILE]
+
+
 # ------------------------------------------------------------------ lock_timeout
 def test_a_table_held_by_another_transaction_fails_the_batch_within_lock_timeout(
     target: Any,

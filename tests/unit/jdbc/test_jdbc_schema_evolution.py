@@ -14,8 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from sqlite_dialect import sqlite_sink
+from sqlite_dialect import SqliteChecker, sqlite_sink
 
+from twophase.connectors._context import ErrorContext
 from twophase.connectors.jdbc import _checks
 from twophase.connectors.jdbc._evolution import NewColumn, columns_to_add
 from twophase.connectors.jdbc._format import COMMON_OPTIONS
@@ -27,6 +28,8 @@ from twophase.errors import ConfigurationError
 from twophase.testing import LocalRunner
 
 pytestmark = pytest.mark.unit
+
+WHERE = ErrorContext("events", batch_id=3)
 
 
 @pytest.fixture
@@ -286,3 +289,40 @@ def test_the_option_is_checked_and_the_format_option_reaches_it(database: Path) 
     ).options.schema_evolution == ("none")
     argument, parse = COMMON_OPTIONS["schemaevolution"]
     assert (argument, parse("add_columns")) == ("schema_evolution", "add_columns")
+
+
+# ------------------------------------------------------------------ the dialects' statements
+@pytest.mark.parametrize(("lock_timeout", "wait"), [(2.5, " WAIT 3"), (0.0, "")])
+def test_mariadb_adds_with_wait_bounding_the_metadata_lock(lock_timeout: float, wait: str) -> None:
+    from twophase.connectors.jdbc._mariadb._checks import MariaDBChecker
+    from twophase.connectors.jdbc._mariadb._dialect import MARIADB
+
+    options = JdbcOptions(QualifiedName("db", "ev`x"), lock_timeout=lock_timeout)
+    checker = MariaDBChecker(options, MARIADB.connection("mysql://etl@db:3306/db", {}))
+    statement = checker.add_column_statement(NewColumn("a`b; DROP TABLE x; --", "DOUBLE"))
+    assert statement == (
+        f"ALTER TABLE `db`.`ev``x`{wait} ADD COLUMN IF NOT EXISTS `a``b; DROP TABLE x; --` "
+        "DOUBLE NULL"
+    )
+
+
+def test_a_dialect_without_the_statement_refuses_evolution_by_name(database: Path) -> None:
+    from twophase.connectors.jdbc._checks import TableChecks
+
+    class Silent(SqliteChecker):
+        add_column_statement = TableChecks.add_column_statement
+
+    sink = sqlite_sink(
+        "events", table="events", database=str(database), schema_evolution="add_columns"
+    )
+    checker = Silent(sink.options, sink.connection)
+    with pytest.raises(ConfigurationError, match="not supported by the SQLite sink") as caught:
+        checker.check_schema(pa.schema([("id", pa.int64()), ("score", pa.float64())]), WHERE)
+    error = caught.value
+    assert (error.sink, error.batch_id, error.column, error.setting) == (
+        "events",
+        3,
+        "score",
+        "schema_evolution",
+    )
+    assert set(_columns(database)) == {"id", "payload"}
