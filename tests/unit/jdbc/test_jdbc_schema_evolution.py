@@ -19,7 +19,6 @@ from sqlite_dialect import SqliteChecker, sqlite_sink
 from twophase.connectors._context import ErrorContext
 from twophase.connectors.jdbc import _checks
 from twophase.connectors.jdbc._evolution import NewColumn, columns_to_add
-from twophase.connectors.jdbc._format import COMMON_OPTIONS
 from twophase.connectors.jdbc._mariadb._type_map import MARIADB_TYPES
 from twophase.connectors.jdbc._options import JdbcOptions, QualifiedName
 from twophase.connectors.jdbc._postgres._type_map import POSTGRES_TYPES
@@ -287,8 +286,12 @@ def test_the_option_is_checked_and_the_format_option_reaches_it(database: Path) 
     assert sqlite_sink(
         "events", table="events", database=str(database)
     ).options.schema_evolution == ("none")
-    argument, parse = COMMON_OPTIONS["schemaevolution"]
-    assert (argument, parse("add_columns")) == ("schema_evolution", "add_columns")
+    from twophase.connectors.jdbc._mariadb import FORMAT
+
+    url = {"name": "orders", "table": "shop.orders", "url": "mysql://etl@db.invalid/shop"}
+    sink = FORMAT.sink_from_options({**url, "schemaEvolution": "add_columns"})
+    assert sink.options.schema_evolution == "add_columns"
+    assert FORMAT.sink_from_options(url).options.schema_evolution == "none"
 
 
 # ------------------------------------------------------------------ the dialects' statements
