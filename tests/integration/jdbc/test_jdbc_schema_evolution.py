@@ -129,7 +129,13 @@ class Postgres(PgTarget):
 SCORE_TYPE = {"PostgreSQL": "double precision", "MariaDB": "double"}
 
 
-@pytest.fixture(params=[(db, p) for db in ("PostgreSQL", "MariaDB") for p in PROTOCOLS])
+@pytest.fixture(
+    params=[
+        pytest.param((db, p), marks=getattr(pytest.mark, mark), id=f"{db}-{p}")
+        for db, mark in (("PostgreSQL", "postgres"), ("MariaDB", "mariadb"))
+        for p in PROTOCOLS
+    ]
+)
 def target(request: pytest.FixtureRequest) -> Iterator[Postgres | Maria]:
     """Each database under each protocol, its own fresh table name in ``target.table``."""
     database, protocol = request.param
