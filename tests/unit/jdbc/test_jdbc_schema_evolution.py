@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from sqlite_dialect import SqliteChecker, sqlite_sink
+from test_jdbc_sqlite_dialect import database as database  # the fixture: table events (id, payload)
 
 from twophase.connectors._context import ErrorContext
 from twophase.connectors.jdbc import _checks
@@ -29,14 +30,6 @@ from twophase.testing import LocalRunner
 pytestmark = pytest.mark.unit
 
 WHERE = ErrorContext("events", batch_id=3)
-
-
-@pytest.fixture
-def database(tmp_path: Path) -> Path:
-    path = tmp_path / "target.db"
-    with sqlite3.connect(path) as conn:
-        conn.execute('CREATE TABLE "events" (id INTEGER NOT NULL, payload TEXT)')
-    return path
 
 
 def _columns(database: Path) -> dict[str, tuple[str, bool]]:
