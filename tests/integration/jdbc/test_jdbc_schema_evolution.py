@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,11 +27,60 @@ from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 pytestmark = [pytest.mark.integration]
 
 
-class Maria:
-    """The MariaDB server, read as the PostgreSQL helpers read theirs."""
+class Reads:
+    """What the tests read of either server: its catalog, its rows; a transaction on a table."""
+
+    database = ""
+    table = ""
+    server: Any
+    #: The identifier quote, and the catalog's ``(name, type, nullable)`` of a table, in order.
+    quote = ""
+    catalog_sql = ""
+
+    if TYPE_CHECKING:
+
+        def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]: ...
+
+    def catalog_param(self, table: str) -> str:
+        return table
+
+    def session(self) -> Any:
+        """A connection outside autocommit."""
+        return self.server.connect()
+
+    def catalog(self, table: str) -> list[tuple[str, str, bool]]:
+        rows = self.sql(self.catalog_sql, (self.catalog_param(table),))
+        return [(str(name), str(type_), bool(nullable)) for name, type_, nullable in rows]
+
+    def column(self, table: str, name: str) -> tuple[str, bool] | None:
+        """``(type, nullable)`` of a column, None when the table lacks it."""
+        return next(((t, null) for n, t, null in self.catalog(table) if n == name), None)
+
+    def columns(self, table: str) -> list[str]:
+        return [name for name, _type, _null in self.catalog(table)]
+
+    def select(self, table: str, columns: str) -> list[tuple[Any, ...]]:
+        q = self.quote
+        return sorted(self.sql(f"SELECT {columns} FROM {q}{table}{q}"))
+
+    def hold(self, table: str) -> Any:
+        """A session inside a transaction that has read the table (it holds the table's lock)."""
+        conn = self.session()
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {self.quote}{table}{self.quote}")
+            cur.fetchall()
+        return conn
+
+
+class Maria(Reads):
+    """The MariaDB server."""
 
     database = "MariaDB"
-    table = ""
+    quote = "`"
+    catalog_sql = (
+        "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE = 'YES' FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
+    )
 
     def __init__(self, server: Any, protocol: str) -> None:
         self.server = server
@@ -39,6 +88,9 @@ class Maria:
 
     def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
         return mariadb_sql(self.server, statement, params)
+
+    def session(self) -> Any:
+        return self.server.connect(autocommit=False)
 
     def sink(self, name: str, table: str, **options: Any) -> Any:
         options.setdefault("protocol", self.protocol)
@@ -48,76 +100,29 @@ class Maria:
     def create(self, table: str) -> None:
         self.sql(f"CREATE TABLE `{table}` (id BIGINT PRIMARY KEY, payload TEXT) ENGINE=InnoDB")
 
-    def column(self, table: str, name: str) -> tuple[str, bool] | None:
-        """``(type, nullable)`` of a column, None when the table lacks it."""
-        rows = self.sql(
-            "SELECT COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS WHERE "
-            "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = %s",
-            (table, name),
-        )
-        return (str(rows[0][0]), rows[0][1] == "YES") if rows else None
-
-    def columns(self, table: str) -> list[str]:
-        rows = self.sql(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
-            "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-            (table,),
-        )
-        return [str(r[0]) for r in rows]
-
-    def select(self, table: str, columns: str) -> list[tuple[Any, ...]]:
-        return sorted(self.sql(f"SELECT {columns} FROM `{table}`"))
-
     def prepared(self) -> list[str]:
         return [x for x in self.server.prepared_xids() if x.startswith("tp:")]
-
-    def hold(self, table: str) -> Any:
-        """A session inside a transaction that has read the table (it holds the table's lock)."""
-        conn = self.server.connect(autocommit=False)
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*) FROM `{table}`")
-            cur.fetchall()
-        return conn
 
     def drop(self, table: str) -> None:
         self.server.rollback_prepared("tp:")
         self.sql(f"SET STATEMENT lock_wait_timeout = 5 FOR DROP TABLE IF EXISTS `{table}`")
 
 
-class Postgres(PgTarget):
-    """:class:`PgTarget`, with the reads these tests share with :class:`Maria`."""
+class Postgres(Reads, PgTarget):
+    """:class:`PgTarget`, read as :class:`Maria` is."""
 
     database = "PostgreSQL"
-    table = ""
+    quote = '"'
+    catalog_sql = (
+        "SELECT attname, format_type(atttypid, atttypmod), NOT attnotnull FROM pg_attribute "
+        "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+    )
+
+    def catalog_param(self, table: str) -> str:
+        return f'"{table}"'
 
     def create(self, table: str) -> None:
         self.sql(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, payload text)')
-
-    def column(self, table: str, name: str) -> tuple[str, bool] | None:
-        rows = self.sql(
-            "SELECT format_type(atttypid, atttypmod), NOT attnotnull FROM pg_attribute "
-            "WHERE attrelid = to_regclass(%s) AND attname = %s AND NOT attisdropped",
-            (f'"{table}"', name),
-        )
-        return (str(rows[0][0]), bool(rows[0][1])) if rows else None
-
-    def columns(self, table: str) -> list[str]:
-        rows = self.sql(
-            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-            "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (f'"{table}"',),
-        )
-        return [str(r[0]) for r in rows]
-
-    def select(self, table: str, columns: str) -> list[tuple[Any, ...]]:
-        return sorted(self.sql(f'SELECT {columns} FROM "{table}"'))
-
-    def hold(self, table: str) -> Any:
-        conn = self.server.connect()
-        with conn.cursor() as cur:
-            cur.execute(f'SELECT COUNT(*) FROM "{table}"')
-            cur.fetchall()
-        return conn
 
     def drop(self, table: str) -> None:
         self.clean_prepared()
