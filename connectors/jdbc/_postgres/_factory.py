@@ -108,7 +108,7 @@ def postgres_sink(
         ``"add_columns"``: before each batch the driver adds such a column as
         a nullable column of the mapped type (``ALTER TABLE ... ADD COLUMN IF
         NOT EXISTS``, waiting at most ``lock_timeout``; the sink's user must
-        own the table). Never a drop, a rename or a type change; a key
+        own the table, checked when the sink opens). Never a drop, a rename or a type change; a key
         column, a type without a mapping, a name differing only in case are
         refused by name. A table column the batch lacks gets NULL or its
         default in either case ("Schema changes" in ``docs/jdbc.md``).

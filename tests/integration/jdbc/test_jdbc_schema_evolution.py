@@ -21,7 +21,7 @@ import pytest
 from jdbc_support import PROTOCOLS, PgTarget, mariadb_sql, run_to_end
 
 from twophase.connectors.jdbc import mariadb_sink
-from twophase.errors import AbortRequiredError
+from twophase.errors import AbortRequiredError, ConfigurationError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once
 
 pytestmark = [pytest.mark.integration]
@@ -338,3 +338,19 @@ def test_a_spark_query_restarted_with_a_new_column_adds_it_once(
     assert_exactly_once([r[0] for r in got], expected + new + newer)
     assert [r for r in got if r[1] is not None] == [(i, i / 4) for i in new + newer]
     assert target.prepared() == []
+
+
+# ------------------------------------------------------------------ who may add
+def test_postgres_refuses_evolution_at_open_when_the_sinks_user_does_not_own_the_table(
+    pg: PgTarget, table: str
+) -> None:
+    """Only the owner may ALTER a PostgreSQL table: found when the query starts, not at night."""
+    pg.sql(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, payload text)')
+    pg.sql(f'GRANT SELECT, INSERT ON "{table}" TO twophase_test')
+    sink = pg.sink(
+        "evolve_owner", table, dsn=pg.server.password_dsn, schema_evolution="add_columns"
+    )
+    with pytest.raises(ConfigurationError, match="allows only the owner") as caught:
+        LocalRunner(sink).run_batch(0, parts(0, score=False))
+    assert (caught.value.sink, caught.value.setting) == ("evolve_owner", "schema_evolution")
+    assert pg.ids(table) == []
