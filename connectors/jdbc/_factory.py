@@ -23,7 +23,7 @@ from twophase.errors import ConfigurationError
 
 from .._settings import refuse_unknown
 from ._config import ConnectionConfig
-from ._options import JdbcOptions, QualifiedName, WriteMode
+from ._options import JdbcOptions, QualifiedName, SchemaEvolution, WriteMode
 
 if TYPE_CHECKING:
     from ._sink import JdbcMarkerSink, JdbcTwoPhaseSink
@@ -56,6 +56,7 @@ class SinkOptions(TypedDict, total=False):
     order_column: str | None
     protocol: CommitProtocolName
     create_table: bool
+    schema_evolution: SchemaEvolution
     marker_table: str | tuple[str, str]
     marker_retention: int
     lock_timeout: float

@@ -17,10 +17,12 @@ from twophase.errors import ConfigurationError
 from .._settings import check_number
 from ._network import NetworkBounds
 
-__all__ = ["JdbcOptions", "QualifiedName", "WriteMode"]
+__all__ = ["JdbcOptions", "QualifiedName", "SchemaEvolution", "WriteMode"]
 
 WriteMode = Literal["append", "upsert", "cdc"]
 _MODES: tuple[str, ...] = ("append", "upsert", "cdc")
+SchemaEvolution = Literal["none", "add_columns"]
+_EVOLUTIONS: tuple[str, ...] = ("none", "add_columns")
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,10 @@ class JdbcOptions:
         batch (the largest wins); row order within the partition otherwise.
     create_table
         Create the table from the first batch's schema when it does not exist.
+    schema_evolution
+        ``"none"``, or ``"add_columns"``: before each batch the driver adds a
+        column of the batch the table lacks, nullable, of the mapped type
+        (:mod:`._evolution`).
     marker_table
         Markers protocol: the table holding the idempotence markers.
     marker_retention
@@ -162,6 +168,7 @@ class JdbcOptions:
     cdc_op_column: str = "op"
     order_column: str | None = None
     create_table: bool = False
+    schema_evolution: SchemaEvolution = "none"
     marker_table: QualifiedName = field(
         default_factory=lambda: QualifiedName(None, "twophase_markers")
     )
@@ -181,6 +188,11 @@ class JdbcOptions:
         if self.mode not in _MODES:
             raise ConfigurationError(
                 f"mode must be one of {', '.join(_MODES)}; got {self.mode!r}", setting="mode"
+            )
+        if self.schema_evolution not in _EVOLUTIONS:
+            raise ConfigurationError(
+                f"schema_evolution must be 'none' or 'add_columns'; got {self.schema_evolution!r}",
+                setting="schema_evolution",
             )
         for key in self.key_columns:
             self._identifier(key, "key_columns")

@@ -161,6 +161,11 @@ def plan_write(
             )
         problem = types.compatibility_problem(schema.field(name).type, column)
         if problem is not None:
+            if options.schema_evolution == "add_columns":
+                problem += (
+                    ". schema_evolution='add_columns' never changes the type of a column the "
+                    "table has: ALTER it yourself, or cast the column in Spark"
+                )
             raise ConfigurationError(problem, column=name)
         plans.append(
             ColumnPlan(names.index(name), name, types.column_kind(schema.field(name).type, column))

@@ -5,6 +5,7 @@ What every dialect checks alike is :class:`~.._checks.TableChecks`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from twophase.errors import ConfigurationError
 
 from ..._context import ErrorContext, keywords_of
 from .._checks import TableChecks
+from .._evolution import NewColumn
 from .._options import QualifiedName
 from .._plan import WritePlan
 from .._table import TableInfo
@@ -45,6 +47,19 @@ class MariaDBChecker(MariaDBClient, TableChecks):
         return (
             f"CREATE TABLE IF NOT EXISTS {table(options.table)} ({', '.join(parts)}) "
             "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+        )
+
+    def add_column_statement(self, column: NewColumn) -> Any:
+        """``ADD COLUMN IF NOT EXISTS``, ``WAIT`` bounding the metadata lock by ``lock_timeout``.
+
+        The session's ``innodb_lock_wait_timeout`` does not bound an ``ALTER``:
+        its metadata lock waits ``lock_wait_timeout`` (a year by default).
+        """
+        seconds = math.ceil(self.options.lock_timeout)
+        wait = f" WAIT {seconds}" if seconds else ""
+        return (
+            f"ALTER TABLE {table(self.options.table)}{wait} "
+            f"ADD COLUMN IF NOT EXISTS {quote(column.name)} {column.sql_type} NULL"
         )
 
     def check_target(

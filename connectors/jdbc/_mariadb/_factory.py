@@ -94,6 +94,11 @@ def mariadb_sink(
         with a marker row (for servers or users that cannot use XA).
     create_table
         Create the table from the first batch's schema if it does not exist.
+    schema_evolution
+        ``"none"`` or ``"add_columns"``, as for
+        :func:`~twophase.connectors.jdbc.postgres_sink`: ``ALTER TABLE ...
+        WAIT <lock_timeout> ADD COLUMN IF NOT EXISTS`` (the user needs ALTER
+        on the table).
     marker_table
         The marker table (markers protocol), created when missing. The
         coordinated protocol's fence tables (``twophase_fences``,

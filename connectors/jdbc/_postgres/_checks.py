@@ -14,6 +14,7 @@ from twophase.errors import ConfigurationError
 
 from ..._context import ErrorContext
 from .._checks import TableChecks
+from .._evolution import NewColumn
 from .._options import QualifiedName
 from . import _sql
 from ._catalog import (
@@ -46,12 +47,17 @@ class PostgresChecker(PostgresClient, TableChecks):
         """``CREATE TABLE IF NOT EXISTS`` with the key columns as primary key."""
         return _sql.create_table(_sql.ident(self.options.table), fields, self.options.key_columns)
 
+    def add_column_statement(self, column: NewColumn) -> Any:
+        """``ADD COLUMN IF NOT EXISTS``; the session's ``lock_timeout`` bounds the wait."""
+        return _sql.add_column(_sql.ident(self.options.table), column.name, column.sql_type)
+
     def check_target(
         self, cur: Any, found: TableInfo | None, *, coordinated: bool, where: ErrorContext
     ) -> None:
         """Refuse a relation that is not a table and rights the mode and protocol need.
 
-        The table's rights for the mode; CREATE on the merge schema
+        The table's rights for the mode, and its ownership for
+        ``schema_evolution="add_columns"``; CREATE on the merge schema
         (coordinated upsert/CDC) or TEMP on the database (markers upsert/CDC),
         checked even when the table is still to be created.
         """
@@ -100,3 +106,16 @@ class PostgresChecker(PostgresClient, TableChecks):
                 setting="table",
                 **where.keywords(),
             )
+        if options.schema_evolution == "add_columns":
+            cur.execute(
+                "SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = %s", (found.oid,)
+            )
+            if not cur.fetchone()[0]:
+                raise ConfigurationError(
+                    f"permission denied: schema_evolution='add_columns' adds columns with ALTER "
+                    f"TABLE, which PostgreSQL allows only the owner of {options.table} (or a "
+                    "member of its role), and the sink's user is not. Grant it the owning role, "
+                    "or set schema_evolution='none'",
+                    setting="schema_evolution",
+                    **where.keywords(),
+                )

@@ -103,6 +103,15 @@ def postgres_sink(
         Create the table from the first batch's schema if it does not exist:
         the key columns become its primary key, and they and the non-nullable
         Spark fields are NOT NULL (the type mapping is in ``docs/jdbc.md``).
+    schema_evolution
+        ``"none"`` (a batch column the table lacks fails the batch) or
+        ``"add_columns"``: before each batch the driver adds such a column as
+        a nullable column of the mapped type (``ALTER TABLE ... ADD COLUMN IF
+        NOT EXISTS``, waiting at most ``lock_timeout``; the sink's user must
+        own the table, checked when the sink opens). Never a drop, a rename or a type change; a key
+        column, a type without a mapping, a name differing only in case are
+        refused by name. A table column the batch lacks gets NULL or its
+        default in either case ("Schema changes" in ``docs/jdbc.md``).
     marker_table
         Markers protocol: the marker table, created when missing (CREATE on
         its schema, once). The coordinated protocol's ``twophase_fences`` and

@@ -20,6 +20,7 @@ from .._plan import OP_COLUMN, SEQ_COLUMN
 __all__ = [
     "OP_COLUMN",
     "SEQ_COLUMN",
+    "add_column",
     "copy_into",
     "create_staging",
     "create_table",
@@ -216,3 +217,10 @@ def create_table(
     if keys:
         parts.append(sql.SQL("PRIMARY KEY ({})").format(_columns(keys)))
     return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(target, sql.SQL(", ").join(parts))
+
+
+def add_column(target: sql.Composable, name: str, pg_type: str) -> sql.Composed:
+    """``ALTER TABLE ... ADD COLUMN IF NOT EXISTS`` of a nullable column."""
+    return sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+        target, sql.Identifier(name), sql.SQL(pg_type)
+    )

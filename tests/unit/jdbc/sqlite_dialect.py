@@ -26,6 +26,7 @@ from twophase.connectors.jdbc._client import JdbcClient
 from twophase.connectors.jdbc._config import ConnectionConfig
 from twophase.connectors.jdbc._dialect import PartsDialect
 from twophase.connectors.jdbc._errors import Codes, ErrorMap, ErrorRule
+from twophase.connectors.jdbc._evolution import NewColumn
 from twophase.connectors.jdbc._factory import Choice, SinkClasses, build_sink
 from twophase.connectors.jdbc._gid import LONGEST_SUFFIX, IdLimit
 from twophase.connectors.jdbc._marker_table import MarkerTable
@@ -217,6 +218,11 @@ class SqliteChecker(SqliteClient, TableChecks):
         """``CREATE TABLE IF NOT EXISTS``."""
         parts = [f"{quote(n)} {t}{' NOT NULL' if nn else ''}" for n, t, nn in fields]
         return f"CREATE TABLE IF NOT EXISTS {table_name(self.options.table)} ({', '.join(parts)})"
+
+    def add_column_statement(self, column: NewColumn) -> str:
+        """``ADD COLUMN`` (no ``IF NOT EXISTS`` in SQLite: the core takes a duplicate as added)."""
+        target = table_name(self.options.table)
+        return f"ALTER TABLE {target} ADD COLUMN {quote(column.name)} {column.sql_type}"
 
 
 # ------------------------------------------------------------------ the writer
