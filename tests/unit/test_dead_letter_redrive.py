@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +146,37 @@ def test_a_sink_that_cannot_list_its_dead_letters_is_named(
     err = capsys.readouterr().err
     assert "sink s: SqliteSink does not implement read_dead_letters()" in err
     assert "(setting: --target)" in err or "--target" in err
+
+
+def test_the_sqlite_example_redrives_in_one_transaction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from examples.sqlite_sink import SqliteDeadLetterSink
+
+    database = str(tmp_path / "events.db")
+    with contextlib.closing(sqlite3.connect(database)) as conn:
+        conn.execute("CREATE TABLE events (id INTEGER UNIQUE, payload TEXT NOT NULL)")
+    sink = SqliteDeadLetterSink("events", database, "events", bad_rows="dead_letter")
+    runner = LocalRunner(sink, tmp_path / "chk")
+    runner.run_batch(0, [[{"id": 1, "payload": None}, {"id": 2, "payload": "b"}]])
+    runner.run_batch(1, [[{"id": 3, "payload": None}]])
+    args = ["--sink", "events", "--target", "examples.sqlite_sink:SqliteDeadLetterSink"]
+    args += ["-o", f"database={database}", "-o", "table=events", "-o", "bad_rows=dead_letter"]
+
+    def table() -> list[tuple[int, str | None]]:
+        with contextlib.closing(sqlite3.connect(database)) as conn:
+            return sorted(conn.execute("SELECT id, payload FROM events"))
+
+    assert main(["dead-letters", "redrive", *args, "--yes"]) == 1  # not fixed: both stay
+    assert "still refused, left in the dead letters: 2 row(s)" in capsys.readouterr().out
+    assert [x.values()["id"] for x in sink.read_dead_letters()] == [1, 3]
+    with contextlib.closing(sqlite3.connect(database)) as conn:  # the fix: payload nullable
+        conn.executescript(
+            "ALTER TABLE events RENAME TO old; CREATE TABLE events (id INTEGER UNIQUE, payload "
+            "TEXT); INSERT INTO events SELECT * FROM old; DROP TABLE old;"
+        )
+    assert main(["dead-letters", "redrive", *args, "--limit", "1", "--yes"]) == 0
+    assert table() == [(1, None), (2, "b")]
+    assert main(["dead-letters", "redrive", *args, "--yes"]) == 0
+    assert table() == [(1, None), (2, "b"), (3, None)]
+    assert list(sink.read_dead_letters()) == []
