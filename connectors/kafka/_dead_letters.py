@@ -14,9 +14,10 @@ Layout and rules: ``docs/kafka.md``, "Dead letters".
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
@@ -33,7 +34,9 @@ from ._row_errors import HEADER_OVERHEAD, RECORD_OVERHEAD, topic_limits
 __all__ = [
     "DEAD_LETTER_PARTITION",
     "VERSION",
+    "column_types",
     "decode",
+    "decode_with_types",
     "encode",
     "ensure_dead_letter_topic",
     "letter_key",
@@ -53,13 +56,30 @@ def letter_key(sink: str, batch_id: int, partition_id: int, position: int) -> by
     return f"{sink}/{batch_id}/{partition_id}/{position}".encode()
 
 
-def encode(letter: DeadLetter) -> tuple[bytes, bytes, Headers]:
+def column_types(schema: pa.Schema | None) -> dict[str, str]:
+    """Return ``"string"`` or ``"binary"`` for the ``key`` and ``value`` columns of a schema.
+
+    A dead letter carries them: in its row's JSON a string is text and bytes base64, so
+    redrive needs to know which it was.
+    """
+    if schema is None:
+        return {}
+    return {
+        name: "string" if pa.types.is_string(t) or pa.types.is_large_string(t) else "binary"
+        for name in ("key", "value")
+        if (t := schema.field(name).type if name in schema.names else None) is not None
+    }
+
+
+def encode(letter: DeadLetter, types: Mapping[str, str]) -> tuple[bytes, bytes, Headers]:
     """Return a dead letter's key, value and headers.
 
     Parameters
     ----------
     letter
         The dead letter (its row already JSON text, bytes in base64).
+    types
+        :func:`column_types` of its rows.
 
     Returns
     -------
@@ -76,6 +96,7 @@ def encode(letter: DeadLetter) -> tuple[bytes, bytes, Headers]:
         "code": letter.code,
         "message": letter.message,
         "column": letter.column,
+        "types": dict(types),
     }
     # The row is JSON text already: spliced in as an object, not parsed again.
     value = (json.dumps(fields)[:-1] + ', "row": ' + letter.row + "}").encode()
@@ -96,7 +117,12 @@ def encode(letter: DeadLetter) -> tuple[bytes, bytes, Headers]:
 
 
 def decode(value: bytes) -> DeadLetter:
-    """Return the dead letter a record's value holds.
+    """Return the dead letter a record's value holds (:func:`decode_with_types`)."""
+    return decode_with_types(value)[0]
+
+
+def decode_with_types(value: bytes) -> tuple[DeadLetter, dict[str, str]]:
+    """Return the dead letter a record's value holds, and its :func:`column_types`.
 
     Raises
     ------
@@ -109,7 +135,7 @@ def decode(value: bytes) -> DeadLetter:
             f"a dead letter of layout version {fields.get('version')!r}; this release reads "
             f"version {VERSION}: upgrade twophase"
         )
-    return DeadLetter(
+    letter = DeadLetter(
         fields["sink"],
         int(fields["batch_id"]),
         int(fields["partition_id"]),
@@ -120,6 +146,7 @@ def decode(value: bytes) -> DeadLetter:
         fields["column"],
         json.dumps(fields["row"]),
     )
+    return letter, dict(fields.get("types") or {})
 
 
 def record_size(key: bytes, value: bytes, headers: Headers) -> int:
@@ -159,9 +186,15 @@ def check_fits(
 
 
 def produce_letters(
-    producer: Any, options: KafkaOptions, letters: Sequence[DeadLetter], where: ErrorContext
+    producer: Any,
+    options: KafkaOptions,
+    letters: Sequence[DeadLetter],
+    where: ErrorContext,
+    types: Sequence[Mapping[str, str]],
 ) -> int:
-    """Produce dead letters into the open transaction; return how many.
+    """Produce dead letters (with each one's :func:`column_types`) into the open transaction.
+
+    Returns how many.
 
     Raises
     ------
@@ -170,7 +203,7 @@ def produce_letters(
     """
     topic = options.dead_letter_topic
     assert topic is not None
-    records = [encode(letter) for letter in letters]
+    records = [encode(letter, t) for letter, t in zip(letters, types, strict=True)]
     check_fits(options, records, where)
     for key, value, headers in records:
         produce_one(producer, topic, value, key, DEAD_LETTER_PARTITION, headers)

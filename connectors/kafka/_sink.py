@@ -6,7 +6,7 @@ Design (zombies, recovery, code layout, where KIP-939 plugs in): ``docs/kafka.md
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -25,7 +25,7 @@ from twophase import (
 from twophase.errors import ConfigurationError, FatalError
 
 from .._settings import check_number, refuse_unknown
-from . import _fencing
+from . import _fencing, _redrive
 from ._attempt_fence import Fence
 from ._checks import check_cluster
 from ._columns import plan_records
@@ -277,10 +277,8 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
 
     def __repr__(self) -> str:
         servers = self.options.producer_config.get("bootstrap.servers")
-        return (
-            f"KafkaSink({self.name!r}, bootstrap_servers={servers!r}, topic={self.topic!r}, "
-            f"control_topic={self.control_topic!r})"
-        )
+        where = f"topic={self.topic!r}, control_topic={self.control_topic!r}"
+        return f"KafkaSink({self.name!r}, bootstrap_servers={servers!r}, {where})"
 
     # ----------------------------------------------------------- settings
     @property
@@ -407,10 +405,8 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         committed this very batch itself, for a task of a stopped query that
         ran in this Python worker: its own markers tell.
 
-        With ``producer_lanes > 1``, an unchecked producer first reads the
-        fence records (:mod:`._attempt_fence`): an attempt that a newer run or
-        a newer attempt of its partition fenced stops here with
-        :class:`~twophase.errors.FatalError`, as a zombie must.
+        With ``producer_lanes > 1``, an unchecked producer first reads the fence records
+        (:mod:`._attempt_fence`): a fenced attempt stops with ``FatalError``, as a zombie must.
         """
         producer = txn.producer
         ctx = txn.context
@@ -433,6 +429,19 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     def abort(self, txn: KafkaTransaction) -> None:
         """Abort the transaction; a fenced or failed producer is closed, not pooled."""
         txn.abort()
+
+    # ================================================ dead letters (the CLI)
+    def read_dead_letters(self) -> Iterator[DeadLetter]:
+        """Read ``dead_letter_topic`` (``read_committed``) from the redrive group's offset."""
+        return (letter for _, letter, _types in _redrive.pending(self.options))
+
+    def redrive_dead_letters(self, letters: Sequence[DeadLetter]) -> Sequence[RowError]:
+        """Produce the rows again and advance the redrive group, in one transaction.
+
+        ``letters`` must be the oldest pending ones, in order (offsets are a prefix);
+        rows still refused are set aside again at the end of ``dead_letter_topic``.
+        """
+        return _redrive.redrive(self.options, letters)
 
 
 #: The keywords :class:`KafkaSink` takes, to name the closest to a misspelt one.

@@ -26,7 +26,7 @@ from twophase.errors import (
 
 from . import _pool
 from ._columns import RecordPlan, plan_records
-from ._dead_letters import produce_letters
+from ._dead_letters import column_types, produce_letters
 from ._errors import is_fenced, kafka_error_of, map_kafka_error, retry_locally
 from ._fencing import init_producer, task_producer
 from ._marker_records import CONTROL_PARTITION, encode_marker, marker_key, new_nonce
@@ -134,10 +134,8 @@ class KafkaTransaction(TransactionFailures):
         return cls(options, context, entry, probe=reused)
 
     def __repr__(self) -> str:
-        return (
-            f"KafkaTransaction({self.context.transaction_id!r}, {self.state}, "
-            f"records={self.records})"
-        )
+        ctx = self.context
+        return f"KafkaTransaction({ctx.transaction_id!r}, {self.state}, records={self.records})"
 
     # ---------------------------------------------------------------- steps
     def write(self, batch: pa.RecordBatch) -> list[RowError]:
@@ -197,9 +195,9 @@ class KafkaTransaction(TransactionFailures):
         """
         self._require_open("write_dead_letters")
         try:
-            self.records += produce_letters(
-                self.producer.producer, self.options, letters, self.where
-            )
+            types = [column_types(self._plan[0] if self._plan else None)] * len(letters)
+            producer = self.producer.producer
+            self.records += produce_letters(producer, self.options, letters, self.where, types)
         except Exception as exc:
             self._fail(exc, "write_dead_letters", self.options.dead_letter_topic)
 
