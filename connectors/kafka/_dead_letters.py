@@ -14,6 +14,7 @@ Layout and rules: ``docs/kafka.md``, "Dead letters".
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from twophase import DeadLetter
 from twophase.errors import ConfigurationError, DataError
 
 from .._context import ErrorContext
-from ._compat import NewTopic
+from ._compat import ConfigResource, NewTopic, ResourceType
 from ._errors import KafkaErrorContext, kafka_error_of, map_kafka_error
 from ._options import KafkaOptions
 from ._records import produce_one
@@ -238,6 +239,7 @@ def ensure_dead_letter_topic(admin: AdminClient, options: KafkaOptions) -> None:
     )
     try:
         futures[topic].result()
+        _await_described(admin, options, topic)
     except Exception as exc:
         err = kafka_error_of(exc)
         if err is None:
@@ -257,3 +259,22 @@ def ensure_dead_letter_topic(admin: AdminClient, options: KafkaOptions) -> None:
             ) from exc
         ctx = KafkaErrorContext(options.sink, action="creating the dead-letter topic", topic=topic)
         raise map_kafka_error(err, ctx) from exc
+
+
+def _await_described(admin: AdminClient, options: KafkaOptions, topic: str) -> None:
+    """Wait until a topic created a moment ago can be described (its limits read)."""
+    deadline = time.monotonic() + options.operation_timeout
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    while True:
+        try:
+            admin.describe_configs([resource], request_timeout=options.operation_timeout)[
+                resource
+            ].result()
+            return
+        except Exception as exc:
+            err = kafka_error_of(exc)
+            if err is None or err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -170,6 +171,19 @@ def record_sizes(batch: pa.RecordBatch, plan: RecordPlan) -> np.ndarray:
     return size
 
 
+class _Same(Sequence[str | None]):
+    """``n`` times the same topic, as a sequence (nothing allocated per row)."""
+
+    def __init__(self, topic: str, n: int) -> None:
+        self._topic, self._n = topic, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._topic
+
+
 def screen(
     batch: pa.RecordBatch, plan: RecordPlan, *, options: KafkaOptions, context: TaskContext
 ) -> list[RowError]:
@@ -196,8 +210,10 @@ def screen(
     errors: dict[int, RowError] = {}
     if plan.topic is None:
         assert plan.default_topic is not None
-        topics: list[str | None] = [plan.default_topic] * n
+        # Every row goes to the default topic: no per-row list on the clean path.
+        topics: Sequence[str | None] = _Same(plan.default_topic, n)
         refused_topics: dict[str, tuple[str, str]] = {}
+        used = {plan.default_topic}
     else:
         column = batch.column(plan.topic)
         refused_topics = check_topic_column(column, options=options, context=context, tolerate=True)
@@ -210,7 +226,7 @@ def screen(
             elif t in refused_topics:
                 code, message = refused_topics[t]
                 errors[i] = RowError(i, "invalid_value", message, code, "topic")
-    used = {t for t in set(topics) if t is not None and t not in refused_topics}
+        used = {t for t in set(topics) if t is not None and t not in refused_topics}
     limits = topic_limits(options, context, used) if used else {}
     if plan.partition is not None and not pa.types.is_null(batch.column(plan.partition).type):
         for i, p in enumerate(batch.column(plan.partition).to_pylist()):
