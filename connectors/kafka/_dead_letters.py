@@ -34,6 +34,7 @@ from ._row_errors import HEADER_OVERHEAD, RECORD_OVERHEAD, topic_limits
 
 __all__ = [
     "DEAD_LETTER_PARTITION",
+    "HEADER_NAMES",
     "VERSION",
     "column_types",
     "decode",
@@ -50,6 +51,18 @@ DEAD_LETTER_PARTITION = 0
 VERSION = 1
 
 Headers = list[tuple[str, bytes]]
+
+#: The headers of a dead-letter record (``docs/kafka.md`` names them; a test holds it to this).
+HEADER_NAMES = (
+    "twophase.error.class",
+    "twophase.error.column",
+    "twophase.error.code",
+    "twophase.error.message",
+    "twophase.sink",
+    "twophase.batch",
+    "twophase.partition",
+    "twophase.position",
+)
 
 
 def letter_key(sink: str, batch_id: int, partition_id: int, position: int) -> bytes:

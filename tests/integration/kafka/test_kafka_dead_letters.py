@@ -363,3 +363,49 @@ def test_redrive_after_the_topic_limit_is_raised_moves_each_record_exactly_once(
     with pytest.raises(ValueError, match="pending"):
         sink.redrive_dead_letters(letters[:1])
     assert len(read_topic(topic)) == len(values)
+
+
+def test_the_twophase_command_lists_and_redrives_a_kafka_sinks_dead_letters(
+    kafka_broker: KafkaBroker,
+    make_topic: Callable[..., str],
+    read_topic: Callable[..., list[Record]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from twophase._cli._commands import main
+
+    topic = make_topic(1, prefix="dlr", config=SMALL)
+    dead = make_topic(1, prefix="dlq")
+    sink = routing_sink(
+        kafka_broker, "dl-cli", dead, topic=topic, bad_rows="dead_letter", dead_letter_topic=dead
+    )
+    batch = pa.record_batch({"value": pa.array([b"a", BIG, b"b"], pa.binary())})
+    LocalRunner(sink).run_batch(0, [[batch]])
+    options = {
+        "bootstrap_servers": kafka_broker.bootstrap_servers,
+        "topic": topic,
+        "bad_rows": "dead_letter",
+        "dead_letter_topic": dead,
+        "control_topic": sink.control_topic,
+        "producer_config": json.dumps(PRODUCER),
+    }
+    args = ["--sink", "dl-cli", "--target", "twophase.connectors.kafka:KafkaSink"]
+    for key, value in options.items():
+        args += ["-o", f"{key}={value}"]
+    assert main(["dead-letters", "list", *args]) == 0
+    assert "too_large" in capsys.readouterr().out
+    assert main(["dead-letters", "redrive", *args, "--yes"]) == 1  # still refused
+    assert sorted(r.value for r in read_topic(topic)) == [b"a", b"b"]
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("max.message.bytes", "100000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result()
+    assert main(["dead-letters", "redrive", *args, "--yes"]) == 0
+    assert sorted(r.value for r in read_topic(topic)) == sorted([b"a", b"b", BIG])
+    assert main(["dead-letters", "redrive", *args, "--yes"]) == 0
+    assert "no dead letters to redrive" in capsys.readouterr().out
+    assert len(read_topic(topic)) == 3

@@ -339,3 +339,14 @@ def test_produce_one_waits_for_room_and_writes_the_record_once() -> None:
     produce_one(producer, "ctl", b"m2", b"k2", 0)  # queue full once, then retried
     assert producer.records == [("ctl", b"m1", b"k1", 0, None), ("ctl", b"m2", b"k2", 0, None)]
     assert producer.polls >= 1
+
+
+def test_a_dead_letter_record_round_trips_and_carries_every_header() -> None:
+    from twophase import DeadLetter
+    from twophase.connectors.kafka._dead_letters import HEADER_NAMES, decode_with_types, encode
+
+    letter = DeadLetter("s", 3, 1, 7, "too_large", "MSG_SIZE_TOO_LARGE", "big", "value", '{"v": 1}')
+    key, value, headers = encode(letter, {"value": "binary"})
+    assert key == b"s/3/1/7"
+    assert decode_with_types(value) == (letter, {"value": "binary"})
+    assert set(dict(headers)) == set(HEADER_NAMES)
