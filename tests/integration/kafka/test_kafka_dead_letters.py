@@ -409,3 +409,44 @@ def test_the_twophase_command_lists_and_redrives_a_kafka_sinks_dead_letters(
     assert main(["dead-letters", "redrive", *args, "--yes"]) == 0
     assert "no dead letters to redrive" in capsys.readouterr().out
     assert len(read_topic(topic)) == 3
+
+
+def test_a_redrive_that_fails_before_its_commit_moves_nothing_and_a_second_moves_all_once(
+    kafka_broker: KafkaBroker,
+    make_topic: Callable[..., str],
+    read_topic: Callable[..., list[Record]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from twophase.connectors.kafka import _redrive
+
+    topic = make_topic(1, prefix="dlr")
+    dead = make_topic(1, prefix="dlq")
+    sink = routing_sink(
+        kafka_broker, "dl-atomic", dead, bad_rows="dead_letter", dead_letter_topic=dead
+    )
+    # Rows with a null topic: set aside; the redriving sink has the topic option.
+    batch = pa.record_batch(
+        {"topic": pa.array([topic, None, None], pa.string()), "value": [b"a", b"b", b"c"]}
+    )
+    LocalRunner(sink).run_batch(0, [[batch]])
+    fixed = routing_sink(
+        kafka_broker, "dl-atomic", dead, topic=topic, bad_rows="dead_letter", dead_letter_topic=dead
+    )
+    letters = list(fixed.read_dead_letters())
+    assert [d.position for d in letters] == [1, 2]
+    fired = []
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        fired.append(1)
+        raise RuntimeError("killed before the commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_redrive, "retry_locally", crash)  # send_offsets, then the commit
+        with pytest.raises(RuntimeError, match="killed"):
+            fixed.redrive_dead_letters(letters)
+    assert fired, "the fault did not fire"
+    assert [r.value for r in read_topic(topic)] == [b"a"]
+    assert list(fixed.read_dead_letters()) == letters
+    assert fixed.redrive_dead_letters(letters) == []
+    assert sorted(r.value for r in read_topic(topic)) == [b"a", b"b", b"c"]
+    assert list(fixed.read_dead_letters()) == []
