@@ -91,8 +91,8 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         return PostgresTransaction(context, gid, self.pool(), conn, table, xid), table is not None
 
     # -------------------------------------------------------------- write
-    def write(self, txn: PostgresTransaction, batch: pa.RecordBatch) -> None:
-        """COPY one record batch into the table (append) or the staging table."""
+    def load(self, txn: PostgresTransaction, batch: pa.RecordBatch, *, settle: bool) -> None:
+        """COPY rows into the table (append) or the staging table (``settle``: end the COPY)."""
         txn.open_connection("write()")
         if batch.num_rows == 0:
             return
@@ -114,6 +114,8 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         except psycopg2.Error as exc:
             txn.copy = None  # it has ended
             raise self._copy_failed(txn, exc) from exc
+        if settle:
+            self._end_copy(txn)
         txn.rows += batch.num_rows
 
     def _copy_statement(self, txn: PostgresTransaction) -> sql.Composed:
