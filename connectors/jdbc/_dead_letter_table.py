@@ -30,7 +30,7 @@ from ._rows import check_row_format
 from ._table import TableColumn, TableInfo
 from ._transaction import JdbcTransaction
 
-__all__ = ["DeadLetterTable"]
+__all__ = ["LAYOUT", "DeadLetterTable"]
 
 #: The columns a dead letter fills, in :class:`~twophase.DeadLetter`'s order.
 _COLUMNS = (
@@ -43,6 +43,21 @@ _COLUMNS = (
     "message",
     "column_name",
     "row",
+)
+#: The table's columns: (name, kind of type, NOT NULL). Its primary key is the
+#: first four: a row of a batch is set aside once.
+LAYOUT = (
+    ("sink", "name", True),
+    ("batch_id", "bigint", True),
+    ("partition_id", "int", True),
+    ("position", "bigint", True),
+    ("error_class", "name", True),
+    ("code", "name", False),
+    ("message", "text", True),
+    ("column_name", "text", False),
+    ("row", "json", True),
+    ("recorded_at", "now", True),
+    ("record_format", "smallint", True),
 )
 _DUPLICATE_HINT = (
     "A dead letter of this sink is already at this batch, partition and position: the "
@@ -59,14 +74,21 @@ class DeadLetterTable(JdbcClient):
 
     Attributes
     ----------
-    create_statement
-        ``CREATE TABLE IF NOT EXISTS {} (...)`` in the database's types, its
-        primary key (sink, batch_id, partition_id, position).
+    types
+        The database's type of each kind of column of :data:`LAYOUT`
+        (``name``, ``text``, ``bigint``, ``int``, ``json``, ``now``: a time
+        that defaults to the server's current time).
+    row_check
+        A check the ``row`` column adds, where the JSON type has none of its own.
+    table_options
+        What follows the column list (an engine, a collation).
     row_text
         The select expression of the ``row`` column as JSON text.
     """
 
-    create_statement: ClassVar[str]
+    types: ClassVar[dict[str, str]]
+    row_check: ClassVar[str] = ""
+    table_options: ClassVar[str] = ""
     row_text: ClassVar[str]
 
     # ------------------------------------------------------------------ hooks
@@ -97,6 +119,20 @@ class DeadLetterTable(JdbcClient):
         """Return the dead-letter table, quoted."""
         return ".".join(self.quote(part) for part in self.options.dead_letters.parts())
 
+    def create_statement(self) -> str:
+        """Return the ``CREATE TABLE IF NOT EXISTS`` of :data:`LAYOUT` in the database's types."""
+        defaults = {"now": "", "smallint": " DEFAULT 1"}
+        columns = [
+            f"{self.quote(name)} {self.types[kind]}{' NOT NULL' if not_null else ''}"
+            f"{defaults.get(kind, '')}{self.row_check if name == 'row' else ''}"
+            for name, kind, not_null in LAYOUT
+        ]
+        key = ", ".join(self.quote(name) for name, _kind, _null in LAYOUT[:4])
+        return (
+            f"CREATE TABLE IF NOT EXISTS {self.table} ({', '.join(columns)}, "
+            f"PRIMARY KEY ({key})){self.table_options}"
+        )
+
     def _columns(self) -> str:
         return ", ".join(self.quote(c) for c in _COLUMNS)
 
@@ -124,7 +160,7 @@ class DeadLetterTable(JdbcClient):
 
         def ensure(cur: Any) -> None:
             if self.is_missing(cur):
-                cur.execute(self.create_statement.format(self.table))
+                cur.execute(self.create_statement())
 
         try:
             self.run(f"creating the dead-letter table {name}", ensure, where)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from typing import Any
+from typing import Any, ClassVar
 
 from .._dead_letter_table import DeadLetterTable
 from .._table import TableColumn, TableInfo
@@ -19,22 +19,17 @@ _DATETIME = frozenset({"datetime", "timestamp"})
 class MariaDBDeadLetterTable(MariaDBClient, DeadLetterTable):
     """MariaDB's dead-letter table (InnoDB; the row is JSON text checked by ``JSON_VALID``)."""
 
-    create_statement = (
-        "CREATE TABLE IF NOT EXISTS {} ("
-        "sink VARCHAR(64) NOT NULL, "
-        "batch_id BIGINT NOT NULL, "
-        "partition_id INT NOT NULL, "
-        "`position` BIGINT NOT NULL, "
-        "error_class VARCHAR(32) NOT NULL, "
-        "code VARCHAR(16), "
-        "message TEXT NOT NULL, "
-        "column_name TEXT, "
-        "`row` LONGTEXT NOT NULL CHECK (JSON_VALID(`row`)), "
-        "recorded_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
-        "record_format SMALLINT NOT NULL DEFAULT 1, "
-        "PRIMARY KEY (sink, batch_id, partition_id, `position`)) "
-        "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
-    )
+    types: ClassVar[dict[str, str]] = {
+        "name": "VARCHAR(64)",
+        "text": "TEXT",
+        "bigint": "BIGINT",
+        "int": "INT",
+        "smallint": "SMALLINT",
+        "json": "LONGTEXT",
+        "now": "DATETIME(6) DEFAULT CURRENT_TIMESTAMP(6)",
+    }
+    row_check = " CHECK (JSON_VALID(`row`))"
+    table_options = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
     row_text = "`row`"
 
     def quote(self, name: str) -> str:

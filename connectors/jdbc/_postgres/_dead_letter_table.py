@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, ClassVar
 
 from .._dead_letter_table import DeadLetterTable
 from .._table import TableColumn, TableInfo
@@ -16,21 +16,15 @@ __all__ = ["PostgresDeadLetterTable"]
 class PostgresDeadLetterTable(PostgresClient, DeadLetterTable):
     """PostgreSQL's dead-letter table."""
 
-    create_statement = (
-        "CREATE TABLE IF NOT EXISTS {} ("
-        "sink text NOT NULL, "
-        "batch_id bigint NOT NULL, "
-        "partition_id integer NOT NULL, "
-        '"position" bigint NOT NULL, '
-        "error_class text NOT NULL, "
-        "code text, "
-        "message text NOT NULL, "
-        "column_name text, "
-        '"row" jsonb NOT NULL, '
-        "recorded_at timestamptz NOT NULL DEFAULT now(), "
-        "record_format smallint NOT NULL DEFAULT 1, "
-        'PRIMARY KEY (sink, batch_id, partition_id, "position"))'
-    )
+    types: ClassVar[dict[str, str]] = {
+        "name": "text",
+        "text": "text",
+        "bigint": "bigint",
+        "int": "integer",
+        "smallint": "smallint",
+        "json": "jsonb",
+        "now": "timestamptz DEFAULT now()",
+    }
     row_text = '"row"::text'
 
     def quote(self, name: str) -> str:

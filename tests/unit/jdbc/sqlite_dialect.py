@@ -334,15 +334,12 @@ class SqliteMarkerTable(SqliteClient, MarkerTable):
 class SqliteDeadLetterTable(SqliteClient, DeadLetterTable):
     """The dead-letter table, in SQLite's types (the row as JSON text)."""
 
-    create_statement = (
-        "CREATE TABLE IF NOT EXISTS {} ("
-        "sink TEXT NOT NULL, batch_id INTEGER NOT NULL, partition_id INTEGER NOT NULL, "
-        '"position" INTEGER NOT NULL, error_class TEXT NOT NULL, code TEXT, '
-        'message TEXT NOT NULL, column_name TEXT, "row" TEXT NOT NULL, '
-        "recorded_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, "
-        "record_format INTEGER NOT NULL DEFAULT 1, "
-        'PRIMARY KEY (sink, batch_id, partition_id, "position"))'
-    )
+    types = dict.fromkeys(("name", "text", "json"), "TEXT") | {
+        "bigint": "INTEGER",
+        "int": "INTEGER",
+        "smallint": "INTEGER",
+        "now": "TEXT DEFAULT CURRENT_TIMESTAMP",
+    }
     row_text = '"row"'
 
     def quote(self, name: str) -> str:
