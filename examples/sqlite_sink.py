@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -144,6 +144,24 @@ class SqliteDeadLetterSink(SqliteSink):
     def write_dead_letters(self, txn: sqlite3.Connection, letters: Sequence[DeadLetter]) -> None:
         rows = [dataclasses.astuple(letter) for letter in letters]  # every field, in order
         txn.executemany(f"INSERT INTO {DEAD_LETTERS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def read_dead_letters(self) -> Iterator[DeadLetter]:  # twophase dead-letters list
+        query = f"SELECT * FROM {DEAD_LETTERS} WHERE sink = ? ORDER BY batch_id, partition_id, "
+        with contextlib.closing(self._connect()) as conn:
+            rows = conn.execute(query + "position", (self.name,)).fetchall()
+        return iter([DeadLetter(*row) for row in rows])
+
+    def redrive_dead_letters(self, letters: Sequence[DeadLetter]) -> list[RowError]:
+        batch = pa.RecordBatch.from_pylist([letter.values() for letter in letters])
+        where = "sink = ? AND batch_id = ? AND partition_id = ? AND position = ?"
+        with contextlib.closing(self._connect()) as conn:
+            conn.execute("BEGIN")  # the rows in, their letters out: one transaction
+            refused = self._insert(conn, batch, 0)  # what the table still refuses stays
+            kept = {error.row for error in refused}
+            moved = [dataclasses.astuple(x)[:4] for i, x in enumerate(letters) if i not in kept]
+            conn.executemany(f"DELETE FROM {DEAD_LETTERS} WHERE {where}", moved)
+            conn.execute("COMMIT")
+        return refused
 
 
 def read_dead_letters(database: str) -> list[DeadLetter]:

@@ -157,7 +157,7 @@ def _same_names(what: str, found: Iterable[str], table: str, described: dict[str
 
 
 #: The commands of ``twophase``, in the order the page explains them.
-COMMANDS = ("status", "resolve", "abort-in-doubt")
+COMMANDS = ("status", "resolve", "abort-in-doubt", "dead-letters list", "dead-letters redrive")
 
 
 def cli_usage() -> str:
@@ -165,7 +165,7 @@ def cli_usage() -> str:
     blocks = []
     for command in COMMANDS:
         done = subprocess.run(
-            [sys.executable, "-m", "twophase", command, "--help"],
+            [sys.executable, "-m", "twophase", *command.split(), "--help"],
             capture_output=True,
             text=True,
             check=True,

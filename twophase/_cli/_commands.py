@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import functools
 import getpass
-import importlib
 import json
 import re
 import sys
@@ -29,7 +28,9 @@ from .._log._sink_log import open_sink_log
 from .._stores._store import CheckpointStore, open_store
 from .._values import Marker, RecoveryContext
 from ..errors import ConfigurationError, TwoPhaseError
+from ._dead_letters import add_dead_letter_commands, summarize
 from ._status_text import print_status
+from ._target import add_target_args, make_target
 
 __all__ = ["main"]
 
@@ -105,43 +106,6 @@ def _spark_progress(checkpoint: str) -> dict[str, int | None]:
     return progress
 
 
-def _parse_option(text: str) -> tuple[str, Any]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise ConfigurationError(f"option {text!r} is not KEY=VALUE", setting="--option")
-    try:
-        value: Any = json.loads(raw)  # numbers, true/false, lists
-    except ValueError:
-        value = raw
-    return key.strip(), value
-
-
-def _make_target(spec: str, options: Sequence[str], name: str) -> Any:
-    module_name, sep, attr = spec.partition(":")
-    if not sep:
-        raise ConfigurationError(
-            f"--target {spec!r} must be MODULE:CALLABLE, e.g. "
-            "twophase.connectors.jdbc:postgres_sink",
-            setting="--target",
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"--target {spec!r}: cannot import {module_name!r} in this Python ({exc}). The "
-            "module must be importable where the twophase command runs: install its package, "
-            "or put its directory on PYTHONPATH",
-            setting="--target",
-        ) from exc
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ConfigurationError(
-            f"--target {spec!r}: module {module_name!r} has no callable {attr!r}",
-            setting="--target",
-        )
-    return factory(name, **dict(_parse_option(o) for o in options))
-
-
 # ------------------------------------------------------------------- status
 def _describe(sink: _Sink, target: Any) -> dict[str, Any]:
     state = sink.state
@@ -190,6 +154,8 @@ def _describe(sink: _Sink, target: Any) -> dict[str, Any]:
                     {"partition": m.partition_id, "attempt": m.attempt, "rows": m.fingerprint.count}
                     for m in sorted(markers, key=lambda m: m.partition_id)
                 ]
+        if getattr(target, "bad_rows", "fail") == "dead_letter":
+            described["dead_letters"] = summarize(list(target.read_dead_letters()))
     return described
 
 
@@ -202,7 +168,7 @@ def _status(args: argparse.Namespace) -> int:
         print(f"{what} {args.checkpoint}", file=sys.stderr)
         return 1
     described = [
-        _describe(s, _make_target(args.target, args.option, s.name) if args.target else None)
+        _describe(s, make_target(args.target, args.option, s.name) if args.target else None)
         for s in sinks
     ]
     progress = _spark_progress(args.checkpoint)
@@ -240,7 +206,7 @@ def _resolve(args: argparse.Namespace) -> int:
     partitions = state.intents[batch]
     committed = "some"
     if args.target:
-        target = _make_target(args.target, args.option, sink.name)
+        target = make_target(args.target, args.option, sink.name)
         markers = list(target.read_markers(sink.identity, batch))
         rows = sum(m.fingerprint.count for m in markers)
         committed = f"{len(markers)} of {partitions} partition(s), {rows} rows,"
@@ -281,7 +247,7 @@ def _resolve(args: argparse.Namespace) -> int:
 
 def _abort_in_doubt(args: argparse.Namespace) -> int:
     name = args.identity.rsplit(".", 1)[0]
-    target = _make_target(args.target, args.option, name)
+    target = make_target(args.target, args.option, name)
     if args.checkpoint:
         for sink in _find_sinks(args.checkpoint, name, args.query_id):
             if sink.identity == args.identity and sink.state.pending_decisions():
@@ -318,28 +284,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def target_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--target",
-            metavar="MODULE:CALLABLE",
-            help="builds the sink as CALLABLE(sink_name, **options), e.g. "
-            "twophase.connectors.jdbc:postgres_sink",
-        )
-        p.add_argument(
-            "-o",
-            "--option",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="an argument of the target factory (JSON values allowed); repeat",
-        )
-
     status = commands.add_parser("status", help="show the state of a query's sinks")
     status.add_argument("checkpoint", help="the query's checkpoint location")
     status.add_argument("--sink", help="only this sink")
     status.add_argument("--query-id", help="when the checkpoint holds logs of several queries")
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    target_args(status)
+    add_target_args(status)
     status.set_defaults(run=_status)
 
     resolve = commands.add_parser(
@@ -354,7 +304,7 @@ def _parser() -> argparse.ArgumentParser:
     choice.add_argument("--rewrite", action="store_true", help="risk: duplicates")
     resolve.add_argument("--reason", help="kept in the coordinator log")
     resolve.add_argument("--yes", action="store_true", help="carry out the plan")
-    target_args(resolve)
+    add_target_args(resolve)
     resolve.set_defaults(run=_resolve)
 
     abort = commands.add_parser(
@@ -365,8 +315,9 @@ def _parser() -> argparse.ArgumentParser:
     abort.add_argument("--checkpoint", help="refuse if this checkpoint still needs them")
     abort.add_argument("--query-id", help="the query of --checkpoint, when it holds several")
     abort.add_argument("--yes", action="store_true", help="carry out the plan")
-    target_args(abort)
+    add_target_args(abort)
     abort.set_defaults(run=_abort_in_doubt)
+    add_dead_letter_commands(commands)
     return parser
 
 

@@ -100,6 +100,14 @@ def print_status(
                 print(f"                    {transaction_id}")
         else:
             print("  target            not read (pass --target to list in-doubt transactions)")
+        if "dead_letters" in sink:
+            dead = sink["dead_letters"]
+            groups = ", ".join(f"{g['count']} {g['error_class']}" for g in dead["errors"])
+            groups = f" ({groups})" if groups else ""
+            print(f"  dead letters      {dead['count']} set aside{groups}")
+            if dead["count"]:
+                name = sink["sink"]
+                print(f"  next: twophase dead-letters list --sink {name} --target ... to see them")
         for line in _advice(sink, checkpoint):
             print(f"  next: {line}" if not line.startswith(" ") else f"        {line.strip()}")
 

@@ -23,7 +23,6 @@ from .._retry import RetryPolicy
 from .._spark import _entry
 from .._values import (
     CommitProtocol,
-    DeadLetter,
     RecoveryContext,
     RowError,
     SinkContext,
@@ -31,6 +30,7 @@ from .._values import (
     TransactionHandle,
 )
 from ..errors import ConfigurationError
+from ._dead_letter_hooks import DeadLetterHooks, check_bad_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -65,7 +65,7 @@ def required(hook: _F) -> _F:
     return cast(_F, abc.abstractmethod(required))
 
 
-class _SinkBase(abc.ABC, Generic[TxnT]):
+class _SinkBase(DeadLetterHooks[TxnT], abc.ABC, Generic[TxnT]):
     """Settings and the hooks both protocols share."""
 
     protocol: ClassVar[CommitProtocol]
@@ -131,7 +131,7 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
                 "transaction ids)",
                 setting="name",
             )
-        _check_bad_rows(type(self), bad_rows, max_bad_rows)
+        check_bad_rows(type(self), bad_rows, max_bad_rows)
         self.name = name
         self.checkpoint_location = checkpoint_location
         self.retry = retry if retry is not None else RetryPolicy()
@@ -332,39 +332,6 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
             :attr:`max_bad_rows`.
         """
 
-    def write_dead_letters(self, txn: TxnT, letters: Sequence[DeadLetter]) -> None:
-        """Write the partition's rejected rows to the dead letters, in the same transaction.
-
-        Required for ``bad_rows="dead_letter"`` (the constructor refuses that
-        setting without it); never called otherwise.
-
-        Runs on
-            an executor.
-        Called
-            at most once per transaction, after the last :meth:`write` and before
-            the commit step (coordinated: :meth:`pre_commit`; markers:
-            ``commit_with_marker``), with every row :meth:`write` refused in this
-            partition, in position order, when there was at least one. The dead
-            letters then prepare and commit with the good rows: a replay rewrites
-            both (coordinated) or skips both (markers), so a row lands in the
-            target or in the dead letters, once.
-        Idempotent
-            not required: the transaction is aborted on any failure.
-        On failure
-            the framework calls :meth:`abort` and fails the task (Spark retries it).
-
-        Parameters
-        ----------
-        txn
-            The transaction from :meth:`begin_transaction`.
-        letters
-            One :class:`~twophase.DeadLetter` per refused row: where it came from,
-            the error, and the row as JSON text. Its message is the one the sink's
-            :class:`~twophase.RowError` gave: the framework adds no secret, and
-            knows none.
-        """
-        raise NotImplementedError(f"{type(self).__qualname__} does not write dead letters")
-
     @abc.abstractmethod
     def abort(self, txn: TxnT) -> None:
         """Roll back this task's transaction, whatever state it is in.
@@ -388,26 +355,6 @@ class _SinkBase(abc.ABC, Generic[TxnT]):
         txn
             The transaction.
         """
-
-
-def _check_bad_rows(cls: type[_SinkBase[Any]], bad_rows: str, max_bad_rows: int) -> None:
-    """Refuse invalid ``bad_rows`` / ``max_bad_rows`` settings by name."""
-    if bad_rows not in ("fail", "dead_letter"):
-        raise ConfigurationError(
-            f"bad_rows={bad_rows!r} is not 'fail' or 'dead_letter'", setting="bad_rows"
-        )
-    if isinstance(max_bad_rows, bool) or not isinstance(max_bad_rows, int) or max_bad_rows < 0:
-        raise ConfigurationError(
-            f"max_bad_rows={max_bad_rows!r} must be an int of at least 0 (rows refused per batch)",
-            setting="max_bad_rows",
-        )
-    if bad_rows == "dead_letter" and cls.write_dead_letters is _SinkBase.write_dead_letters:
-        raise ConfigurationError(
-            f"bad_rows='dead_letter' needs a sink that implements write_dead_letters(), which "
-            f"writes the rows the target refused in the batch's transaction; {cls.__qualname__} "
-            "does not",
-            setting="bad_rows",
-        )
 
 
 def iter_rows(batch: pa.RecordBatch) -> Iterator[dict[str, Any]]:

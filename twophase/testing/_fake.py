@@ -9,7 +9,8 @@ make any hook fail for a chosen batch, partition and attempt.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -57,6 +58,7 @@ class _FakeParticipant:
     """Executor hooks both fake sinks share (each consults the fault rules first)."""
 
     target: FakeTarget
+    name: str
 
     def begin_transaction(self, context: TaskContext) -> FakeTransaction:
         """Open a transaction in the target (fault point ``begin_transaction``)."""
@@ -81,6 +83,25 @@ class _FakeParticipant:
         c = txn.context
         self.target.check_fault("write_dead_letters", c.batch_id, c.partition_id, c.attempt)
         self.target.add_dead_letters(txn.transaction_id, list(letters))
+
+    def read_dead_letters(self) -> Iterator[DeadLetter]:
+        """Yield the sink's committed dead letters, oldest first (``read_dead_letters``)."""
+        self.target.check_fault("read_dead_letters")
+        mine = [letter for letter in self.target.dead_letters() if letter.sink == self.name]
+        return iter(sorted(mine, key=lambda x: (x.batch_id, x.partition_id, x.position)))
+
+    def redrive_dead_letters(self, letters: Sequence[DeadLetter]) -> list[RowError]:
+        """Move the rows the target takes now back, in one transaction (a fault point)."""
+        self.target.check_fault("redrive_dead_letters")
+        refused = self.target.refused([letter.values() for letter in letters])
+        kept = {e.row for e in refused}
+        moved = [letter for index, letter in enumerate(letters) if index not in kept]
+        txn_id = f"redrive-{self.name}-{uuid.uuid4().hex[:12]}"
+        self.target.begin(txn_id)
+        self.target.append(txn_id, [letter.values() for letter in moved])
+        self.target.add_redriven(txn_id, moved)
+        self.target.commit_open(txn_id)
+        return refused
 
     def abort(self, txn: FakeTransaction) -> None:
         """Roll back the transaction (fault point ``abort``)."""

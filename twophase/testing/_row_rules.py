@@ -91,6 +91,16 @@ class RowRules:
         self._storage.put(f"rejects/{rule.rule_id}", json.dumps(asdict(rule)).encode())
         return rule
 
+    def allow(self, rule: RejectRule) -> None:
+        """Take a row rule back: the target takes such rows from now on (a fixed table).
+
+        Parameters
+        ----------
+        rule
+            A rule :meth:`reject` returned.
+        """
+        self._storage.delete(f"rejects/{rule.rule_id}")
+
     def reject_rules(self) -> list[RejectRule]:
         """Return the row rules in force."""
         rules = []

@@ -37,6 +37,10 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def _letter_key(letter: DeadLetter) -> tuple[str, int, int, int]:
+    return (letter.sink, letter.batch_id, letter.partition_id, letter.position)
+
+
 class FakeTarget(FaultRules, RowRules):
     """A transactional target for tests, with prepare, commit, markers, faults and dead letters.
 
@@ -163,6 +167,23 @@ class FakeTarget(FaultRules, RowRules):
         if record is None:
             raise AbortRequiredError(f"transaction {txn_id} is not open")
         record.setdefault("dead_letters", []).extend(letter.__dict__ for letter in letters)
+        self._storage.put(key, json.dumps(record).encode())
+
+    def add_redriven(self, txn_id: str, letters: list[DeadLetter]) -> None:
+        """Remove dead letters in an open transaction: they leave when it commits.
+
+        Parameters
+        ----------
+        txn_id
+            An open transaction (a redrive's, which also appends the letters' rows).
+        letters
+            The dead letters moved back into the target.
+        """
+        key = self._txn_key("open", txn_id)
+        record = self._load(key)
+        if record is None:
+            raise AbortRequiredError(f"transaction {txn_id} is not open")
+        record.setdefault("redriven", []).extend(_letter_key(letter) for letter in letters)
         self._storage.put(key, json.dumps(record).encode())
 
     def set_marker(self, txn_id: str, marker: Marker) -> None:
@@ -303,12 +324,13 @@ class FakeTarget(FaultRules, RowRules):
         return rows
 
     def dead_letters(self) -> list[DeadLetter]:
-        """Return every committed dead letter (what a reader of the dead letters sees)."""
-        return [
-            DeadLetter(**letter)
-            for record in self._committed_records()
-            for letter in record.get("dead_letters", ())
+        """Return every committed dead letter no redrive removed (what a reader sees)."""
+        records = list(self._committed_records())
+        gone = {tuple(key) for record in records for key in record.get("redriven", ())}
+        letters = [
+            DeadLetter(**letter) for record in records for letter in record.get("dead_letters", ())
         ]
+        return [letter for letter in letters if _letter_key(letter) not in gone]
 
     def markers(self, identity: str | None = None, batch_id: int | None = None) -> list[Marker]:
         """Return committed markers, optionally of one identity and batch.
