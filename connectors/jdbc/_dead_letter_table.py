@@ -67,6 +67,11 @@ _DUPLICATE_HINT = (
 )
 
 
+def error_fields(error: RowError) -> tuple[str, str | None, str, str | None]:
+    """Return a row error's class, code, message and column, as the table keeps them."""
+    return error.error_class, error.code, error.message, error.column
+
+
 class DeadLetterTable(JdbcClient):
     """A sink's dead-letter table (the dialect's :class:`~._dialect.DeadLetterStore`).
 
@@ -239,6 +244,10 @@ class DeadLetterTable(JdbcClient):
                     **where.keywords(),
                 )
         delete = f"DELETE FROM {self.table} WHERE {self._key()}"
+        update = (
+            f"UPDATE {self.table} SET error_class = %s, code = %s, message = %s, "
+            f"column_name = %s WHERE {self._key()}"
+        )
 
         def move(cur: Any) -> list[RowError]:
             cur.execute("BEGIN")
@@ -254,9 +263,10 @@ class DeadLetterTable(JdbcClient):
                 cur.execute(delete, key)
                 if cur.rowcount == 1:
                     error = self._insert(cur, table, letter, index)
-                    if error is not None:
+                    if error is not None:  # it stays, with the error of this try
                         refused.append(error)
                         cur.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+                        cur.execute(update, (*error_fields(error), *key))
                 cur.execute(f"RELEASE SAVEPOINT {SAVEPOINT}")
             cur.execute("COMMIT")
             return refused
