@@ -55,6 +55,11 @@ class Maria:
         "IF NEW.amount = 666 THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'denied'; END IF"
     )
     allow_null = "ALTER TABLE `{t}` MODIFY name VARCHAR(5) NULL"
+    typed = (
+        "CREATE TABLE `{t}` (id BIGINT PRIMARY KEY, tag VARCHAR(3) NOT NULL, b VARBINARY(10), "
+        "ts DATETIME(6), d DECIMAL(10, 2), f DOUBLE, ok BOOLEAN, day DATE) ENGINE=InnoDB"
+    )
+    widen = "ALTER TABLE `{t}` MODIFY tag VARCHAR(20) NOT NULL"
     codes: ClassVar[dict[str, str]] = {
         "not_null": "1048",
         "too_long": "1406",
@@ -101,6 +106,11 @@ class Postgres(PgTarget):
         'EXECUTE FUNCTION "{t}_deny"()'
     )
     allow_null = 'ALTER TABLE "{t}" ALTER COLUMN name DROP NOT NULL'
+    typed = (
+        'CREATE TABLE "{t}" (id bigint PRIMARY KEY, tag varchar(3) NOT NULL, b bytea, '
+        "ts timestamptz, d numeric(10, 2), f double precision, ok boolean, day date)"
+    )
+    widen = 'ALTER TABLE "{t}" ALTER COLUMN tag TYPE varchar(20)'
     codes: ClassVar[dict[str, str]] = {
         "not_null": "23502",
         "too_long": "22001",
@@ -311,6 +321,40 @@ def test_redrive_rolls_back_everything_on_an_error_that_is_not_a_rows(target: An
         sink.redrive_dead_letters([letters[0], forged])
     assert 3 not in read_ids(target), "the not-null row's move was rolled back"
     assert len(list(sink.read_dead_letters())) == len(letters)
+
+
+def test_redrive_writes_every_type_back_as_it_was(target: Any) -> None:
+    """Bytes (base64 in the letter), a timestamp with its zone, a decimal, a float, a date."""
+    import datetime as dt
+    import decimal
+
+    table, q = f"{target.table}_typed", target.q
+    target.sql(target.typed.format(t=table))
+    moment = dt.datetime(2026, 11, 28, 10, 30, 15, 123456, tzinfo=dt.timezone.utc)
+    rows = [
+        {"id": i, "tag": "abc" if i % 2 else "much too long", "b": bytes([0, 255, i]),
+         "ts": moment + dt.timedelta(hours=i), "d": decimal.Decimal(f"{i}.25"), "f": i / 3,
+         "ok": bool(i % 2), "day": dt.date(2026, 1, 1 + i)}
+        for i in range(6)
+    ]  # fmt: skip
+    schema = pa.schema(
+        [("id", pa.int64()), ("tag", pa.string()), ("b", pa.binary()),
+         ("ts", pa.timestamp("us", tz="UTC")), ("d", pa.decimal128(10, 2)), ("f", pa.float64()),
+         ("ok", pa.bool_()), ("day", pa.date32())]
+    )  # fmt: skip
+    sink = target.sink("dl_typed", table, bad_rows="dead_letter")
+    LocalRunner(sink).run_batch(0, [[pa.RecordBatch.from_pylist(rows, schema)]])
+    letters = list(sink.read_dead_letters())
+    assert [d.values()["id"] for d in letters] == [0, 2, 4]
+    target.sql(target.widen.format(t=table))
+    assert sink.redrive_dead_letters(letters) == []
+    assert list(sink.read_dead_letters()) == []
+    got = target.sql(f"SELECT id, tag, b, ts, d, f, ok, day FROM {q}{table}{q} ORDER BY id")
+    for row, want in zip(got, rows, strict=True):
+        ts = row[3] if row[3].tzinfo else row[3].replace(tzinfo=dt.timezone.utc)
+        assert (row[0], row[1], bytes(row[2]), ts, row[4], row[5], bool(row[6]), row[7]) == (
+            tuple(want.values())
+        ), f"row {want['id']} came back changed"
 
 
 # ------------------------------------------------------------------ the contract suite
