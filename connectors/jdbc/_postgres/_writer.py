@@ -10,6 +10,7 @@ marker row and ``COMMIT`` (:mod:`._marker_table`).
 from __future__ import annotations
 
 import hashlib
+import io
 from typing import Any
 
 import numpy as np
@@ -107,6 +108,14 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
             data = encode_csv(batch, plan.columns, extra)
         except DataError as exc:
             raise exc.with_context(**txn.where.keywords()) from None
+        if settle and txn.copy is None:  # one COPY of these rows alone, in this thread
+            try:
+                with txn.conn.cursor() as cur:
+                    cur.copy_expert(self._copy_statement(txn), io.BytesIO(data), _COPY_CHUNK)
+            except psycopg2.Error as exc:
+                raise self._copy_failed(txn, exc) from exc
+            txn.rows += batch.num_rows
+            return
         if txn.copy is None:
             txn.copy = CopyStream(txn.conn, self._copy_statement(txn), _COPY_CHUNK).start()
         try:
