@@ -169,7 +169,7 @@ class DeadLetterStore(Protocol[TxnT_contra]):
 
 
 class Dialect(Protocol[TxnT, HandleT]):
-    """One database: builds the four parts the sink classes drive.
+    """One database: builds the five parts the sink classes drive.
 
     Attributes
     ----------
