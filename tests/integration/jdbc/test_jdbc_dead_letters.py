@@ -19,7 +19,13 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from jdbc_support import PROTOCOLS, PgTarget, mariadb_sql, run_to_end
+from jdbc_support import (
+    EACH_DATABASE_AND_PROTOCOL,
+    PgTarget,
+    mariadb_sql,
+    run_to_end,
+    server_fixture,
+)
 
 from twophase import DeadLetter
 from twophase.connectors.jdbc import mariadb_sink
@@ -127,22 +133,12 @@ class Postgres(PgTarget):
         self.clean_prepared()
 
 
-@pytest.fixture(
-    params=[
-        pytest.param((db, p), marks=getattr(pytest.mark, mark), id=f"{db}-{p}")
-        for db, mark in (("PostgreSQL", "postgres"), ("MariaDB", "mariadb"))
-        for p in PROTOCOLS
-    ]
-)
+@pytest.fixture(params=EACH_DATABASE_AND_PROTOCOL)
 def target(request: pytest.FixtureRequest) -> Iterator[Postgres | Maria]:
     """Each database under each protocol, with the poison table ``target.table``."""
     database, protocol = request.param
-    server: Postgres | Maria
-    if database == "PostgreSQL":
-        fixture = "postgres_server" if protocol == "coordinated" else "postgres_server_no_prepared"
-        server = Postgres(request.getfixturevalue(fixture), protocol)
-    else:
-        server = Maria(request.getfixturevalue("mariadb_server"), protocol)
+    fixture = request.getfixturevalue(server_fixture(database, protocol))
+    server = Postgres(fixture, protocol) if database == "PostgreSQL" else Maria(fixture, protocol)
     server.clean()
     server.table = f"dl_{uuid.uuid4().hex[:12]}"  # type: ignore[union-attr]
     server.parent = f"{server.table}_parent"  # type: ignore[union-attr]
@@ -366,15 +362,9 @@ class _ContractFixtures(DeadLetterContract):
 
     @pytest.fixture
     def server(self, request: pytest.FixtureRequest) -> Iterator[Any]:
-        if self.database == "MariaDB":
-            server: Any = Maria(request.getfixturevalue("mariadb_server"), self.protocol_name)
-        else:
-            name = (
-                "postgres_server"
-                if self.protocol_name == "coordinated"
-                else ("postgres_server_no_prepared")
-            )
-            server = Postgres(request.getfixturevalue(name), self.protocol_name)
+        fixture = request.getfixturevalue(server_fixture(self.database, self.protocol_name))
+        kind = Maria if self.database == "MariaDB" else Postgres
+        server: Any = kind(fixture, self.protocol_name)
         server.clean()
         server.table = f"dlc_{uuid.uuid4().hex[:12]}"
         q = server.q
