@@ -94,7 +94,9 @@ _ROW_ERRORS = (
 _COLUMN = re.compile(
     r"column '((?:[^']|'')+)'|column (?:`(?:[^`]|``)+`\.)*`((?:[^`]|``)+)`"
     # a one-column foreign key: "... CONSTRAINT `fk` FOREIGN KEY (`ref`) REFERENCES ..."
-    r"|FOREIGN KEY \(`((?:[^`]|``)+)`\)",
+    r"|FOREIGN KEY \(`((?:[^`]|``)+)`\)"
+    # a column's own CHECK, named after it: "CONSTRAINT `table.amount` failed for ..."
+    r"|CONSTRAINT `(?:[^`.]+\.)?((?:[^`.]|``)+)` failed",
     re.IGNORECASE,
 )
 
@@ -168,7 +170,7 @@ def guess_column(text: str, columns: Iterable[tuple[str, str]]) -> str | None:
     if match.group(1):
         name = match.group(1).replace("''", "'")
     else:
-        name = (match.group(2) or match.group(3)).replace("``", "`")
+        name = (match.group(2) or match.group(3) or match.group(4)).replace("``", "`")
     known = {c for c, _t in columns}
     return name if not known or name in known else None
 

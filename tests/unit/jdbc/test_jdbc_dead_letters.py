@@ -198,7 +198,7 @@ def test_postgres_names_the_column_of_a_foreign_key_from_the_detail() -> None:
      (1062, "Duplicate entry '1' for key 'PRIMARY'", "unique", None),
      (1452, "Cannot add or update a child row: a foreign key constraint fails (`db`.`t`, "
             "CONSTRAINT `fk` FOREIGN KEY (`ref`) REFERENCES `p` (`id`))", "foreign_key", "ref"),
-     (4025, "CONSTRAINT `c` failed for `db`.`t`", "check", None)],
+     (4025, "CONSTRAINT `t.amount` failed for `db`.`t`", "check", "amount")],
 )  # fmt: skip
 def test_mariadb_row_errors_by_number(
     errno: int, message: str, error_class: str, column: str | None
@@ -226,3 +226,25 @@ def test_postgres_options_come_through_format_names() -> None:
 
     assert {"badrows", "deadlettertable", "maxbadrows"} <= set(FORMAT.options)
     assert postgres_sink.__signature__.parameters["bad_rows"].default == "fail"  # type: ignore[attr-defined]
+
+
+def test_one_bad_row_in_a_thousand_costs_a_few_halves_not_a_thousand_writes(
+    database: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlite_dialect import SqliteWriter
+
+    loads: list[int] = []
+    load = SqliteWriter.load
+
+    def counted(self: Any, txn: Any, batch: pa.RecordBatch, *, settle: bool) -> None:
+        loads.append(batch.num_rows)
+        load(self, txn, batch, settle=settle)
+
+    monkeypatch.setattr(SqliteWriter, "load", counted)
+    sink = sqlite_sink("s", table="events", database=str(database), bad_rows="dead_letter")
+    payloads: list[str | None] = [f"p{i}" for i in range(1000)]
+    payloads[613] = None
+    metrics = LocalRunner(sink).run_batch(0, [[_batch(list(range(1000)), payloads)]])
+    assert (metrics.rows, metrics.dead_lettered) == (999, 1)
+    assert len(loads) <= 1 + 2 * 10, loads  # the batch, then two halves per level of 1000 -> 1
+    assert sum(loads) <= 3000, "each level writes the refused half's rows once more"
