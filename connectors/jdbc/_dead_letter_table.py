@@ -262,7 +262,10 @@ class DeadLetterTable(JdbcClient):
                 key = (letter.sink, letter.batch_id, letter.partition_id, letter.position)
                 cur.execute(delete, key)
                 if cur.rowcount == 1:
-                    error = self._insert(cur, table, letter, index)
+                    try:
+                        error = self._insert(cur, table, letter, index)
+                    except TwoPhaseError as exc:
+                        raise exc.with_context(**where.keywords()) from None
                     if error is not None:  # it stays, with the error of this try
                         refused.append(error)
                         cur.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")

@@ -248,3 +248,17 @@ def test_one_bad_row_in_a_thousand_costs_a_few_halves_not_a_thousand_writes(
     assert (metrics.rows, metrics.dead_lettered) == (999, 1)
     assert len(loads) <= 1 + 2 * 10, loads  # the batch, then two halves per level of 1000 -> 1
     assert sum(loads) <= 3000, "each level writes the refused half's rows once more"
+
+
+def test_a_redrive_into_a_table_without_a_letters_column_rolls_back_naming_it(
+    database: Path,
+) -> None:
+    sink = sqlite_sink("s", table="events", database=str(database), bad_rows="dead_letter")
+    LocalRunner(sink).run_batch(0, [[_batch([1, 2], ["a", None])]])
+    letters = list(sink.read_dead_letters())
+    with sqlite3.connect(database) as conn:  # the "fix" renames the column the row needs
+        conn.execute('ALTER TABLE "events" RENAME COLUMN payload TO body')
+    with pytest.raises(ConfigurationError, match="has no column 'payload'") as caught:
+        sink.redrive_dead_letters(letters)
+    assert (caught.value.sink, caught.value.column) == ("s", "payload")
+    assert list(sink.read_dead_letters()) == letters, "nothing was moved"
