@@ -10,16 +10,17 @@ ends and what the driver does with it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
-from twophase import CommitProtocol, SinkContext, TaskContext
+from twophase import CommitProtocol, DeadLetter, RowError, SinkContext, TaskContext
 
 from .._context import ErrorContext
 from ._config import ConnectionConfig
-from ._dialect import Checker, Dialect, Writer
-from ._options import JdbcOptions
+from ._dialect import Checker, DeadLetterStore, Dialect, Writer
+from ._options import BadRows, JdbcOptions
 
 __all__ = ["JdbcSinkMixin"]
 
@@ -52,6 +53,7 @@ class JdbcSinkMixin(Generic[TxnT]):
     """
 
     name: str
+    bad_rows: BadRows
     protocol: ClassVar[CommitProtocol]
     dialect: ClassVar[Dialect[Any, Any]]
 
@@ -61,6 +63,7 @@ class JdbcSinkMixin(Generic[TxnT]):
         return self.dialect.name.lower()
 
     def __init__(self, options: JdbcOptions, connection: ConnectionConfig, **base: Any) -> None:
+        base.update(bad_rows=options.bad_rows, max_bad_rows=options.max_bad_rows)
         super().__init__(**base)
         self.options = options
         self.connection = connection
@@ -71,6 +74,7 @@ class JdbcSinkMixin(Generic[TxnT]):
         prepare = self.protocol is CommitProtocol.COORDINATED
         self._writer: Writer[TxnT] = self.dialect.writer(options, connection, prepare=prepare)
         self._checker: Checker = self.dialect.checker(options, connection)
+        self._dead_letters: DeadLetterStore[TxnT] = self.dialect.dead_letters(options, connection)
 
     def __repr__(self) -> str:
         o = self.options
@@ -82,12 +86,16 @@ class JdbcSinkMixin(Generic[TxnT]):
 
     # ================================================ coordinator hooks (driver)
     def open(self, context: SinkContext) -> None:
-        """Check the identity's transaction ids, the table and the sink user's privileges."""
+        """Check the identity's transaction ids, the table and the sink user's privileges.
+
+        With ``bad_rows="dead_letter"``, also create the dead-letter table if missing.
+        """
+        where = ErrorContext(self.name)
         self._checker.check_open(
-            context.identity,
-            coordinated=self.protocol is CommitProtocol.COORDINATED,
-            where=ErrorContext(self.name),
+            context.identity, coordinated=self.protocol is CommitProtocol.COORDINATED, where=where
         )
+        if self.bad_rows == "dead_letter":
+            self._dead_letters.ensure(where)
 
     def check_schema(self, schema: pa.Schema, batch_id: int) -> None:
         """Create the table if ``create_table=True``, then check the schema against it."""
@@ -98,9 +106,51 @@ class JdbcSinkMixin(Generic[TxnT]):
         """Open the partition's transaction on a pooled connection and read the table."""
         return self._writer.begin(context)
 
-    def write(self, txn: TxnT, batch: pa.RecordBatch) -> None:
-        """Load the rows into the table (append) or the staging table (upsert/CDC)."""
-        self._writer.write(txn, batch)
+    def write(self, txn: TxnT, batch: pa.RecordBatch) -> Sequence[RowError] | None:
+        """Load the rows into the table (append) or the staging table (upsert/CDC).
+
+        With ``bad_rows="dead_letter"`` under a savepoint; the rows the table
+        refuses are found by halves and returned (:mod:`._bad_rows`).
+        """
+        return self._writer.write(txn, batch)
+
+    def write_dead_letters(self, txn: TxnT, letters: Sequence[DeadLetter]) -> None:
+        """Insert the partition's dead letters into ``dead_letter_table``, in its transaction."""
+        self._dead_letters.write(txn, letters)
+
+    # ====================================================== redrive (driver, CLI)
+    def read_dead_letters(self) -> Iterator[DeadLetter]:
+        """Yield this sink's pending dead letters, oldest first (by batch, partition, position).
+
+        Runs on the driver or the command line, without :meth:`open`, on its own
+        connection; reads only committed letters.
+
+        Returns
+        -------
+        iterator of DeadLetter
+            The letters of ``dead_letter_table`` whose sink is this sink's name.
+        """
+        return self._dead_letters.read(self.name, ErrorContext(self.name))
+
+    def redrive_dead_letters(self, letters: Sequence[DeadLetter]) -> Sequence[RowError]:
+        """Write letters' rows into the table and delete them from the dead letters, at once.
+
+        Runs on the driver or the command line, without :meth:`open`, in one
+        transaction of its own. A row the table still refuses stays a dead
+        letter; any other error rolls everything back. Running it again (a lost
+        ``COMMIT``) moves nothing twice: a letter already gone is skipped.
+
+        Parameters
+        ----------
+        letters
+            Letters of this sink (from :meth:`read_dead_letters`).
+
+        Returns
+        -------
+        sequence of RowError
+            The rows still refused, each ``row`` the index of its letter in ``letters``.
+        """
+        return self._dead_letters.redrive(self.name, letters, ErrorContext(self.name))
 
     def abort(self, txn: TxnT) -> None:
         """Roll the transaction back, open or prepared; the connection goes back."""

@@ -10,6 +10,7 @@ sink's own settings are in :mod:`._options`.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 
@@ -45,6 +46,31 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         for form in {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret)}:
             text = text.replace(form, REDACTED)
     return text
+
+
+#: A URL's user information (``scheme://user:password@``) and a ``password=`` keyword.
+_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/@'\"]+@")
+_PASSWORD_KEYWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s'\"]+)", re.IGNORECASE)
+
+
+def redact_connection_strings(text: str) -> str:
+    """Replace the credentials of any connection string in ``text`` (a URL's, a ``password=``).
+
+    A server message quotes the value it refused, which may be a connection
+    string: a dead letter's message keeps the value but never its password.
+
+    Parameters
+    ----------
+    text
+        A server's message.
+
+    Returns
+    -------
+    str
+        ``text`` with ``scheme://***@`` and ``password=***``.
+    """
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    return _PASSWORD_KEYWORD.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
 
 
 class ConnectionConfig:

@@ -2,7 +2,7 @@
 
 The sink classes (:mod:`._sink`) are written once, for every SQL database with
 transactions. They plan nothing and run no SQL themselves: each hook hands its
-work to one of four parts that a :class:`Dialect` builds from the sink's
+work to one of five parts that a :class:`Dialect` builds from the sink's
 options and connection parameters.
 
 * :class:`Writer` -- the executor side both protocols share: open a
@@ -16,6 +16,9 @@ options and connection parameters.
   (driver).
 * :class:`MarkerStore` -- the markers protocol: the marker table, read on the
   driver, written in the partition's own transaction on the executor.
+* :class:`DeadLetterStore` -- ``bad_rows="dead_letter"``: the dead-letter table,
+  created on the driver, written in the partition's transaction, read and
+  redriven from the driver or the command line.
 
 A dialect object is stateless and picklable (a module-level instance), and so
 is every part it builds (options and connection parameters only; connections
@@ -25,12 +28,19 @@ adding a database") walks through what each part must guarantee.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
-from twophase import Marker, TaskContext, TransactionHandle, TransactionStatus
+from twophase import (
+    DeadLetter,
+    Marker,
+    RowError,
+    TaskContext,
+    TransactionHandle,
+    TransactionStatus,
+)
 
 from .._context import ErrorContext
 from ._config import ConnectionConfig
@@ -38,6 +48,7 @@ from ._options import JdbcOptions
 
 __all__ = [
     "Checker",
+    "DeadLetterStore",
     "Dialect",
     "MarkerStore",
     "PartsDialect",
@@ -58,8 +69,8 @@ class Writer(Protocol[TxnT]):
         """Open the partition's transaction (and, for the markers protocol, take its slot)."""
         ...
 
-    def write(self, txn: TxnT, batch: pa.RecordBatch) -> None:
-        """Load one record batch into the transaction."""
+    def write(self, txn: TxnT, batch: pa.RecordBatch) -> list[RowError]:
+        """Load one record batch into the transaction; return the rows refused (dead letters)."""
         ...
 
     def finish(self, txn: TxnT) -> None:
@@ -135,8 +146,30 @@ class MarkerStore(Protocol[TxnT_contra]):
         ...
 
 
+class DeadLetterStore(Protocol[TxnT_contra]):
+    """The dead-letter table of ``bad_rows="dead_letter"``."""
+
+    def ensure(self, where: ErrorContext) -> None:
+        """Create the dead-letter table if missing (driver, at ``open``)."""
+        ...
+
+    def write(self, txn: TxnT_contra, letters: Sequence[DeadLetter]) -> None:
+        """Insert a partition's dead letters in its transaction (executor)."""
+        ...
+
+    def read(self, sink: str, where: ErrorContext) -> Iterator[DeadLetter]:
+        """Yield a sink's pending dead letters, by batch, partition and position."""
+        ...
+
+    def redrive(
+        self, sink: str, letters: Sequence[DeadLetter], where: ErrorContext
+    ) -> list[RowError]:
+        """Move letters' rows into the table, in one transaction; return those still refused."""
+        ...
+
+
 class Dialect(Protocol[TxnT, HandleT]):
-    """One database: builds the four parts the sink classes drive.
+    """One database: builds the five parts the sink classes drive.
 
     Attributes
     ----------
@@ -169,6 +202,12 @@ class Dialect(Protocol[TxnT, HandleT]):
         """Return the markers protocol's marker table."""
         ...
 
+    def dead_letters(
+        self, options: JdbcOptions, connection: ConnectionConfig
+    ) -> DeadLetterStore[TxnT]:
+        """Return the dead-letter table."""
+        ...
+
 
 class WriterClass(Protocol[TxnT]):
     """A :class:`Writer` class: built from options, connection parameters and ``prepare``."""
@@ -181,7 +220,7 @@ class WriterClass(Protocol[TxnT]):
 
 
 class PartsDialect(Generic[TxnT, HandleT]):
-    """A dialect made of its four part classes, each built from options and connection.
+    """A dialect made of its five part classes, each built from options and connection.
 
     A subclass names its database and its parts; its one module-level instance
     (named by :attr:`instance`) pickles by name.
@@ -191,13 +230,14 @@ class PartsDialect(Generic[TxnT, HandleT]):
     name: ClassVar[str]
     #: The module-level name of the dialect's instance.
     instance: ClassVar[str]
-    #: The classes of the :class:`Writer`, :class:`Checker`, :class:`PreparedStore`
-    #: and :class:`MarkerStore` (a class attribute of each subclass).
+    #: The classes of the :class:`Writer`, :class:`Checker`, :class:`PreparedStore`,
+    #: :class:`MarkerStore` and :class:`DeadLetterStore` (a class attribute of each subclass).
     parts: tuple[
         WriterClass[TxnT],
         Callable[[JdbcOptions, ConnectionConfig], Checker],
         Callable[[JdbcOptions, ConnectionConfig], PreparedStore[TxnT, HandleT]],
         Callable[[JdbcOptions, ConnectionConfig], MarkerStore[TxnT]],
+        Callable[[JdbcOptions, ConnectionConfig], DeadLetterStore[TxnT]],
     ]
 
     def writer(
@@ -219,6 +259,12 @@ class PartsDialect(Generic[TxnT, HandleT]):
     def markers(self, options: JdbcOptions, connection: ConnectionConfig) -> MarkerStore[TxnT]:
         """Return the markers protocol's marker table."""
         return self.parts[3](options, connection)
+
+    def dead_letters(
+        self, options: JdbcOptions, connection: ConnectionConfig
+    ) -> DeadLetterStore[TxnT]:
+        """Return the dead-letter table."""
+        return self.parts[4](options, connection)
 
     def __reduce__(self) -> str:
         return self.instance

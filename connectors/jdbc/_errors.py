@@ -6,7 +6,9 @@ doing, the server's own text with its error code, a hint, secrets scrubbed
 every error the same way: by the dialect's error code (:meth:`ErrorMap.code_of`)
 looked up in its tables (:class:`ErrorRule`, :class:`Codes`): which codes mean
 a lost session, which class, setting and advice each code is raised with,
-which codes mean a refused login or a missing database. A dialect declares
+which codes mean a refused login or a missing database, and which codes are
+a row's own error (:attr:`ErrorMap.row_errors`: a row the table refuses, set
+aside as a dead letter under ``bad_rows="dead_letter"``). A dialect declares
 those tables and says how its client library reads a code, its server's text
 and the column at fault.
 """
@@ -18,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Union
 
+from twophase import RowError
 from twophase.errors import (
     AbortRequiredError,
     ConfigurationError,
@@ -27,7 +30,7 @@ from twophase.errors import (
 )
 
 from .._context import ErrorContext, keywords_of
-from ._config import redact
+from ._config import redact, redact_connection_strings
 
 __all__ = ["Code", "Codes", "ErrorMap", "ErrorRule", "Refusal"]
 
@@ -99,6 +102,9 @@ class ErrorMap:
     #: The codes of a refused login, and of a missing database, at connect.
     refused_login: ClassVar[Codes]
     missing_database: ClassVar[Codes]
+    #: The codes of a row's own error, by error class (``not_null``, ``unique``...): only
+    #: these are row errors; any other code fails the batch.
+    row_errors: ClassVar[tuple[tuple[str, Codes], ...]] = ()
 
     # ------------------------------------------------------------------ hooks
     def code_of(self, exc: BaseException) -> Code | None:
@@ -144,6 +150,41 @@ class ErrorMap:
             if code in rule.codes and rule.only_if in text:
                 return rule.raised_as, rule.setting, rule.advice
         return AbortRequiredError, None, ""
+
+    def row_error(
+        self,
+        exc: BaseException,
+        row: int,
+        *,
+        secrets: Iterable[str] = (),
+        columns: Sequence[tuple[str, str]] = (),
+    ) -> RowError | None:
+        """Return ``exc`` as the error of row ``row``, or None when it is not a row's error.
+
+        Parameters
+        ----------
+        exc
+            The client library's error of a statement that wrote the row alone.
+        row
+            The row's position in its record batch.
+        secrets
+            Values to scrub from the message (the password).
+        columns
+            Written columns and their types, to name the column at fault.
+
+        Returns
+        -------
+        RowError or None
+            Its class from :attr:`row_errors`, the server's message and code,
+            the column; None for a code of no row (or no code).
+        """
+        code = self.code_of(exc)
+        for error_class, codes in self.row_errors:
+            if code in codes:
+                message = redact_connection_strings(redact(self.server_text(exc), secrets))
+                column = self.column_of(exc, columns)
+                return RowError(row, error_class, message, str(code), column)
+        return None
 
     def refusal(self, exc: BaseException, message: str) -> Refusal | None:
         """Why a connect failed, when the server refused it (None: unreachable)."""

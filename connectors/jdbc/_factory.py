@@ -23,7 +23,7 @@ from twophase.errors import ConfigurationError
 
 from .._settings import refuse_unknown
 from ._config import ConnectionConfig
-from ._options import JdbcOptions, QualifiedName, SchemaEvolution, WriteMode
+from ._options import BadRows, JdbcOptions, QualifiedName, SchemaEvolution, WriteMode
 
 if TYPE_CHECKING:
     from ._sink import JdbcMarkerSink, JdbcTwoPhaseSink
@@ -57,6 +57,9 @@ class SinkOptions(TypedDict, total=False):
     protocol: CommitProtocolName
     create_table: bool
     schema_evolution: SchemaEvolution
+    bad_rows: BadRows
+    dead_letter_table: str | tuple[str, str] | None
+    max_bad_rows: int
     marker_table: str | tuple[str, str]
     marker_retention: int
     lock_timeout: float
@@ -265,8 +268,9 @@ def build_sink(
         )
     given = {k: v for k, v in keywords.items() if k in own}
     try:
-        if "marker_table" in given:
-            given["marker_table"] = QualifiedName.parse(given["marker_table"], "marker_table")
+        for setting in ("marker_table", "dead_letter_table"):
+            if given.get(setting) is not None:
+                given[setting] = QualifiedName.parse(given[setting], setting)
         if "key_columns" in given:
             given["key_columns"] = tuple(given["key_columns"])
         application = dialect.application_name(name)

@@ -8,21 +8,31 @@ kept apart, in :mod:`._config`, so that their secrets stay hidden.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from twophase import TwoPhaseCommitSink
 from twophase.errors import ConfigurationError
 
 from .._settings import check_number
 from ._network import NetworkBounds
 
-__all__ = ["JdbcOptions", "QualifiedName", "SchemaEvolution", "WriteMode"]
+__all__ = ["BadRows", "JdbcOptions", "QualifiedName", "SchemaEvolution", "WriteMode"]
 
 WriteMode = Literal["append", "upsert", "cdc"]
 _MODES: tuple[str, ...] = ("append", "upsert", "cdc")
 SchemaEvolution = Literal["none", "add_columns"]
 _EVOLUTIONS: tuple[str, ...] = ("none", "add_columns")
+BadRows = Literal["fail", "dead_letter"]
+_BAD_ROWS: tuple[str, ...] = ("fail", "dead_letter")
+#: The core's ``max_bad_rows`` default (its constructor's), the factories' too.
+_MAX_BAD_ROWS: int = (
+    inspect.signature(TwoPhaseCommitSink.__init__).parameters["max_bad_rows"].default
+)
+#: What the dead-letter table's default name adds to the table's.
+DEAD_LETTERS_SUFFIX = "_dead_letters"
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,14 @@ class JdbcOptions:
         ``"none"``, or ``"add_columns"``: before each batch the driver adds a
         column of the batch the table lacks, nullable, of the mapped type
         (:mod:`._evolution`).
+    bad_rows
+        ``"fail"`` (a row the table refuses fails the batch) or
+        ``"dead_letter"`` (append mode: set aside in :attr:`dead_letters`, in
+        the batch's transaction).
+    dead_letter_table
+        The dead-letter table as given (None: :attr:`dead_letters`' default).
+    max_bad_rows
+        The most rows one batch may set aside before it fails.
     marker_table
         Markers protocol: the table holding the idempotence markers.
     marker_retention
@@ -169,6 +187,9 @@ class JdbcOptions:
     order_column: str | None = None
     create_table: bool = False
     schema_evolution: SchemaEvolution = "none"
+    bad_rows: BadRows = "fail"
+    dead_letter_table: QualifiedName | None = None
+    max_bad_rows: int = _MAX_BAD_ROWS
     marker_table: QualifiedName = field(
         default_factory=lambda: QualifiedName(None, "twophase_markers")
     )
@@ -194,6 +215,7 @@ class JdbcOptions:
                 f"schema_evolution must be 'none' or 'add_columns'; got {self.schema_evolution!r}",
                 setting="schema_evolution",
             )
+        self._check_bad_rows()
         for key in self.key_columns:
             self._identifier(key, "key_columns")
         if len(set(self.key_columns)) != len(self.key_columns):
@@ -244,6 +266,45 @@ class JdbcOptions:
             )
         if self.max_partitions is not None:
             check_number(self.max_partitions, "max_partitions", minimum=1, integer=True)
+
+    def _check_bad_rows(self) -> None:
+        if self.bad_rows not in _BAD_ROWS:
+            raise ConfigurationError(
+                f"bad_rows must be 'fail' or 'dead_letter'; got {self.bad_rows!r}",
+                setting="bad_rows",
+            )
+        if self.bad_rows != "dead_letter":
+            return
+        if self.mode != "append":
+            raise ConfigurationError(
+                f"bad_rows='dead_letter' works with mode='append' only, not mode={self.mode!r}: "
+                "upsert and CDC rows reach the table through one merge statement, which a "
+                "refused row fails as a whole",
+                setting="bad_rows",
+            )
+        if self.dead_letter_table is None and len(self.dead_letters.name.encode()) > (
+            self.max_identifier_bytes
+        ):
+            raise ConfigurationError(
+                f"the default dead_letter_table {self.dead_letters.name!r} (the table's name + "
+                f"{DEAD_LETTERS_SUFFIX!r}) is longer than {self.database}'s "
+                f"{self.max_identifier_bytes}-byte identifier limit: name one",
+                setting="dead_letter_table",
+            )
+        self._identifier(self.dead_letters.name, "dead_letter_table")
+
+    @property
+    def dead_letters(self) -> QualifiedName:
+        """Return the dead-letter table: as given, or ``<table>_dead_letters`` in its schema.
+
+        Returns
+        -------
+        QualifiedName
+            The table.
+        """
+        if self.dead_letter_table is not None:
+            return self.dead_letter_table
+        return QualifiedName(self.table.schema, self.table.name + DEAD_LETTERS_SUFFIX)
 
     def _identifier(self, value: str, setting: str) -> None:
         _check_identifier(value, setting, self.database, self.max_identifier_bytes)

@@ -14,10 +14,11 @@ from typing import ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
-from twophase import TaskContext
+from twophase import RowError, TaskContext
 from twophase.errors import ConfigurationError
 
 from .._context import ErrorContext
+from ._bad_rows import write_isolating
 from ._client import JdbcClient
 from ._config import ConnectionConfig
 from ._options import JdbcOptions
@@ -70,11 +71,12 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
         """
         raise NotImplementedError
 
-    def write(self, txn: TxnT, batch: pa.RecordBatch) -> None:
-        """Write one record batch into the table (append) or the staging table (upsert, CDC).
+    def load(self, txn: TxnT, batch: pa.RecordBatch, *, settle: bool) -> None:
+        """Write rows into the table (append) or the staging table (upsert, CDC): the fast path.
 
-        Runs on the executor, once per record batch of the partition; the first
-        one makes the plan (:meth:`planned`).
+        Runs on the executor, once per record batch of the partition (the first
+        one makes the plan, :meth:`planned`), and with ``bad_rows="dead_letter"``
+        once more per half of a refused one (:mod:`._bad_rows`).
 
         Parameters
         ----------
@@ -82,6 +84,11 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
             The open transaction.
         batch
             The rows.
+        settle
+            Every row must be written, or the server's error raised, when it
+            returns (a ``COPY`` ended); False lets a load run on into the next
+            batch. A raised error is the dialect's, mapped, ``from`` the client
+            library's (:meth:`~._transaction.JdbcTransaction.failure`).
         """
         raise NotImplementedError
 
@@ -111,6 +118,29 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ steps
+    def write(self, txn: TxnT, batch: pa.RecordBatch) -> list[RowError]:
+        """Write one record batch; with ``bad_rows="dead_letter"`` return the rows refused.
+
+        Parameters
+        ----------
+        txn
+            The open transaction.
+        batch
+            The rows.
+
+        Returns
+        -------
+        list of RowError
+            The rows the table refused, each by its position in ``batch``
+            (always empty with ``bad_rows="fail"``: the first fails the batch).
+        """
+        if self.options.bad_rows != "dead_letter" or batch.num_rows == 0:
+            self.load(txn, batch, settle=False)
+            return []
+        txn.open_connection("write()")
+        self.planned(txn, batch.schema)  # a batch that does not fit the table fails here
+        return write_isolating(self, txn, batch)
+
     def begin(self, context: TaskContext) -> TxnT:
         """Open the partition's transaction; refuse a table that is gone.
 

@@ -20,6 +20,7 @@ from .._options import JdbcOptions
 from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._checks import MariaDBChecker
 from ._dbapi import CONNECT_KEYS, parse_url
+from ._dead_letter_table import MariaDBDeadLetterTable
 from ._marker_table import MariaDBMarkerTable
 from ._prepared_store import MariaDBHandle, XATransactions
 from ._transaction import MariaDBTransaction
@@ -46,7 +47,13 @@ class MariaDBDialect(PartsDialect[MariaDBTransaction, MariaDBHandle]):
 
     name = "MariaDB"
     instance = "MARIADB"
-    parts = (MariaDBWriter, MariaDBChecker, XATransactions, MariaDBMarkerTable)
+    parts = (
+        MariaDBWriter,
+        MariaDBChecker,
+        XATransactions,
+        MariaDBMarkerTable,
+        MariaDBDeadLetterTable,
+    )
     #: MariaDB's identifier limit (64 characters; the check counts bytes).
     max_identifier_bytes = 64
     sink_options: frozenset[str] = frozenset()

@@ -78,10 +78,26 @@ _RULES = (
     ),
     ErrorRule(Codes(_AUTH), FatalError),
 )
+#: A row's own errors, by class (a dead letter's ``error_class``; ``docs/jdbc.md``, "Dead
+#: letters"): only these error numbers set a row aside.
+_ROW_ERRORS = (
+    ("not_null", Codes(frozenset({1048, 1364}))),
+    ("too_long", Codes(frozenset({1406}))),
+    ("invalid_value", Codes(frozenset({1366, 1264, 1292, 1265, 1367, 1411, 1690, 4078}))),
+    ("unique", Codes(frozenset({1062, 1586}))),
+    ("foreign_key", Codes(frozenset({1452, 1216}))),
+    ("check", Codes(frozenset({4025, 3819}))),
+)
+
 # "Column 'x' cannot be null", "Out of range value for column 'x'", and
 # "Incorrect datetime value: '...' for column `db`.`table`.`x` at row 1".
 _COLUMN = re.compile(
-    r"column '((?:[^']|'')+)'|column (?:`(?:[^`]|``)+`\.)*`((?:[^`]|``)+)`", re.IGNORECASE
+    r"column '((?:[^']|'')+)'|column (?:`(?:[^`]|``)+`\.)*`((?:[^`]|``)+)`"
+    # a one-column foreign key: "... CONSTRAINT `fk` FOREIGN KEY (`ref`) REFERENCES ..."
+    r"|FOREIGN KEY \(`((?:[^`]|``)+)`\)"
+    # a column's own CHECK, named after it: "CONSTRAINT `table.amount` failed for ..."
+    r"|CONSTRAINT `(?:[^`.]+\.)?((?:[^`.]|``)+)` failed",
+    re.IGNORECASE,
 )
 
 
@@ -103,6 +119,7 @@ class MariaDBErrors(ErrorMap):
     rules = _RULES
     refused_login = Codes(_AUTH)
     missing_database = Codes(frozenset({1049}))
+    row_errors = _ROW_ERRORS
 
     def code_of(self, exc: BaseException) -> Code | None:
         """Return the error number (:func:`errno`); 0, PyMySQL's own error, as None."""
@@ -153,7 +170,7 @@ def guess_column(text: str, columns: Iterable[tuple[str, str]]) -> str | None:
     if match.group(1):
         name = match.group(1).replace("''", "'")
     else:
-        name = match.group(2).replace("``", "`")
+        name = (match.group(2) or match.group(3) or match.group(4)).replace("``", "`")
     known = {c for c, _t in columns}
     return name if not known or name in known else None
 

@@ -99,6 +99,17 @@ def mariadb_sink(
         :func:`~twophase.connectors.jdbc.postgres_sink`: ``ALTER TABLE ...
         WAIT <lock_timeout> ADD COLUMN IF NOT EXISTS`` (the user needs ALTER
         on the table).
+    bad_rows
+        ``"fail"`` or ``"dead_letter"`` (append mode), as for
+        :func:`~twophase.connectors.jdbc.postgres_sink`: a refused row is set
+        aside in ``dead_letter_table`` in the batch's transaction (an XA
+        transaction takes savepoints too); the error numbers that count as a
+        row's are in "Dead letters", ``docs/jdbc.md``.
+    dead_letter_table
+        Default ``<table>_dead_letters`` in the table's database; created when
+        missing (the row column is ``LONGTEXT`` checked by ``JSON_VALID``).
+    max_bad_rows
+        The most rows one batch may set aside before it fails.
     marker_table
         The marker table (markers protocol), created when missing. The
         coordinated protocol's fence tables (``twophase_fences``,

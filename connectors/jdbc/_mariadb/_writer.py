@@ -96,8 +96,12 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
         return txn, found is not None
 
     # -------------------------------------------------------------- write
-    def write(self, txn: MariaDBTransaction, batch: pa.RecordBatch) -> None:
-        """Insert one record batch (``LOAD DATA``, or multi-row ``INSERT``)."""
+    def load(self, txn: MariaDBTransaction, batch: pa.RecordBatch, *, settle: bool) -> None:
+        """Insert rows (``LOAD DATA``, or multi-row ``INSERT``; one settled row: ``INSERT``).
+
+        ``LOAD DATA`` turns a row's error into a warning; a row written alone
+        to tell its error (``settle``) goes in by ``INSERT``, which raises it.
+        """
         conn = txn.open_connection("write()")
         if batch.num_rows == 0:
             return
@@ -116,7 +120,7 @@ class MariaDBWriter(MariaDBClient, TransactionWriter[MariaDBTransaction]):
                 extra.append((ops, Kind.TEXT, OP_COLUMN))
             names += [column for _values, _kind, column in extra]
             with conn.cursor() as cur:
-                if MariaDBWriter.load_data:
+                if MariaDBWriter.load_data and not (settle and batch.num_rows == 1):
                     try:
                         fields = [render_fields(*e) for e in extra]
                         rows = fields_text(batch, plan.columns, fields)

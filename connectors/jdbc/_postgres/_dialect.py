@@ -20,6 +20,7 @@ from .._options import JdbcOptions
 from .._sink import JdbcMarkerSink, JdbcTwoPhaseSink
 from ._checks import PostgresChecker
 from ._dbapi import LIBPQ_KEYWORDS, libpq_keyword, postgres_connection
+from ._dead_letter_table import PostgresDeadLetterTable
 from ._marker_table import PostgresMarkerTable
 from ._prepared_capacity import partition_limit
 from ._prepared_store import PostgresHandle, PreparedTransactions
@@ -48,7 +49,13 @@ class PostgresDialect(PartsDialect[PostgresTransaction, PostgresHandle]):
 
     name = "PostgreSQL"
     instance = "POSTGRES"
-    parts = (PostgresWriter, PostgresChecker, PreparedTransactions, PostgresMarkerTable)
+    parts = (
+        PostgresWriter,
+        PostgresChecker,
+        PreparedTransactions,
+        PostgresMarkerTable,
+        PostgresDeadLetterTable,
+    )
     #: PostgreSQL truncates names over 63 bytes silently: they are refused.
     max_identifier_bytes = 63
     sink_options = frozenset({"merge_schema"})

@@ -107,9 +107,30 @@ _RULES = (
     ErrorRule(Codes(classes=("53",)), RetriableError),
 )
 
+#: A row's own errors, by class (a dead letter's ``error_class``; ``docs/jdbc.md``, "Dead
+#: letters"): only these SQLSTATEs set a row aside.
+_ROW_ERRORS = (
+    ("not_null", Codes(frozenset({"23502"}))),
+    ("too_long", Codes(frozenset({"22001"}))),
+    (
+        "invalid_value",
+        Codes(
+            frozenset(
+                {"22P02", "22003", "22007", "22008", "22023", "22021", "22P05", "22009", "22018"}
+            )
+        ),
+    ),
+    ("unique", Codes(frozenset({"23505"}))),
+    ("foreign_key", Codes(frozenset({"23503"}))),
+    ("check", Codes(frozenset({"23514"}))),
+    ("other", Codes(frozenset({"23P01"}))),
+)
+
 _COPY_COLUMN = re.compile(r"line \d+, column (.+?)(?::|$)", re.MULTILINE)
 _QUOTED_COLUMN = re.compile(r'column "((?:[^"]|"")+)"')
 _TOO_LONG_TYPE = re.compile(r"value too long for type (.+)$")
+#: The detail of a unique or foreign-key violation: ``Key (ref)=(7) is not present ...``.
+_KEY_COLUMN = re.compile(r'^Key \(("(?:[^"]|"")+"|[^,()"]+)\)=')
 
 
 def sqlstate(exc: BaseException) -> str | None:
@@ -158,6 +179,10 @@ def guess_column(exc: BaseException, columns: Sequence[tuple[str, str]] = ()) ->
         matches = [name for name, type_name in columns if type_name == too_long.group(1)]
         if len(matches) == 1:
             return matches[0]
+    key = _KEY_COLUMN.match(_diag(exc, "message_detail") or "")
+    if key:  # a one-column key
+        name = key.group(1)
+        return name[1:-1].replace('""', '"') if name.startswith('"') else name
     return None
 
 
@@ -186,6 +211,7 @@ class PostgresErrors(ErrorMap):
     rules = _RULES
     refused_login = Codes(classes=("28",))
     missing_database = Codes(frozenset({"3D000"}))
+    row_errors = _ROW_ERRORS
 
     def code_of(self, exc: BaseException) -> Code | None:
         """Return the SQLSTATE (:func:`sqlstate`)."""

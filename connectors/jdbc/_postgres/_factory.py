@@ -112,6 +112,25 @@ def postgres_sink(
         column, a type without a mapping, a name differing only in case are
         refused by name. A table column the batch lacks gets NULL or its
         default in either case ("Schema changes" in ``docs/jdbc.md``).
+    bad_rows
+        ``"fail"`` (a row the table refuses fails the batch with a
+        ``DataError`` naming the column) or ``"dead_letter"`` (append mode):
+        the row is set aside in ``dead_letter_table``, in the same transaction
+        as the batch's good rows, so a replay rewrites or skips both. Only a
+        row's own error is set aside (NOT NULL, too long, a bad value, unique,
+        foreign key, check: the SQLSTATEs in "Dead letters", ``docs/jdbc.md``);
+        a missing table or column, a privilege, a lost connection still fail
+        the batch. A clean record batch costs one ``SAVEPOINT``; a refused
+        one is split in halves under savepoints until its bad rows stand alone.
+    dead_letter_table
+        Where ``bad_rows="dead_letter"`` sets rows aside (``"table"``,
+        ``"schema.table"`` or a tuple); default: ``<table>_dead_letters`` in
+        the table's schema. Created when missing (CREATE on its schema, once),
+        with the layout of "Dead letters" in ``docs/jdbc.md``.
+    max_bad_rows
+        The most rows one batch may set aside; one more fails the batch with
+        a ``DataError`` giving the count and the first errors (many bad rows
+        usually mean the table changed).
     marker_table
         Markers protocol: the marker table, created when missing (CREATE on
         its schema, once). The coordinated protocol's ``twophase_fences`` and

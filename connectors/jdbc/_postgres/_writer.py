@@ -10,6 +10,7 @@ marker row and ``COMMIT`` (:mod:`._marker_table`).
 from __future__ import annotations
 
 import hashlib
+import io
 from typing import Any
 
 import numpy as np
@@ -91,8 +92,8 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         return PostgresTransaction(context, gid, self.pool(), conn, table, xid), table is not None
 
     # -------------------------------------------------------------- write
-    def write(self, txn: PostgresTransaction, batch: pa.RecordBatch) -> None:
-        """COPY one record batch into the table (append) or the staging table."""
+    def load(self, txn: PostgresTransaction, batch: pa.RecordBatch, *, settle: bool) -> None:
+        """COPY rows into the table (append) or the staging table (``settle``: end the COPY)."""
         txn.open_connection("write()")
         if batch.num_rows == 0:
             return
@@ -107,6 +108,14 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
             data = encode_csv(batch, plan.columns, extra)
         except DataError as exc:
             raise exc.with_context(**txn.where.keywords()) from None
+        if settle and txn.copy is None:  # one COPY of these rows alone, in this thread
+            try:
+                with txn.conn.cursor() as cur:
+                    cur.copy_expert(self._copy_statement(txn), io.BytesIO(data), _COPY_CHUNK)
+            except psycopg2.Error as exc:
+                raise self._copy_failed(txn, exc) from exc
+            txn.rows += batch.num_rows
+            return
         if txn.copy is None:
             txn.copy = CopyStream(txn.conn, self._copy_statement(txn), _COPY_CHUNK).start()
         try:
@@ -114,6 +123,8 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         except psycopg2.Error as exc:
             txn.copy = None  # it has ended
             raise self._copy_failed(txn, exc) from exc
+        if settle:
+            self._end_copy(txn)
         txn.rows += batch.num_rows
 
     def _copy_statement(self, txn: PostgresTransaction) -> sql.Composed:

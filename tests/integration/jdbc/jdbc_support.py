@@ -12,10 +12,24 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from twophase.connectors.jdbc import postgres_sink
 
 PROTOCOLS = ("coordinated", "markers")
+#: Each database under each protocol, as fixture params carrying the database's marker.
+EACH_DATABASE_AND_PROTOCOL = [
+    pytest.param((db, p), marks=getattr(pytest.mark, mark), id=f"{db}-{p}")
+    for db, mark in (("PostgreSQL", "postgres"), ("MariaDB", "mariadb"))
+    for p in PROTOCOLS
+]
+
+
+def server_fixture(database: str, protocol: str) -> str:
+    """The session fixture of a database's server for a protocol (PostgreSQL: two clusters)."""
+    if database == "MariaDB":
+        return "mariadb_server"
+    return "postgres_server" if protocol == "coordinated" else "postgres_server_no_prepared"
 
 
 def mariadb_sql(server: Any, statement: str, params: Any = None) -> list[tuple[Any, ...]]:

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from jdbc_support import PROTOCOLS, PgTarget, mariadb_sql, run_to_end
+from jdbc_support import (
+    EACH_DATABASE_AND_PROTOCOL,
+    PgTarget,
+    mariadb_sql,
+    run_to_end,
+    server_fixture,
+)
 
 from twophase.connectors.jdbc import mariadb_sink
 from twophase.errors import AbortRequiredError, ConfigurationError
@@ -134,23 +140,17 @@ class Postgres(Reads, PgTarget):
 SCORE_TYPE = {"PostgreSQL": "double precision", "MariaDB": "double"}
 
 
-@pytest.fixture(
-    params=[
-        pytest.param((db, p), marks=getattr(pytest.mark, mark), id=f"{db}-{p}")
-        for db, mark in (("PostgreSQL", "postgres"), ("MariaDB", "mariadb"))
-        for p in PROTOCOLS
-    ]
-)
+@pytest.fixture(params=EACH_DATABASE_AND_PROTOCOL)
 def target(request: pytest.FixtureRequest) -> Iterator[Postgres | Maria]:
     """Each database under each protocol, its own fresh table name in ``target.table``."""
     database, protocol = request.param
     server: Postgres | Maria
+    fixture = request.getfixturevalue(server_fixture(database, protocol))
     if database == "PostgreSQL":
-        fixture = "postgres_server" if protocol == "coordinated" else "postgres_server_no_prepared"
-        server = Postgres(request.getfixturevalue(fixture), protocol)
+        server = Postgres(fixture, protocol)
         server.clean_prepared()
     else:
-        server = Maria(request.getfixturevalue("mariadb_server"), protocol)
+        server = Maria(fixture, protocol)
         server.server.rollback_prepared("tp:")
     server.table = f"evolve_{uuid.uuid4().hex[:12]}"
     yield server

@@ -24,6 +24,7 @@ from twophase.connectors._context import ErrorContext
 from twophase.connectors.jdbc._checks import TableChecks
 from twophase.connectors.jdbc._client import JdbcClient
 from twophase.connectors.jdbc._config import ConnectionConfig
+from twophase.connectors.jdbc._dead_letter_table import DeadLetterTable
 from twophase.connectors.jdbc._dialect import PartsDialect
 from twophase.connectors.jdbc._errors import Codes, ErrorMap, ErrorRule
 from twophase.connectors.jdbc._evolution import NewColumn
@@ -75,6 +76,10 @@ class _Cursor:
     @property
     def description(self) -> Any:
         return self._cursor.description
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
 
     def fetchone(self) -> Any:
         return self._cursor.fetchone()
@@ -147,6 +152,11 @@ class SqliteErrors(ErrorMap):
     )
     refused_login = Codes()
     missing_database = Codes(classes=("SQLITE_CANTOPEN",))
+    row_errors = (
+        ("not_null", Codes(frozenset({"SQLITE_CONSTRAINT_NOTNULL"}))),
+        ("unique", Codes(frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"}))),
+        ("check", Codes(frozenset({"SQLITE_CONSTRAINT_CHECK"}))),
+    )
 
     def code_of(self, exc: BaseException) -> str | None:
         """The extended result code's name (``SQLITE_CONSTRAINT_NOTNULL``)."""
@@ -250,7 +260,7 @@ class SqliteWriter(SqliteClient, TransactionWriter[SqliteTransaction]):
         txn = SqliteTransaction(context, gid, self.pool(), conn, found or empty, None)
         return txn, found is not None
 
-    def write(self, txn: SqliteTransaction, batch: pa.RecordBatch) -> None:
+    def load(self, txn: SqliteTransaction, batch: pa.RecordBatch, *, settle: bool) -> None:
         """Insert the rows with one ``executemany``."""
         conn = txn.open_connection("write()")
         if batch.num_rows == 0:
@@ -320,13 +330,44 @@ class SqliteMarkerTable(SqliteClient, MarkerTable):
         """Every SQLite marker table has it."""
 
 
+# ------------------------------------------------------------------ the dead letters
+class SqliteDeadLetterTable(SqliteClient, DeadLetterTable):
+    """The dead-letter table, in SQLite's types (the row as JSON text)."""
+
+    types = dict.fromkeys(("name", "text", "json"), "TEXT") | {
+        "bigint": "INTEGER",
+        "int": "INTEGER",
+        "smallint": "INTEGER",
+        "now": "TEXT DEFAULT CURRENT_TIMESTAMP",
+    }
+    row_text = '"row"'
+
+    def quote(self, name: str) -> str:
+        """Double quotes."""
+        return quote(name)
+
+    def is_missing(self, cur: Any) -> bool:
+        """``IF NOT EXISTS`` tells: always create."""
+        return True
+
+    def describe(self, cur: Any) -> TableInfo | None:
+        """``PRAGMA table_info``."""
+        return describe_table(cur, self.options.table)
+
+
 # ------------------------------------------------------------------ the dialect
 class SqliteDialect(PartsDialect[SqliteTransaction, TransactionHandle]):
     """SQLite: the markers protocol only, append only."""
 
     name = "SQLite"
     instance = "SQLITE"
-    parts = (SqliteWriter, SqliteChecker, NoPreparedTransactions, SqliteMarkerTable)
+    parts = (
+        SqliteWriter,
+        SqliteChecker,
+        NoPreparedTransactions,
+        SqliteMarkerTable,
+        SqliteDeadLetterTable,
+    )
     max_identifier_bytes = 1 << 10
     sink_options: frozenset[str] = frozenset()
     connection_keywords = frozenset({"database"})

@@ -22,7 +22,7 @@ FACTORIES: list[tuple[Callable[..., Any], dict[str, str]]] = [
 @pytest.mark.parametrize(
     ("keyword", "value", "closest"),
     [
-        ("bad_rows", "dead_letter", None),  # an option the sink does not have, as a typo would be
+        ("bad_row", "dead_letter", "bad_rows"),  # a misspelt option, as a typo would be
         ("lock_timout", 3.0, "lock_timeout"),
         ("marker_tabel", "m", "marker_table"),
     ],

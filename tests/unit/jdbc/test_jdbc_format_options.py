@@ -68,3 +68,16 @@ def test_the_mariadb_format_builds_the_coordinated_sink_from_strings() -> None:
     assert sink.options.key_columns == ("id", "region")
     assert sink.options.lock_timeout == 2.5
     assert sink.options.table.parts() == ("shop", "orders")
+
+
+def test_the_dead_letter_options_come_through_the_format_as_strings() -> None:
+    from twophase.connectors.jdbc._mariadb import FORMAT
+
+    sink = FORMAT.sink_from_options(
+        {**MARIA, "badRows": "dead_letter", "deadLetterTable": "dl.bad", "maxBadRows": "7"}
+    )
+    assert (sink.bad_rows, sink.max_bad_rows) == ("dead_letter", 7)
+    assert sink.options.dead_letters.parts() == ("dl", "bad")
+    with pytest.raises(ConfigurationError, match="maxBadRows") as caught:
+        FORMAT.sink_from_options({**MARIA, "maxBadRows": "many"})
+    assert caught.value.setting == "maxBadRows"

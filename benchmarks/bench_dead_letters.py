@@ -1,0 +1,163 @@
+"""What ``bad_rows="dead_letter"`` costs the JDBC sinks: a clean batch, and one bad row in many.
+
+Issue 52's targets: a clean batch with ``bad_rows="dead_letter"`` within 2 % of the same batch with
+``bad_rows="fail"`` (today's sink), and a batch of 500,000 rows with one bad row within 2x of the
+clean batch. The same rows (an id, a bigint, 40 characters of text) go through
+``LocalRunner(sink).run_batch`` into a fresh table (a primary key, ``payload NOT NULL``), one
+partition of record batches of 10,000 rows (Spark's ``maxRecordsPerBatch``), protocol
+``coordinated`` (``PREPARE``/``XA PREPARE`` and the commit included). The variants alternate
+within each repetition (the table emptied before each run); the ratios are of medians. Needs the
+servers: ``TWOPHASE_PG_DSN`` and/or ``TWOPHASE_MARIADB_URL`` (``twophase_dev up``)::
+
+    eval "$(.venv/bin/python -m twophase_dev env)"
+    .venv/bin/python benchmarks/bench_dead_letters.py --rows 500000 --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from twophase.connectors.jdbc import mariadb_sink, postgres_sink
+from twophase.testing import LocalRunner
+
+
+def _batches(rows: int, bad: int | None, chunk: int) -> list[pa.RecordBatch]:
+    out = []
+    for start in range(0, rows, chunk):
+        n = min(chunk, rows - start)
+        payload = [f"payload-{i:08d}-abcdefghijklmnopqrstuv" for i in range(start, start + n)]
+        if bad is not None and start <= bad < start + n:
+            payload[bad - start] = None  # type: ignore[call-overload]
+        out.append(
+            pa.record_batch(
+                {
+                    "id": pa.array(range(start, start + n), pa.int64()),
+                    "v": pa.array(range(n), pa.int64()),
+                    "payload": pa.array(payload, pa.string()),
+                }
+            )
+        )
+    return out
+
+
+class Database:
+    """One server: its table, its sink, and a way to empty both tables."""
+
+    def __init__(self, name: str, sql: Callable[[str], None], make: Callable[..., Any]) -> None:
+        self.name = name
+        self.sql = sql
+        self.make = make
+        self.table = f"bench_dl_{uuid.uuid4().hex[:8]}"
+
+
+def postgres(dsn: str) -> Database:
+    import psycopg2
+
+    def sql(statement: str) -> None:
+        conn = psycopg2.connect(dsn)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(statement)
+        conn.close()
+
+    db = Database("PostgreSQL", sql, lambda name, **o: postgres_sink(name, dsn=dsn, **o))
+    sql(f"CREATE TABLE {db.table} (id bigint PRIMARY KEY, v bigint, payload text NOT NULL)")
+    return db
+
+
+def mariadb(url: str) -> Database:
+    from twophase_dev import attach_mariadb
+
+    server = attach_mariadb(url)
+
+    def sql(statement: str) -> None:
+        conn = server.connect(autocommit=True)
+        with conn.cursor() as cur:
+            cur.execute(statement)
+        conn.close()
+
+    db = Database("MariaDB", sql, lambda name, **o: mariadb_sink(name, url=url, **o))
+    sql(
+        f"CREATE TABLE {db.table} (id BIGINT PRIMARY KEY, v BIGINT, payload TEXT NOT NULL) "
+        "ENGINE=InnoDB"
+    )
+    return db
+
+
+def measure(db: Database, rows: int, runs: int, chunk: int) -> dict[str, list[float]]:
+    """Return each variant's seconds per repetition (the variants alternating in each)."""
+    variants = {
+        "clean, bad_rows='fail'": ("fail", None),
+        "clean, bad_rows='dead_letter'": ("dead_letter", None),
+        "one bad row, bad_rows='dead_letter'": ("dead_letter", rows // 2 + 17),
+    }
+    data = {key: _batches(rows, bad, chunk) for key, (_mode, bad) in variants.items()}
+    times: dict[str, list[float]] = {key: [] for key in variants}
+    runners = {
+        key: LocalRunner(db.make("bench_dl", table=db.table, protocol="coordinated", bad_rows=mode))
+        for key, (mode, _bad) in variants.items()
+    }  # each opens at its first batch (the warm-up), as a query does once
+    db.sql(f"DROP TABLE IF EXISTS {db.table}_dead_letters")
+    for run in range(runs + 1):  # the first repetition warms up and is not counted
+        for key, (_mode, bad) in variants.items():
+            db.sql(f"TRUNCATE TABLE {db.table}")
+            if run:
+                db.sql(f"TRUNCATE TABLE {db.table}_dead_letters")
+            start = time.perf_counter()
+            metrics = runners[key].run_batch(run, [data[key]])
+            elapsed = time.perf_counter() - start
+            assert metrics.rows == rows - (bad is not None), metrics.log_line()
+            if run:
+                times[key].append(elapsed)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=500_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--chunk", type=int, default=10_000, help="rows per record batch")
+    args = parser.parse_args()
+    databases = []
+    if os.environ.get("TWOPHASE_PG_DSN"):
+        databases.append(postgres(os.environ["TWOPHASE_PG_DSN"]))
+    if os.environ.get("TWOPHASE_MARIADB_URL"):
+        databases.append(mariadb(os.environ["TWOPHASE_MARIADB_URL"]))
+    if not databases:
+        raise SystemExit("set TWOPHASE_PG_DSN and/or TWOPHASE_MARIADB_URL (twophase_dev env)")
+    print(
+        f"{args.rows:,} rows, 1 partition, record batches of {args.chunk:,}; medians of "
+        f"{args.runs}; load average {os.getloadavg()[0]:.1f}"
+    )
+    clean, fail, bad = (
+        "clean, bad_rows='dead_letter'",
+        "clean, bad_rows='fail'",
+        "one bad row, bad_rows='dead_letter'",
+    )
+    for db in databases:
+        try:
+            times = measure(db, args.rows, args.runs, args.chunk)
+        finally:
+            db.sql(f"DROP TABLE IF EXISTS {db.table}")
+            db.sql(f"DROP TABLE IF EXISTS {db.table}_dead_letters")
+        for key, values in times.items():
+            seconds = statistics.median(values)
+            print(f"{db.name:10s} {key:38s} {seconds:7.3f} s  {args.rows / seconds:>10,.0f} rows/s")
+        # Ratios of the runs of one repetition (run side by side), then their median.
+        cost = statistics.median(c / f for c, f in zip(times[clean], times[fail], strict=True))
+        one = statistics.median(b / c for b, c in zip(times[bad], times[clean], strict=True))
+        print(f"{db.name:10s} clean batch, dead_letter / fail:         {cost:.3f}x (<= 1.02)")
+        print(f"{db.name:10s} one bad row / clean batch (dead_letter): {one:.3f}x (<= 2)")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
