@@ -65,12 +65,15 @@ class _Probed:
         self.__dict__.setdefault("_chaos_txns", {})[id(txn)] = [context, False]
         return txn
 
-    def write(self, txn: Any, batch: Any) -> None:
-        super().write(txn, batch)  # type: ignore[misc]
+    def write(self, txn: Any, batch: Any) -> Any:
+        # What the sink returns are the rows the target refused (RowErrors): handed on, or
+        # bad_rows="dead_letter" would lose them.
+        refused = super().write(txn, batch)  # type: ignore[misc]
         entry = self._context(txn)
         if entry is not None and not entry[1]:
             entry[1] = True  # once per transaction: after its first rows are in
             self._probe("write", entry[0], txn)
+        return refused
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         state = {k: v for k, v in self.__dict__.items() if k not in (*_FAULT_ATTRS, "_chaos_txns")}
