@@ -49,6 +49,22 @@ ERROR_NAMES = (
 
 SCHEMA = "id long, payload string"
 
+#: ``max_bad_rows`` of a trial with bad rows: far more than its batches hold (a few per batch).
+BAD_ROWS_MAX = 100
+#: The width of the JDBC table's ``v`` column in a trial with bad rows (every good value fits).
+BAD_ROWS_VARCHAR = 32
+#: ``max.message.bytes`` of a Kafka trial's topic with bad rows, and the producer's ``batch.size``
+#: (at most the topic's limit, or the sink refuses the topic).
+BAD_ROWS_TOPIC_BYTES = 16384
+#: What a poison key's value is, by kind (``tests.chaos.harness.BAD_ROW_CLASSES``): NULL into the
+#: JDBC table's NOT NULL column; the value padded past its varchar; a Kafka record padded past its
+#: topic's ``max.message.bytes``.
+POISON_SQL = {
+    "null": "CAST(NULL AS STRING)",
+    "too_long": f"concat(v, repeat('x', {BAD_ROWS_VARCHAR + 8}))",
+    "too_large": f"concat(v, repeat('x', {BAD_ROWS_TOPIC_BYTES + 4096}))",
+}
+
 #: What the connectors' errors say when a step ran into a network bound: a connection lost or not
 #: made within the JDBC sinks' ``network_timeout`` / ``connect_timeout``, brokers not answering
 #: within the Kafka sink's ``operation_timeout`` (``_PURGE_QUEUE``: the records of a producer
@@ -76,9 +92,15 @@ def connector_sink(spec: dict[str, Any]) -> Any:
     kind, name = spec["sink"], spec["sink_name"]
     kind = kind.removesuffix("-ha")  # a replicated target: the same sink on other settings
     target = spec["target"]
+    # A trial with bad rows (tests.chaos.harness.draw_bad_rows): refused rows become dead letters.
+    letters: dict[str, Any] = {}
+    if spec.get("bad_rows"):
+        letters = {"bad_rows": "dead_letter", "max_bad_rows": BAD_ROWS_MAX}
     if kind == "kafka":
         from twophase.connectors.kafka import KafkaSink
 
+        if letters:
+            letters["dead_letter_topic"] = target["dead_letter_topic"]
         return KafkaSink(
             name,
             bootstrap_servers=target["bootstrap"],
@@ -88,6 +110,7 @@ def connector_sink(spec: dict[str, Any]) -> Any:
             operation_timeout=target.get("operation_timeout", 30.0),
             local_retries=target.get("local_retries", 3),
             staging=spec["staging"],
+            **letters,
         )
     # The JDBC sinks: pg-coordinated, pg-markers, maria-coordinated, maria-markers.
     database, protocol = kind.split("-", 1)
@@ -100,6 +123,8 @@ def connector_sink(spec: dict[str, Any]) -> Any:
 
         connection = {"dsn": target["dsn"]}
     extra = {"staging": spec["staging"]} if protocol == "markers" else {}
+    if letters:
+        extra.update(letters, dead_letter_table=target["dead_letter_table"])
     if "network_timeout" in target:  # a trial with partitions: short bounds
         extra["network_timeout"] = target["network_timeout"]
     return factory(
@@ -162,9 +187,23 @@ def pipeline(df: Any, spec: dict[str, Any]) -> Any:
         out = counts.selectExpr("k", "concat(cast(n AS string), ':', cast(s AS string)) AS v")
     else:
         out = df.selectExpr("id AS k", "payload AS v")
+    if spec.get("bad_rows"):
+        out = poison(out, spec["bad_rows"])
     if spec["sink"].startswith("kafka"):
         out = out.selectExpr("CAST(k AS STRING) AS key", "v AS value")
     return out
+
+
+def poison(out: Any, bad_rows: dict[str, str]) -> Any:
+    """Give each poison key of ``bad_rows`` (key -> kind) its poison value: the same on a replay."""
+    by_kind: dict[str, list[str]] = {}
+    for key, kind in bad_rows.items():
+        by_kind.setdefault(kind, []).append(str(int(key)))
+    cases = " ".join(
+        f"WHEN k IN ({', '.join(keys)}) THEN {POISON_SQL[kind]}"
+        for kind, keys in sorted(by_kind.items())
+    )
+    return out.selectExpr("k", f"CASE {cases} ELSE v END AS v")
 
 
 class StepProbe:

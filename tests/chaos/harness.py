@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos import ha
-from tests.chaos.driver import NETWORK_BOUND_NEEDLES
+from tests.chaos.driver import BAD_ROWS_TOPIC_BYTES, BAD_ROWS_VARCHAR, NETWORK_BOUND_NEEDLES
 from tests.chaos.events import emit, go, matches, read_events
 from tests.integration.kafka.kafka_support import unstable_partitions
 from twophase._engine._steps import Step
@@ -84,6 +84,7 @@ __all__ = [
     "Infra",
     "TrialPlan",
     "TrialResult",
+    "draw_bad_rows",
     "draw_plan",
     "main",
     "run_trial",
@@ -231,6 +232,18 @@ SERVER_FAULTS = frozenset(
     }
 )
 
+#: Bad rows (:func:`draw_bad_rows`): how often a trial carries them, drawn from a stream of its
+#: own so that the rest of the trial is the one drawn without them (and before they existed).
+BAD_ROWS_CHANCE = 1 / 3
+#: How many input rows of each batch are poison, at most (at least one).
+BAD_ROWS_PER_BATCH = 5
+#: ``--bad-rows``: the chance of bad rows in a trial.
+BAD_ROWS_MODES = {"drawn": BAD_ROWS_CHANCE, "always": 1.0, "never": 0.0}
+#: The error class each kind of poison must be set aside with (the dead letter's ``error_class``):
+#: a NULL ``v`` into the JDBC table's ``NOT NULL`` column, a ``v`` longer than its
+#: ``varchar(BAD_ROWS_VARCHAR)``, a Kafka record over the topic's ``max.message.bytes``.
+BAD_ROW_CLASSES = {"null": "not_null", "too_long": "too_long", "too_large": "too_large"}
+
 EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, EXIT_NONDETERMINISTIC = 0, 1, 3, 4
 
 
@@ -304,6 +317,9 @@ class TrialPlan:
     faults: list[Fault]
     #: Extra Spark settings of the driver (tests only; drawn trials use none).
     spark_conf: dict[str, str] = field(default_factory=dict)
+    #: Poison output keys -> their kind (:data:`BAD_ROW_CLASSES`): the sink runs with
+    #: ``bad_rows="dead_letter"`` and each must end in the dead letters once. Empty: none.
+    bad_rows: dict[int, str] = field(default_factory=dict)
 
     @property
     def short_bounds(self) -> bool:
@@ -331,7 +347,8 @@ class TrialPlan:
             pipe += f"({self.partitions})"
         staging = " staging" if self.staging else ""
         source = f"{self.source}:{self.batches}x{self.rows}"
-        return f"sink={self.sink} pipeline={pipe}{staging} input={source}"
+        bad = f" bad_rows={len(self.bad_rows)}" if self.bad_rows else ""
+        return f"sink={self.sink} pipeline={pipe}{staging} input={source}{bad}"
 
 
 def _draw_point(
@@ -447,19 +464,49 @@ def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Faul
     return Fault(kind, point, sync=sync, delay=delay, params=params)
 
 
+def draw_bad_rows(
+    seed: str | int, index: int, plan: TrialPlan, chance: float = BAD_ROWS_CHANCE
+) -> dict[int, str]:
+    """Draw the poison output keys of trial ``index`` (none in most trials), and their kinds.
+
+    From ``random.Random(f"{seed}:{index}:bad_rows")``: a trial has bad rows with probability
+    ``chance`` (:data:`BAD_ROWS_CHANCE`, one in three; a trial drawn with them has the same ones
+    at any higher chance), then 1-:data:`BAD_ROWS_PER_BATCH` poison input rows in every batch,
+    at drawn positions; the key they give (the id, or ``id div 4`` for the aggregation) is
+    poison: the pipeline gives it a value the target refuses (:func:`tests.chaos.driver.pipeline`),
+    the same on every replay. JDBC sinks draw a NULL or a too long value per key, Kafka a record
+    too large for its topic.
+    """
+    rng = random.Random(f"{seed}:{index}:bad_rows")
+    if rng.random() >= chance:
+        return {}
+    kinds = ("too_large",) if plan.sink in KAFKA_SINKS else ("null", "too_long")
+    poison: dict[int, str] = {}
+    for batch in range(plan.batches):
+        count = min(rng.randint(1, BAD_ROWS_PER_BATCH), plan.rows)
+        for position in sorted(rng.sample(range(plan.rows), count)):
+            row = batch * 1000 + position
+            key = row // 4 if plan.pipeline == "aggregate" else row
+            kind = rng.choice(kinds)
+            poison.setdefault(key, kind)  # two rows of one group: the group's key once
+    return poison
+
+
 def draw_plan(
     seed: str | int,
     index: int,
     sinks: Sequence[str] = DEFAULT_SINKS,
     *,
     network_partitions: bool = False,
+    bad_rows: float = 0.0,
 ) -> TrialPlan:
     """Draw trial ``index`` of run ``seed`` (from ``random.Random(f"{seed}:{index}")``).
 
     With ``network_partitions``, 0-2 network partitions (:data:`PARTITION_COUNTS`) are drawn
     after the other faults from a stream of their own,
     ``random.Random(f"{seed}:{index}:partitions")``: the rest of the trial is the one drawn
-    without them (and before they existed).
+    without them (and before they existed). Poison rows are drawn the same way, with probability
+    ``bad_rows``, from ``random.Random(f"{seed}:{index}:bad_rows")`` (:func:`draw_bad_rows`).
     """
     rng = random.Random(f"{seed}:{index}")
     sink = rng.choice([s for s in SINKS if s in sinks])  # the same draw whatever the order given
@@ -487,6 +534,8 @@ def draw_plan(
             for _ in range(rng.randint(0, 2))
         ]
         plan.faults.append(_draw_ha_fault(rng, plan))
+        if bad_rows:
+            plan.bad_rows = draw_bad_rows(seed, index, plan, bad_rows)
         return plan  # no partitions: the replicated targets run outside network namespaces
     plan.faults = [
         _draw_fault(rng, sink, plan.batches, plan.write_partitions)
@@ -499,6 +548,8 @@ def draw_plan(
             _draw_partition(cut_rng, sink, plan.batches, plan.write_partitions)
             for _ in range(count)
         ]
+    if bad_rows:
+        plan.bad_rows = draw_bad_rows(seed, index, plan, bad_rows)
     return plan
 
 
@@ -508,14 +559,14 @@ def input_ids(plan: TrialPlan) -> list[int]:
 
 
 def expected_output(plan: TrialPlan) -> dict[int, str]:
-    """The output key -> value the target must hold exactly once each."""
+    """The output key -> value the target must hold exactly once each (poison keys left out)."""
     ids = input_ids(plan)
     if plan.pipeline != "aggregate":
-        return {i: f"p{i}" for i in ids}
+        return {i: f"p{i}" for i in ids if i not in plan.bad_rows}
     groups: dict[int, list[int]] = collections.defaultdict(list)
     for i in ids:
         groups[i // 4].append(i)
-    return {k: f"{len(v)}:{sum(v)}" for k, v in groups.items()}
+    return {k: f"{len(v)}:{sum(v)}" for k, v in groups.items() if k not in plan.bad_rows}
 
 
 # ------------------------------------------------------------------------------ infrastructure
@@ -880,6 +931,13 @@ class TrialResult:
     wrong: int = 0
     unwritten: int = 0
     leftovers: list[str] = field(default_factory=list)
+    #: A trial with bad rows: letters found (the sink's, committed), poison keys with more than
+    #: one letter (the extra letters), poison keys without one, letters of a key that is not
+    #: poison or with another error class than its poison's.
+    dead_letters: int = 0
+    dead_letter_duplicates: int = 0
+    dead_letter_losses: int = 0
+    dead_letter_wrong: int = 0
     nondeterministic: bool = False
     timed_out: bool = False
     runs: int = 0
@@ -913,10 +971,15 @@ class TrialResult:
         """One line for the trial."""
         faults = " ".join(f.describe() for f in self.plan.faults)
         errors = ",".join(sorted(set(self.errors) | set(self.log_findings))) or "-"
+        letters = (
+            f"dead_letters={self.dead_letters}/{len(self.plan.bad_rows)} "
+            if self.plan.bad_rows
+            else ""
+        )
         return (
             f"trial {self.plan.index:3d} seed={self.plan.seed}:{self.plan.index} "
             f"{self.plan.describe()} faults=[{faults}] outcome={self.outcome} "
-            f"checked={self.checked} runs={self.runs} errors={errors} "
+            f"checked={self.checked} {letters}runs={self.runs} errors={errors} "
             f"duration={self.duration:.1f}s"
         )
 
@@ -994,6 +1057,10 @@ class Target:
         self.table = f"chaos_{name}"
         self.topic = f"chaos-{name}"
         self.control_topic = f"chaos-{name}-markers"
+        #: Where a trial with bad rows sets them aside (the sink's ``dead_letter_table`` or
+        #: ``dead_letter_topic``).
+        self.dead_letter_table = f"chaos_{name}_dead_letters"
+        self.dead_letter_topic = f"chaos-{name}-dead-letters"
 
     @property
     def _db(self) -> Any:
@@ -1029,22 +1096,35 @@ class Target:
         ``connect_timeout`` 5 s and the default ``network_timeout``).
         """
         short = self.plan.short_bounds
+        bad = bool(self.plan.bad_rows)
         if self.is_kafka:
-            self._kafka.create_topic(self.topic, partitions=self.plan.topic_partitions)
+            # With bad rows, a topic with a small max.message.bytes: a poison value is over it.
+            topic_config = {"max.message.bytes": str(BAD_ROWS_TOPIC_BYTES)} if bad else None
+            self._kafka.create_topic(
+                self.topic, partitions=self.plan.topic_partitions, config=topic_config
+            )
+            producer_config: dict[str, Any] = {"request.timeout.ms": KAFKA_REQUEST_TIMEOUT_MS}
             settings: dict[str, Any] = {
                 "bootstrap": self._kafka.bootstrap_servers,
                 "topic": self.topic,
                 "control_topic": self.control_topic,
-                "producer_config": {"request.timeout.ms": KAFKA_REQUEST_TIMEOUT_MS},
+                "producer_config": producer_config,
                 "operation_timeout": 30.0,
             }
+            if bad:
+                producer_config["batch.size"] = BAD_ROWS_TOPIC_BYTES  # at most the topic's limit
+                settings["dead_letter_topic"] = self.dead_letter_topic
             if short:
                 settings["operation_timeout"] = SHORT_BOUNDS["operation_timeout"]
                 settings["local_retries"] = SHORT_BOUNDS["local_retries"]
             return settings
         server = self._db
-        _sql(server, f"CREATE TABLE {self._quoted(self.table)} (k bigint, v text)")
+        # With bad rows, a column that refuses a NULL and a long value.
+        column = f"varchar({BAD_ROWS_VARCHAR}) NOT NULL" if bad else "text"
+        _sql(server, f"CREATE TABLE {self._quoted(self.table)} (k bigint, v {column})")
         settings = {"table": self.table}
+        if bad:
+            settings["dead_letter_table"] = self.dead_letter_table
         if short:
             settings["network_timeout"] = SHORT_BOUNDS["network_timeout"]
             settings["connect_timeout"] = SHORT_BOUNDS["connect_timeout"]
@@ -1066,6 +1146,29 @@ class Target:
             self._db, f"SELECT k, v, count(*) FROM {self._quoted(self.table)} GROUP BY k, v"
         )
         return collections.Counter({(int(k), str(v)): int(n) for k, v, n in rows})
+
+    def dead_letters(self) -> collections.Counter[tuple[int, str]]:
+        """How many times each ``(key, error_class)`` is in the sink's dead letters.
+
+        Read as a consumer would: the dead-letter topic with ``read_committed``, the table in a
+        fresh connection (committed rows only); the key is the letter's row's (``key`` of a Kafka
+        record, ``k`` of a table's row). Letters of another sink are not counted.
+        """
+        if self.is_kafka:
+            return _kafka_dead_letters(
+                self._kafka.bootstrap_servers, self.dead_letter_topic, self.name
+            )
+        rows = _sql(
+            self._db,
+            f"SELECT {self._quoted('row')}, error_class FROM "
+            f"{self._quoted(self.dead_letter_table)} WHERE sink = %s",
+            (self.name,),
+        )
+        counts: collections.Counter[tuple[int, str]] = collections.Counter()
+        for row, error_class in rows:
+            data = row if isinstance(row, dict) else json.loads(row)  # jsonb / LONGTEXT
+            counts[(int(data["k"]), str(error_class))] += 1
+        return counts
 
     def save_evidence(self, path: Path) -> None:
         """Write what a failed trial's target holds beyond the records: markers, prepared."""
@@ -1091,6 +1194,8 @@ class Target:
         """Prepared transactions of the sink, or Kafka partitions with an open transaction."""
         if self.is_kafka:
             topics = [self.topic, self.control_topic]
+            if self.plan.bad_rows:
+                topics.append(self.dead_letter_topic)
             deadline = time.monotonic() + 15
             while True:  # transaction markers are written just after a commit returns
                 unstable = unstable_partitions(self._kafka.bootstrap_servers, topics)
@@ -1135,6 +1240,13 @@ def _prepared(server: Any) -> list[str]:
 
 
 def _kafka_counts(bootstrap: str, topic: str) -> collections.Counter[tuple[int, str]]:
+    return collections.Counter(
+        (int(key.decode()), value.decode()) for key, value in _kafka_records(bootstrap, topic)
+    )
+
+
+def _kafka_records(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
+    """Every committed record of ``topic`` as ``(key, value)``, read with ``read_committed``."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -1148,7 +1260,7 @@ def _kafka_counts(bootstrap: str, topic: str) -> collections.Counter[tuple[int, 
             "log_level": 3,
         }
     )
-    counts: collections.Counter[tuple[int, str]] = collections.Counter()
+    records: list[tuple[bytes, bytes]] = []
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
@@ -1164,9 +1276,21 @@ def _kafka_counts(bootstrap: str, topic: str) -> collections.Counter[tuple[int, 
                         raise RuntimeError(f"reading {topic}: {err}")
                     at_end.add(msg.partition())
                     continue
-                counts[(int(msg.key().decode()), msg.value().decode())] += 1
+                records.append((msg.key(), msg.value()))
     finally:
         consumer.close()
+    return records
+
+
+def _kafka_dead_letters(
+    bootstrap: str, topic: str, sink: str
+) -> collections.Counter[tuple[int, str]]:
+    """``(key, error_class)`` -> count of the sink's letters in a dead-letter topic (committed)."""
+    counts: collections.Counter[tuple[int, str]] = collections.Counter()
+    for _key, value in _kafka_records(bootstrap, topic):
+        letter = json.loads(value)
+        if letter.get("sink") == sink:
+            counts[(int(letter["row"]["key"]), str(letter["error_class"]))] += 1
     return counts
 
 
@@ -1634,6 +1758,8 @@ def run_trial(
         "control": str(trial.control),
         "spark_local_dir": str(work / "spark-local"),
         "spark_conf": dict(plan.spark_conf),
+        # Poison output key -> the value kind the pipeline gives it (tests.chaos.driver).
+        "bad_rows": {str(k): kind for k, kind in sorted(plan.bad_rows.items())},
         "rules": trial.install_rules(),
         "pauses": [
             {**f.point, "id": f"f{n}"}
@@ -1754,6 +1880,25 @@ def clear_interrupted_offset_write(log: Path, checkpoint: Path) -> list[str]:
     return removed
 
 
+def _check_dead_letters(result: TrialResult, letters: collections.Counter[tuple[int, str]]) -> int:
+    """Hold the dead letters to the plan's poison keys; return how many poison keys have none.
+
+    Every poison key once, with its poison's error class (:data:`BAD_ROW_CLASSES`), and nothing
+    else: a second letter of a key is a duplicate, a letter of a good key or with another class
+    is wrong.
+    """
+    poison = {k: BAD_ROW_CLASSES[kind] for k, kind in result.plan.bad_rows.items()}
+    result.dead_letters = sum(letters.values())
+    per_key: collections.Counter[int] = collections.Counter()
+    for (key, error_class), n in letters.items():
+        if poison.get(key) == error_class:
+            per_key[key] += n
+        else:
+            result.dead_letter_wrong += n
+    result.dead_letter_duplicates = sum(n - 1 for n in per_key.values() if n > 1)
+    return sum(1 for k in poison if per_key[k] == 0)
+
+
 def _check(result: TrialResult, target: Target) -> None:
     """Compare the target with the expected output; classify the trial."""
     plan = result.plan
@@ -1766,10 +1911,12 @@ def _check(result: TrialResult, target: Target) -> None:
     missing = sum(1 for k in expected if present.get(k, 0) == 0)
     result.leftovers = target.leftovers()
     allowed_stop = plan.nondeterministic and not plan.staging
+    letters_missing = _check_dead_letters(result, target.dead_letters()) if plan.bad_rows else 0
     if result.nondeterministic and allowed_stop:
-        result.unwritten = missing  # the query stopped before writing them: not lost
+        result.unwritten = missing + letters_missing  # the query stopped before: not lost
     else:
         result.losses = missing
+        result.dead_letter_losses = letters_missing
     problems = []
     if result.duplicates:
         problems.append(f"DUPLICATES({result.duplicates})")
@@ -1777,6 +1924,12 @@ def _check(result: TrialResult, target: Target) -> None:
         problems.append(f"LOSSES({result.losses})")
     if result.wrong:
         problems.append(f"WRONG({result.wrong})")
+    if result.dead_letter_duplicates:
+        problems.append(f"DEAD-LETTER-DUPLICATES({result.dead_letter_duplicates})")
+    if result.dead_letter_losses:
+        problems.append(f"DEAD-LETTER-LOSSES({result.dead_letter_losses})")
+    if result.dead_letter_wrong:
+        problems.append(f"DEAD-LETTER-WRONG({result.dead_letter_wrong})")
     if result.leftovers:
         problems.append(f"LEFTOVERS({len(result.leftovers)})")
     if result.nondeterministic and not allowed_stop:
@@ -1884,6 +2037,25 @@ def _ha_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
     return rows
 
 
+def _bad_rows_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
+    """The rows of the trials with bad rows: dead letters expected, found, and what was wrong."""
+    bad = [r for r in results if r.plan.bad_rows]
+    if not bad:
+        return []
+    expected = sum(len(r.plan.bad_rows) for r in bad)
+    return [
+        (
+            "dead letters found / poison keys",
+            f"{sum(r.dead_letters for r in bad)} / {expected} in {len(bad)} trials with bad rows",
+        ),
+        (
+            "  duplicates, losses, wrong",
+            f"{sum(r.dead_letter_duplicates for r in bad)}, "
+            f"{sum(r.dead_letter_losses for r in bad)}, {sum(r.dead_letter_wrong for r in bad)}",
+        ),
+    ]
+
+
 def summarize(
     results: Sequence[TrialResult], seed: str, wall: float, *, partitions: str | None = None
 ) -> tuple[str, bool]:
@@ -1938,6 +2110,7 @@ def summarize(
         ("losses", str(sum(r.losses for r in results))),
         ("wrong values", str(sum(r.wrong for r in results))),
         ("leftovers", str(sum(len(r.leftovers) for r in results))),
+        *_bad_rows_rows(results),
         ("timeouts", str(sum(r.timed_out for r in results))),
         (
             "nondeterminism errors",
@@ -1995,11 +2168,13 @@ def run_trials(
     out: Callable[[str], None] = print,
     results_path: Path | None = None,
     max_seconds: float | None = None,
+    bad_rows: float = BAD_ROWS_CHANCE,
 ) -> list[TrialResult]:
     """Run trials ``first .. first + trials - 1`` of ``seed``; print one line per trial.
 
     With ``max_seconds``, no trial starts after that many seconds: fewer trials may run.
-    Partitions are drawn when ``infra`` can make them (:attr:`Infra.partitions`).
+    Partitions are drawn when ``infra`` can make them (:attr:`Infra.partitions`); bad rows
+    (:func:`draw_bad_rows`) with probability ``bad_rows``.
     """
     results = []
     started = time.monotonic()
@@ -2010,7 +2185,7 @@ def run_trials(
                 f"after {len(results)} trials"
             )
             break
-        plan = draw_plan(seed, index, sinks, network_partitions=infra.partitions)
+        plan = draw_plan(seed, index, sinks, network_partitions=infra.partitions, bad_rows=bad_rows)
         trial_dir = work / f"trial-{index:04d}"
         try:
             result = run_trial(
@@ -2064,6 +2239,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="draw no network partitions and run the servers outside network namespaces (the "
         "other faults of each trial are drawn the same)",
     )
+    parser.add_argument(
+        "--bad-rows",
+        choices=tuple(BAD_ROWS_MODES),
+        default="drawn",
+        help="poison rows for the target, set aside as dead letters: in one trial in three "
+        "(drawn, the default), in every trial (always: a trial drawn with them has the same "
+        "ones), or none (never); the other draws of each trial are the same",
+    )
     parser.add_argument("--plan-only", action="store_true", help="print the drawn plans and exit")
     args = parser.parse_args(argv)
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
@@ -2085,7 +2268,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         for index in range(args.first, args.first + args.trials):
-            plan = draw_plan(seed, index, sinks, network_partitions=not no_partitions)
+            plan = draw_plan(
+                seed,
+                index,
+                sinks,
+                network_partitions=not no_partitions,
+                bad_rows=BAD_ROWS_MODES[args.bad_rows],
+            )
             print(
                 f"trial {index:3d} {plan.describe()} faults=["
                 + " ".join(f.describe()[:-1] for f in plan.faults)
@@ -2120,6 +2309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out=lambda line: print(line, flush=True),
             results_path=work / "results.jsonl",
             max_seconds=None if args.max_minutes is None else args.max_minutes * 60,
+            bad_rows=BAD_ROWS_MODES[args.bad_rows],
         )
     table, ok = summarize(results, seed, time.monotonic() - started, partitions=partitions)
     if len(results) < args.trials:

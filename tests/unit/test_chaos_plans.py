@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from tests.chaos.harness import draw_plan
+from tests.chaos.driver import BAD_ROWS_TOPIC_BYTES, BAD_ROWS_VARCHAR, POISON_SQL
+from tests.chaos.harness import (
+    BAD_ROWS_CHANCE,
+    BAD_ROWS_PER_BATCH,
+    draw_bad_rows,
+    draw_plan,
+    expected_output,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -95,3 +104,66 @@ def test_the_sinks_that_existed_before_never_draw_the_replicated_faults() -> Non
         for index in range(200):
             plan = draw_plan(seed, index, SINK_LISTS[-1], network_partitions=True)
             assert not {"failover", "broker_restart"} & {f.kind for f in plan.faults}
+
+
+ALL_SINKS = (*SINK_LISTS[-1], *HA_SINKS, "kafka-ha")
+
+
+def test_bad_rows_leave_every_other_draw_as_it_was() -> None:
+    for seed in SEEDS[:2]:
+        for index in range(100):
+            plain = draw_plan(seed, index, ALL_SINKS, network_partitions=True)
+            bad = draw_plan(seed, index, ALL_SINKS, network_partitions=True, bad_rows=1.0)
+            assert plain.bad_rows == {}
+            assert _drawn(bad) == _drawn(plain)
+            assert bad.bad_rows, bad  # always: every trial has some
+
+
+def test_one_trial_in_three_draws_bad_rows_and_always_keeps_those_it_drew() -> None:
+    drawn = [draw_plan(42, index, SINK_LISTS[-1], bad_rows=BAD_ROWS_CHANCE) for index in range(300)]
+    with_bad = [p for p in drawn if p.bad_rows]
+    assert 70 <= len(with_bad) <= 130, len(with_bad)
+    for plan in with_bad:
+        assert draw_plan(42, plan.index, SINK_LISTS[-1], bad_rows=1.0).bad_rows == plan.bad_rows
+
+
+@pytest.mark.parametrize("sinks", [SINK_LISTS[0], SINK_LISTS[2], (*HA_SINKS, "kafka-ha")])
+def test_poison_keys_are_output_keys_a_few_per_batch_of_the_kinds_the_target_refuses(
+    sinks: tuple[str, ...],
+) -> None:
+    kinds_seen: set[str] = set()
+    for index in range(60):
+        plan = draw_plan(9, index, sinks, bad_rows=1.0)
+        expected = expected_output(plan)
+        everything = expected_output(replace(plan, bad_rows={}))
+        assert set(plan.bad_rows) <= set(everything), plan  # keys the pipeline writes
+        assert set(expected) == set(everything) - set(plan.bad_rows)  # good keys only
+        per_batch = Counter(
+            (4 * k if plan.pipeline == "aggregate" else k) // 1000 for k in plan.bad_rows
+        )
+        assert set(per_batch) == set(range(plan.batches)), plan  # every batch has some
+        assert max(per_batch.values()) <= BAD_ROWS_PER_BATCH
+        kafka = plan.sink in ("kafka", "kafka-ha")
+        allowed = {"too_large"} if kafka else {"null", "too_long"}
+        assert set(plan.bad_rows.values()) <= allowed, plan
+        kinds_seen |= set(plan.bad_rows.values())
+        assert plan.bad_rows == draw_bad_rows(9, index, plan, 1.0)  # deterministic
+    kafka_sinks = {"kafka", "kafka-ha"}
+    assert kinds_seen == ({"too_large"} if kafka_sinks & set(sinks) else set()) | (
+        {"null", "too_long"} if set(sinks) - kafka_sinks else set()
+    )
+
+
+def test_poison_values_are_refused_by_the_targets_and_good_values_are_not() -> None:
+    # The JDBC column is varchar(BAD_ROWS_VARCHAR) NOT NULL; a Kafka topic's limit
+    # BAD_ROWS_TOPIC_BYTES: the longest good value fits, every padded one does not.
+    longest_good = 0
+    for index in range(60):
+        plan = draw_plan(9, index, SINK_LISTS[-1], bad_rows=1.0)
+        longest_good = max(longest_good, *map(len, expected_output(plan).values()))
+    assert 0 < longest_good < BAD_ROWS_VARCHAR
+    assert "NULL" in POISON_SQL["null"]
+    assert f"repeat('x', {BAD_ROWS_VARCHAR + 8})" in POISON_SQL["too_long"]
+    assert int(POISON_SQL["too_large"].split("repeat('x', ")[1].split(")")[0]) > (
+        BAD_ROWS_TOPIC_BYTES
+    )
