@@ -1,12 +1,22 @@
-"""The chaos summary fails a run on driver-log findings that need not happen (issue 53)."""
+"""The chaos summary fails a run on driver-log findings that need not happen (issue 53), and on
+dead letters that are not each poison row once (issue 52)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.chaos.harness import TrialResult, draw_plan, scan_log, summarize
+from tests.chaos.harness import (
+    BAD_ROW_CLASSES,
+    TrialResult,
+    _check,
+    draw_plan,
+    expected_output,
+    scan_log,
+    summarize,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -54,3 +64,75 @@ def test_an_exact_trial_with_a_clean_driver_log_passes(tmp_path: Path) -> None:
     assert ok
     assert "| findings that fail the run" in table
     assert table.split("findings that fail the run", 1)[1].splitlines()[0].endswith("| none |")
+
+
+class _Target:
+    """What a trial's target holds: its rows and its dead letters, as counters."""
+
+    def __init__(self, rows: Counter[tuple[int, str]], letters: Counter[tuple[int, str]]) -> None:
+        self.rows, self.letters = rows, letters
+
+    def counts(self) -> Counter[tuple[int, str]]:
+        return self.rows
+
+    def dead_letters(self) -> Counter[tuple[int, str]]:
+        return self.letters
+
+    def leftovers(self) -> list[str]:
+        return []
+
+
+def _bad_trial(letters: Counter[tuple[int, str]]) -> TrialResult:
+    """A finished trial with poison rows whose target holds every good row once."""
+    plan = draw_plan("52", 1, ("pg-markers",), bad_rows=1.0)
+    assert plan.bad_rows
+    result = TrialResult(plan, exit_codes=[0])
+    rows = Counter(expected_output(plan).items())
+    _check(result, _Target(rows, letters))  # type: ignore[arg-type]
+    return result
+
+
+def _letters(plan_bad_rows: dict[int, str]) -> Counter[tuple[int, str]]:
+    return Counter({(k, BAD_ROW_CLASSES[kind]): 1 for k, kind in plan_bad_rows.items()})
+
+
+def test_every_poison_row_once_in_the_dead_letters_is_exact() -> None:
+    plan = draw_plan("52", 1, ("pg-markers",), bad_rows=1.0)
+    result = _bad_trial(_letters(plan.bad_rows))
+    assert result.outcome == "exact"
+    assert result.ok
+    assert result.dead_letters == len(plan.bad_rows)
+    assert f"dead_letters={len(plan.bad_rows)}/{len(plan.bad_rows)} " in result.line()
+    table, ok = summarize([result], "52", 60.0)
+    assert ok
+    assert f"| {len(plan.bad_rows)} / {len(plan.bad_rows)} in 1 trials with bad rows |" in table
+
+
+@pytest.mark.parametrize(
+    ("change", "outcome"),
+    [
+        pytest.param("twice", "DEAD-LETTER-DUPLICATES(1)", id="a-letter-twice"),
+        pytest.param("lost", "DEAD-LETTER-LOSSES(1)", id="a-letter-lost"),
+        pytest.param("good-row", "DEAD-LETTER-WRONG(1)", id="a-good-row-set-aside"),
+        pytest.param("class", "DEAD-LETTER-LOSSES(1)+DEAD-LETTER-WRONG(1)", id="another-class"),
+    ],
+)
+def test_a_dead_letter_twice_lost_or_wrong_fails_the_trial(change: str, outcome: str) -> None:
+    plan = draw_plan("52", 1, ("pg-markers",), bad_rows=1.0)
+    letters = _letters(plan.bad_rows)
+    key, kind = next(iter(plan.bad_rows.items()))
+    if change == "twice":
+        letters[(key, BAD_ROW_CLASSES[kind])] += 1
+    elif change == "lost":
+        del letters[(key, BAD_ROW_CLASSES[kind])]
+    elif change == "good-row":
+        letters[(next(iter(expected_output(plan))), "not_null")] += 1
+    else:
+        del letters[(key, BAD_ROW_CLASSES[kind])]
+        letters[(key, "unique")] += 1
+    result = _bad_trial(letters)
+    assert result.outcome == outcome
+    assert not result.ok
+    table, ok = summarize([result], "52", 60.0)
+    assert not ok
+    assert "|   duplicates, losses, wrong" in table
