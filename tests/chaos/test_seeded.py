@@ -5,8 +5,9 @@ Four trials of seed 21 through :func:`tests.chaos.harness.run_trials`, the same 
 by side; each is marked with its sink's server): Kafka fed by a Kafka topic (broker restarted,
 frozen past the request timeout, a task failure), Kafka behind an aggregation (driver killed,
 query stopped, a task failure), PostgreSQL with the coordinated protocol behind an aggregation
-(driver killed; and since issue 52, 10 poison rows set aside as dead letters) and with the markers protocol (server restarted twice, driver killed). Every trial
-must end exact, with at least one of its faults fired.
+(driver killed; and since issue 52, 10 poison rows set aside as dead letters) and with the
+markers protocol (server restarted twice, driver killed). Every trial must end exact, with at
+least one of its faults fired.
 
 The session's servers do not run in network namespaces of the harness, so no partition is drawn
 (``Infra.partitions`` is false): these are the same four trials as before partitions existed, but
