@@ -31,13 +31,17 @@
   past them: a step may fail, restartably), drawn from a stream of their own so that the rest of
   the trial is the one drawn without them; a trial with a partition runs its sink with short
   network bounds (:data:`SHORT_BOUNDS`).
+* in one trial in three (``--bad-rows``), from a stream of its own too, 1-5 poison rows per batch:
+  the pipeline gives their keys a value the target refuses, and the sink sets them aside with
+  ``bad_rows="dead_letter"`` (:func:`draw_bad_rows`).
 
 The driver (:mod:`tests.chaos.driver`) runs in a process group of its own and is started again
 after every exit until its query has processed the input, or until the trial's time runs out. Then
 the target is checked by content -- every output key once, with its value -- and for leftovers: no
 prepared transaction of the trial in ``pg_prepared_xacts`` (``XA RECOVER`` on MariaDB); last
 stable offset equal to the high watermark on every partition of the Kafka output and control
-topics.
+topics (and dead-letter topic); with bad rows, every poison key once in the dead letters, with its
+error class, and nothing else there.
 
 Each trial prints one line; the run ends with a summary table, and exits non-zero on any duplicate,
 loss, wrong value or leftover, a ``NondeterministicBatchError`` where it is not allowed (a
@@ -1188,6 +1192,12 @@ class Target:
                 lines += [f"twophase_markers: {exc!r}"]
         else:
             lines += ["prepared:", *_prepared(self._db)]
+        if self.plan.bad_rows:
+            letters = self.dead_letters()
+            lettered = {key for key, _class in letters}
+            lines += ["dead letters, (key, error_class): count:"]
+            lines += [f"{key}: {n}" for key, n in sorted(letters.items())]
+            lines += [f"poison keys without a letter: {sorted(set(self.plan.bad_rows) - lettered)}"]
         path.write_text("\n".join(lines) + "\n")
 
     def leftovers(self) -> list[str]:
