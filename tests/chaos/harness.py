@@ -2053,10 +2053,12 @@ def _bad_rows_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
     if not bad:
         return []
     expected = sum(len(r.plan.bad_rows) for r in bad)
+    kinds = collections.Counter(kind for r in bad for kind in r.plan.bad_rows.values())
     return [
         (
             "dead letters found / poison keys",
-            f"{sum(r.dead_letters for r in bad)} / {expected} in {len(bad)} trials with bad rows",
+            f"{sum(r.dead_letters for r in bad)} / {expected} in {len(bad)} trials with bad rows "
+            f"({', '.join(f'{BAD_ROW_CLASSES[k]}: {n}' for k, n in sorted(kinds.items()))})",
         ),
         (
             "  duplicates, losses, wrong",

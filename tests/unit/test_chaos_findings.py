@@ -105,7 +105,9 @@ def test_every_poison_row_once_in_the_dead_letters_is_exact() -> None:
     assert f"dead_letters={len(plan.bad_rows)}/{len(plan.bad_rows)} " in result.line()
     table, ok = summarize([result], "52", 60.0)
     assert ok
-    assert f"| {len(plan.bad_rows)} / {len(plan.bad_rows)} in 1 trials with bad rows |" in table
+    n = len(plan.bad_rows)
+    assert f"| {n} / {n} in 1 trials with bad rows (" in table
+    assert "|   duplicates, losses, wrong      | 0, 0, 0 |" in table
 
 
 @pytest.mark.parametrize(
