@@ -110,8 +110,21 @@ def _resolve(name: str) -> Any:
     return _MISSING
 
 
+@cache
+def _record_headers() -> frozenset[str]:
+    """The headers of the Kafka connector's dead-letter records."""
+    from twophase.connectors.kafka._dead_letters import HEADER_NAMES
+
+    return frozenset(HEADER_NAMES)
+
+
 def _exists(name: str) -> bool:
-    return name in _loggers() or name in _metric_names() or _resolve(name) is not _MISSING
+    return (
+        name in _loggers()
+        or name in _metric_names()
+        or name in _record_headers()
+        or _resolve(name) is not _MISSING
+    )
 
 
 @cache

@@ -14,9 +14,11 @@ from twophase.errors import ConfigurationError
 
 from ._compat import AclOperation, ConfigResource, NewTopic, ResourceType
 from ._contact import connect
+from ._dead_letters import ensure_dead_letter_topic
 from ._errors import KafkaErrorContext, kafka_error_of, map_kafka_error
 from ._fencing import build_producer, transactional_id
 from ._options import KafkaOptions
+from ._row_errors import topic_limits
 
 __all__ = [
     "CONTROL_TOPIC_CONFIG",
@@ -104,6 +106,18 @@ def check_cluster(options: KafkaOptions, identity: str) -> None:
             setting="control_topic",
             why="every transaction writes a marker there, and replays read them",
         )
+    if options.dead_letter_topic is not None:
+        dead = describe_topic(admin, options.dead_letter_topic, sink=sink, timeout=timeout)
+        if dead is None:
+            ensure_dead_letter_topic(admin, options)
+        else:
+            require_operations(
+                dead,
+                (AclOperation.WRITE, AclOperation.READ),
+                sink=sink,
+                setting="dead_letter_topic",
+                why="transactions write refused rows there, and redrive reads them",
+            )
     if options.topic is not None:
         target = describe_topic(admin, options.topic, sink=sink, timeout=timeout)
         if target is None:
@@ -119,6 +133,9 @@ def check_cluster(options: KafkaOptions, identity: str) -> None:
             setting="topic",
             why="the sink writes the records there",
         )
+    if options.dead_letter_topic is not None:
+        # Limits below the producer's batch.size are refused now, not in a task.
+        topic_limits(options, None, [t for t in (options.dead_letter_topic, options.topic) if t])
 
 
 def _code(exc: BaseException) -> int | None:

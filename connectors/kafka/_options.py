@@ -28,10 +28,28 @@ from ._config import (
 from ._errors import KafkaErrorContext
 from ._spark_options import translate_spark_options
 
-__all__ = ["MAX_PRODUCER_LANES", "KafkaOptions", "arguments_from_spark_options"]
+__all__ = [
+    "MAX_PRODUCER_LANES",
+    "KafkaOptions",
+    "arguments_from_spark_options",
+    "letter_max_bytes",
+]
 
 #: Upper bound of ``producer_lanes``: recovery fences ``partition slots * lanes`` ids.
 MAX_PRODUCER_LANES = 64
+
+
+#: librdkafka's default ``message.max.bytes``.
+_LIBRDKAFKA_MAX_BYTES = 1_000_000
+
+
+def letter_max_bytes(record_max_bytes: int) -> int:
+    """Return the producer's ``message.max.bytes`` for a record limit, with dead letters.
+
+    A dead letter holds its row in JSON, bytes in base64 (4/3), with its error: twice
+    the record limit and 64 KiB hold it; librdkafka takes at most 10^9.
+    """
+    return min(2 * record_max_bytes + 65536, 1_000_000_000)
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,14 @@ class KafkaOptions:
 control_topic_replication_factor, transactional_id_prefix, producer_lanes, operation_timeout, \
 local_retries
         As the :class:`KafkaSink` arguments of the same names.
+    dead_letter_topic
+        Where refused rows go (``bad_rows="dead_letter"``); None when the sink fails
+        on bad rows.
+    record_max_bytes
+        With a dead-letter topic: the ``message.max.bytes`` given, which the sink
+        holds target records to itself (:mod:`._row_errors`), while the producer's is
+        raised to :func:`letter_max_bytes` of it so that a refused record's dead letter
+        (its row in JSON, bytes in base64) fits.
     conf_key
         Hashable form of ``producer_config``: the producer pool's key.
     client_config
@@ -71,6 +97,8 @@ local_retries
     producer_lanes: int = 4
     operation_timeout: float = 30.0
     local_retries: int = 3
+    dead_letter_topic: str | None = None
+    record_max_bytes: int | None = None
     conf_key: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
     client_config: Mapping[str, Any] = field(init=False, repr=False, compare=False)
 
@@ -84,6 +112,14 @@ local_retries
             "topic and control_topic must differ: consumers of the topic would read markers",
             "control_topic",
         )
+        if self.dead_letter_topic is not None:
+            validate_topic_name(self.dead_letter_topic, "dead_letter_topic", sink=name)
+            self._check(
+                self.dead_letter_topic not in (self.topic, self.control_topic),
+                "dead_letter_topic must differ from topic and control_topic: consumers would "
+                "read dead letters as records (or markers)",
+                "dead_letter_topic",
+            )
         prefix = self.transactional_id_prefix
         self._check(
             isinstance(prefix, str) and not any(c.isspace() for c in prefix),
@@ -175,6 +211,10 @@ local_retries
             transaction_timeout_ms=transaction_timeout_ms,
         )
         control = control_topic if control_topic is not None else f"{name}-twophase-markers"
+        if settings.get("dead_letter_topic") is not None:
+            limit = int(conf.get("message.max.bytes", _LIBRDKAFKA_MAX_BYTES))
+            conf = SecretConfig({**conf, "message.max.bytes": letter_max_bytes(limit)})
+            settings["record_max_bytes"] = limit
         return cls(name, conf, control, **settings)
 
     def replace(self, **changes: Any) -> KafkaOptions:
@@ -247,6 +287,10 @@ local_retries
         return str(found) if found else None
 
 
+#: Options of the map that are twophase's, not Spark's: taken as the sink's arguments.
+_SINK_OPTIONS = ("bad_rows", "dead_letter_topic", "max_bad_rows")
+
+
 def arguments_from_spark_options(
     name: str, options: Mapping[str, Any], kwargs: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -257,7 +301,8 @@ def arguments_from_spark_options(
     name
         The sink name.
     options
-        The Kafka sink options (``kafka.*`` and ``topic``).
+        The Kafka sink options (``kafka.*`` and ``topic``), and twophase's
+        ``bad_rows``, ``dead_letter_topic`` and ``max_bad_rows`` (a string of digits).
     kwargs
         Other :class:`KafkaSink` arguments.
 
@@ -271,8 +316,27 @@ def arguments_from_spark_options(
     ConfigurationError
         For an option twophase cannot honour, or a setting given twice.
     """
-    producer, topic = translate_spark_options(name, options)
+    options = dict(options)
     merged = dict(kwargs)
+    for key in _SINK_OPTIONS:  # twophase's own options, beside Spark's
+        if key in options:
+            if key in merged:
+                raise ConfigurationError(
+                    f"{key} set both in the options and as an argument; set it once",
+                    sink=name,
+                    setting=key,
+                )
+            merged[key] = options.pop(key)
+    if isinstance(merged.get("max_bad_rows"), str):
+        text = merged["max_bad_rows"]
+        if not text.strip().isdigit():
+            raise ConfigurationError(
+                f"max_bad_rows={text!r} is not a whole number (rows refused per batch)",
+                sink=name,
+                setting="max_bad_rows",
+            )
+        merged["max_bad_rows"] = int(text)
+    producer, topic = translate_spark_options(name, options)
     extra = dict(merged.pop("producer_config", None) or {})
     clash = sorted(set(extra) & set(producer))
     if clash:

@@ -11,8 +11,9 @@ record retried.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from collections.abc import Callable
+from operator import length_hint
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,8 +51,9 @@ def _payloads(column: pa.Array) -> list[Any]:
     return _objects(column)
 
 
-#: Called with the failed produce's exception and its topic; must raise.
-OnProduceError = Callable[[BaseException, str], NoReturn]
+#: Called with a failed produce's exception, its topic and the row's index in the
+#: produced rows; raises, or returns to go on with the next row (a row error).
+OnProduceError = Callable[[BaseException, str, int], None]
 
 
 def _drain_and_produce(
@@ -75,7 +77,12 @@ def _drain_and_produce(
 
 
 def produce_one(
-    producer: Any, topic: str, value: bytes | None, key: bytes | None, partition: int
+    producer: Any,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None,
+    partition: int,
+    headers: list[tuple[str, bytes]] | None = None,
 ) -> None:
     """Produce one record, waiting for room when the local queue is full.
 
@@ -83,13 +90,14 @@ def produce_one(
     ----------
     producer
         A ``confluent_kafka.Producer`` with an open transaction.
-    topic, value, key, partition
+    topic, value, key, partition, headers
         The record.
     """
+    kwargs = {} if headers is None else {"headers": headers}
     try:
-        producer.produce(topic, value, key, partition)
+        producer.produce(topic, value, key, partition, **kwargs)
     except BufferError:
-        _drain_and_produce(producer.produce, producer.poll, (topic, value, key, partition), {})
+        _drain_and_produce(producer.produce, producer.poll, (topic, value, key, partition), kwargs)
 
 
 def produce_rows(
@@ -145,13 +153,10 @@ def produce_rows(
     if plan.topic is None and plan.partition is None and plan.headers is None:
         topic = plan.default_topic
         assert topic is not None
-        try:
-            if keys is None:
-                _loop_values(produce, poll, topic, values)
-            else:
-                _loop_keyed(produce, poll, topic, values, keys)
-        except KafkaException as exc:
-            on_error(exc, topic)
+        if keys is None:
+            _loop_values(produce, poll, topic, values, on_error)
+        else:
+            _loop_keyed(produce, poll, topic, values, keys, on_error)
         return n
 
     if plan.topic is None:
@@ -200,9 +205,7 @@ def produce_rows(
         headers = [None] * n
     if keys is None:
         keys = [None] * n
-    _loop_general(
-        produce, poll, zip(topics, values, keys, partitions, headers, strict=True), on_error
-    )
+    _loop_general(produce, poll, (topics, values, keys, partitions, headers), on_error)
     return n
 
 
@@ -227,8 +230,17 @@ def _check_headers(
     )
 
 
+def _index(rows: list[Any], it: Any) -> int:
+    """Return the index of the row ``it`` (an iterator over ``rows``) yielded last."""
+    return len(rows) - length_hint(it) - 1
+
+
 def _loop_values(
-    produce: Callable[..., None], poll: Callable[[float], int], topic: str, values: list[Any]
+    produce: Callable[..., None],
+    poll: Callable[[float], int],
+    topic: str,
+    values: list[Any],
+    on_error: OnProduceError,
 ) -> None:
     it = iter(values)
     while True:
@@ -236,7 +248,13 @@ def _loop_values(
             for v in it:
                 produce(topic, v)
         except BufferError:
-            _drain_and_produce(produce, poll, (topic, v), {})
+            try:
+                _drain_and_produce(produce, poll, (topic, v), {})
+            except KafkaException as exc:
+                on_error(exc, topic, _index(values, it))
+            continue
+        except KafkaException as exc:
+            on_error(exc, topic, _index(values, it))
             continue
         return
 
@@ -247,14 +265,22 @@ def _loop_keyed(
     topic: str,
     values: list[Any],
     keys: list[Any],
+    on_error: OnProduceError,
 ) -> None:
-    it = zip(values, keys, strict=True)
+    vi = iter(values)  # zip takes from it first: its length hint places the row
+    it = zip(vi, keys)  # noqa: B905 -- keys has as many rows as values
     while True:
         try:
             for v, k in it:
                 produce(topic, v, k)
         except BufferError:
-            _drain_and_produce(produce, poll, (topic, v, k), {})
+            try:
+                _drain_and_produce(produce, poll, (topic, v, k), {})
+            except KafkaException as exc:
+                on_error(exc, topic, _index(values, vi))
+            continue
+        except KafkaException as exc:
+            on_error(exc, topic, _index(values, vi))
             continue
         return
 
@@ -262,10 +288,12 @@ def _loop_keyed(
 def _loop_general(
     produce: Callable[..., None],
     poll: Callable[[float], int],
-    rows: Iterator[tuple[str, Any, Any, int, Any]],
+    columns: tuple[list[Any], list[Any], list[Any], list[Any], list[Any]],
     on_error: OnProduceError,
 ) -> None:
-    it = iter(rows)
+    topics = columns[0]
+    ti = iter(topics)
+    it = zip(ti, *columns[1:])  # noqa: B905 -- every column has the batch's rows
     t = ""
     while True:
         try:
@@ -279,8 +307,9 @@ def _loop_general(
             try:
                 _drain_and_produce(produce, poll, (t, v, k, p), kwargs)
             except KafkaException as exc:
-                on_error(exc, t)
+                on_error(exc, t, _index(topics, ti))
             continue
         except KafkaException as exc:
-            on_error(exc, t)
+            on_error(exc, t, _index(topics, ti))
+            continue
         return

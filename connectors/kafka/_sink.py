@@ -6,24 +6,26 @@ Design (zombies, recovery, code layout, where KIP-939 plugs in): ``docs/kafka.md
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
 from twophase import (
+    DeadLetter,
     Marker,
     MarkerCommitSink,
     RecoveryContext,
     RetryPolicy,
+    RowError,
     SinkContext,
     TaskContext,
     TransactionHandle,
 )
-from twophase.errors import FatalError
+from twophase.errors import ConfigurationError, FatalError
 
 from .._settings import check_number, refuse_unknown
-from . import _fencing
+from . import _fencing, _redrive
 from ._attempt_fence import Fence
 from ._checks import check_cluster
 from ._columns import plan_records
@@ -121,6 +123,17 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     retry
         Backoff of the driver's commit steps that fail transiently (a
         :class:`twophase.RetryPolicy`; its defaults when omitted).
+    bad_rows
+        ``"fail"`` (default): a record the brokers would refuse fails its partition.
+        ``"dead_letter"``: it goes to ``dead_letter_topic`` instead, in the same
+        transaction as the batch's good records (``docs/kafka.md``, "Dead letters").
+    dead_letter_topic
+        Where ``bad_rows="dead_letter"`` puts refused rows; ``"<name>-dead-letters"`` by
+        default, created in :meth:`open` (one partition) when missing. Only with
+        ``"dead_letter"``.
+    max_bad_rows
+        Rows a batch may set aside; more fail the batch with a
+        :class:`~twophase.errors.DataError` (the core's default when omitted).
     **unexpected
         None is taken: a keyword not above is refused by name, with the
         closest valid one (a :class:`~twophase.errors.ConfigurationError`).
@@ -183,13 +196,30 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         staging: bool = False,
         checkpoint_location: str | None = None,
         retry: RetryPolicy | None = None,
+        bad_rows: Literal["fail", "dead_letter"] = "fail",
+        dead_letter_topic: str | None = None,
+        max_bad_rows: int | None = None,
         **unexpected: Never,
     ) -> None:
         # A misspelt keyword is refused by name here, not by a TypeError (nor later).
         refuse_unknown("KafkaSink", name, unexpected, _KEYWORDS)
         super().__init__(
-            name, staging=staging, checkpoint_location=checkpoint_location, retry=retry
+            name,
+            staging=staging,
+            checkpoint_location=checkpoint_location,
+            retry=retry,
+            bad_rows=bad_rows,
+            **({} if max_bad_rows is None else {"max_bad_rows": max_bad_rows}),
         )
+        if dead_letter_topic is not None and bad_rows != "dead_letter":
+            raise ConfigurationError(
+                f"dead_letter_topic={dead_letter_topic!r} is set but bad_rows={bad_rows!r}: "
+                "set bad_rows='dead_letter' to use it, or drop it",
+                sink=name,
+                setting="dead_letter_topic",
+            )
+        if bad_rows == "dead_letter" and dead_letter_topic is None:
+            dead_letter_topic = f"{name}-dead-letters"
         if max_partitions is not None:
             check_number(max_partitions, "max_partitions", minimum=1, integer=True, sink=name)
             self.max_transactions_per_batch = max_partitions
@@ -208,6 +238,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
             producer_lanes=producer_lanes,
             operation_timeout=operation_timeout,
             local_retries=local_retries,
+            dead_letter_topic=dead_letter_topic,
         )
 
     @classmethod
@@ -246,10 +277,8 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
 
     def __repr__(self) -> str:
         servers = self.options.producer_config.get("bootstrap.servers")
-        return (
-            f"KafkaSink({self.name!r}, bootstrap_servers={servers!r}, topic={self.topic!r}, "
-            f"control_topic={self.control_topic!r})"
-        )
+        where = f"topic={self.topic!r}, control_topic={self.control_topic!r}"
+        return f"KafkaSink({self.name!r}, bootstrap_servers={servers!r}, {where})"
 
     # ----------------------------------------------------------- settings
     @property
@@ -345,9 +374,17 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         """
         return KafkaTransaction.begin(self.options, context)
 
-    def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
-        """Produce the rows; a reused producer is probed (and replaced if fenced) first."""
-        txn.write(batch)
+    def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> list[RowError]:
+        """Produce the rows; a reused producer is probed (and replaced if fenced) first.
+
+        With ``bad_rows="dead_letter"`` the rows the brokers would refuse are not
+        produced and are returned (the row errors of ``docs/kafka.md``).
+        """
+        return txn.write(batch)
+
+    def write_dead_letters(self, txn: KafkaTransaction, letters: Sequence[DeadLetter]) -> None:
+        """Produce the letters to partition 0 of ``dead_letter_topic``, in ``txn``."""
+        txn.write_dead_letters(letters)
 
     def commit_with_marker(self, txn: KafkaTransaction, marker: Marker) -> None:
         """Produce the marker (and tombstones of finished batches' markers), flush, commit.
@@ -368,10 +405,8 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         committed this very batch itself, for a task of a stopped query that
         ran in this Python worker: its own markers tell.
 
-        With ``producer_lanes > 1``, an unchecked producer first reads the
-        fence records (:mod:`._attempt_fence`): an attempt that a newer run or
-        a newer attempt of its partition fenced stops here with
-        :class:`~twophase.errors.FatalError`, as a zombie must.
+        With ``producer_lanes > 1``, an unchecked producer first reads the fence records
+        (:mod:`._attempt_fence`): a fenced attempt stops with ``FatalError``, as a zombie must.
         """
         producer = txn.producer
         ctx = txn.context
@@ -394,6 +429,19 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
     def abort(self, txn: KafkaTransaction) -> None:
         """Abort the transaction; a fenced or failed producer is closed, not pooled."""
         txn.abort()
+
+    # ================================================ dead letters (the CLI)
+    def read_dead_letters(self) -> Iterator[DeadLetter]:
+        """Read ``dead_letter_topic`` (``read_committed``) from the redrive group's offset."""
+        return (letter for _, letter, _types in _redrive.pending(self.options))
+
+    def redrive_dead_letters(self, letters: Sequence[DeadLetter]) -> Sequence[RowError]:
+        """Produce the rows again and advance the redrive group, in one transaction.
+
+        ``letters`` must be the oldest pending ones, in order (offsets are a prefix);
+        rows still refused are set aside again at the end of ``dead_letter_topic``.
+        """
+        return _redrive.redrive(self.options, letters)
 
 
 #: The keywords :class:`KafkaSink` takes, to name the closest to a misspelt one.

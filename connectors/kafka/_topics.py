@@ -37,7 +37,7 @@ from ._config import is_valid_topic_name
 from ._errors import kafka_error_of, map_kafka_error
 from ._options import KafkaOptions
 
-__all__ = ["check_topic_column", "clear"]
+__all__ = ["admin_client", "check_topic_column", "clear"]
 
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 
@@ -52,7 +52,8 @@ _found: OrderedDict[tuple[tuple[tuple[str, str], ...], str, int], set[str]] = Or
 _admins: OrderedDict[tuple[tuple[str, str], ...], AdminClient] = OrderedDict()
 
 
-def _admin(options: KafkaOptions) -> AdminClient:
+def admin_client(options: KafkaOptions) -> AdminClient:
+    """Return this process's admin client of the producer configuration."""
     with _lock:
         admin = _admins.pop(options.conf_key, None)
         if admin is None:
@@ -86,7 +87,9 @@ def clear() -> None:
         _admins.clear()
 
 
-def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: TaskContext) -> None:
+def check_topic_column(
+    column: pa.Array, *, options: KafkaOptions, context: TaskContext, tolerate: bool = False
+) -> dict[str, tuple[str, str]]:
     """Check that every topic named in a record batch's ``topic`` column can be written.
 
     Runs on the executor, in :meth:`KafkaTransaction.write`, before anything
@@ -101,6 +104,15 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
         The sink's settings.
     context
         The task (named in errors).
+    tolerate
+        Return the topics that are not valid names or do not exist instead of raising
+        (``bad_rows="dead_letter"``: their rows are row errors).
+
+    Returns
+    -------
+    dict
+        With ``tolerate``: ``{topic: (librdkafka error name, message)}`` of the topics
+        refused; otherwise empty.
 
     Raises
     ------
@@ -113,8 +125,9 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
         The mapped error when the request itself fails (brokers unreachable:
         :class:`~twophase.errors.RetriableError`).
     """
+    refused: dict[str, tuple[str, str]] = {}
     if pa.types.is_null(column.type) or column.null_count == len(column):
-        return
+        return refused
     found = _found_for(options, context)
     topics = [t for t in pc.unique(column).drop_null().to_pylist() if t not in found]
     where = ErrorContext(options.sink).for_batch(context.batch_id, context.partition_id)
@@ -127,13 +140,16 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
         row = rows.index(topic)
         named = f"the 'topic' column names topic {topic!r} (first at row {row} of the record batch)"
         if not is_valid_topic_name(topic):
+            if tolerate:
+                refused[topic] = ("TOPIC_EXCEPTION", f"{topic!r} is not a valid topic name")
+                continue
             raise DataError(
                 f"{named}, which is not a valid Kafka topic name (1-249 characters from "
                 "[A-Za-z0-9._-]); fix the column",
                 column="topic",
                 **where.keywords(),
             )
-        future = _admin(options).describe_topics(
+        future = admin_client(options).describe_topics(
             TopicCollection([topic]),
             include_authorized_operations=True,
             request_timeout=options.operation_timeout,
@@ -144,6 +160,9 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
             err = kafka_error_of(exc)
             if err is None:
                 raise
+            if err.code() in _MISSING and tolerate:
+                refused[topic] = (err.name(), f"topic {topic!r} does not exist")
+                continue
             if err.code() in _MISSING:
                 raise ConfigurationError(
                     f"{named}, which does not exist. Create it (kafka-topics.sh --create --topic "
@@ -170,3 +189,4 @@ def check_topic_column(column: pa.Array, *, options: KafkaOptions, context: Task
                 **where.keywords(),
             )
         _remember(options, context, topic)
+    return refused

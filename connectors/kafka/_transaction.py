@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException
 
-from twophase import Marker, TaskContext
+from twophase import DeadLetter, Marker, RowError, TaskContext
 from twophase.errors import (
     AbortRequiredError,
     FatalError,
@@ -26,11 +26,13 @@ from twophase.errors import (
 
 from . import _pool
 from ._columns import RecordPlan, plan_records
+from ._dead_letters import column_types, produce_letters
 from ._errors import is_fenced, kafka_error_of, map_kafka_error, retry_locally
 from ._fencing import init_producer, task_producer
 from ._marker_records import CONTROL_PARTITION, encode_marker, marker_key, new_nonce
 from ._options import KafkaOptions
 from ._records import produce_one, produce_rows
+from ._row_errors import merged, refused_by_producer, screen, without_rows
 from ._topics import check_topic_column
 from ._transaction_failures import TransactionFailures
 
@@ -132,44 +134,72 @@ class KafkaTransaction(TransactionFailures):
         return cls(options, context, entry, probe=reused)
 
     def __repr__(self) -> str:
-        return (
-            f"KafkaTransaction({self.context.transaction_id!r}, {self.state}, "
-            f"records={self.records})"
-        )
+        ctx = self.context
+        return f"KafkaTransaction({ctx.transaction_id!r}, {self.state}, records={self.records})"
 
     # ---------------------------------------------------------------- steps
-    def write(self, batch: pa.RecordBatch) -> None:
+    def write(self, batch: pa.RecordBatch) -> list[RowError]:
         """Produce the rows of one Arrow record batch (Spark Kafka sink columns).
 
-        The topics of a ``topic`` column are looked up first (see
-        :mod:`._topics`), so that a missing or forbidden topic fails at once,
-        naming it, with nothing produced.
+        The topics of a ``topic`` column are looked up first (:mod:`._topics`): a
+        missing or forbidden one fails at once, naming it, with nothing produced. With a
+        dead-letter topic, the rows the brokers would refuse (:func:`._row_errors.screen`)
+        and those ``produce()`` refuses are not produced but returned.
 
         Parameters
         ----------
         batch
             The rows.
+
+        Returns
+        -------
+        list of RowError
+            The rows refused (always empty without a dead-letter topic).
         """
         if batch.num_rows == 0:
-            return
+            return []
         self._require_open("write")
         plan = self._plan_for(batch.schema)
-        if plan.topic is not None:
+        refused: list[RowError] = []
+        if self.options.dead_letter_topic is not None:
+            refused = screen(batch, plan, options=self.options, context=self.context)
+        elif plan.topic is not None:
             check_topic_column(batch.column(plan.topic), options=self.options, context=self.context)
+        batch, kept = without_rows(batch, refused)
+        skipped: list[RowError] = []  # rows of ``batch`` produce() refused
         start = 0
-        if self.probe:
+        if self.probe and batch.num_rows:
             first = batch.slice(0, 1)
             self._probe(
-                lambda producer: self._produce(producer, plan, first, 0), plan.default_topic
+                lambda producer: self._produce(producer, plan, first, 0, skipped),
+                plan.default_topic,
             )
             start = 1
             self.records += 1
-        self.records += self._produce(self.producer.producer, plan, batch, start)
+        self.records += self._produce(self.producer.producer, plan, batch, start, skipped)
         try:
             self.producer.producer.poll(0)
         except Exception as exc:
             self._fail(exc, "write", None)
         self._raise_delivery_errors("write")
+        self.records -= len(skipped)
+        return merged(refused, skipped, kept)
+
+    def write_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        """Produce the dead letters into partition 0 of the dead-letter topic.
+
+        Raises
+        ------
+        DataError
+            A letter too large for the producer or the topic (the batch fails).
+        """
+        self._require_open("write_dead_letters")
+        try:
+            types = [column_types(self._plan[0] if self._plan else None)] * len(letters)
+            producer = self.producer.producer
+            self.records += produce_letters(producer, self.options, letters, self.where, types)
+        except Exception as exc:
+            self._fail(exc, "write_dead_letters", self.options.dead_letter_topic)
 
     def write_marker(self, marker: Marker) -> None:
         """Produce the marker into partition 0 of the control topic.
@@ -338,14 +368,22 @@ class KafkaTransaction(TransactionFailures):
         _log.debug("sink %s: aborted %s", self.options.sink, self.context.transaction_id)
 
     # -------------------------------------------------------------- helpers
-    def _produce(self, producer: Any, plan: RecordPlan, batch: pa.RecordBatch, start: int) -> int:
+    def _produce(
+        self,
+        producer: Any,
+        plan: RecordPlan,
+        batch: pa.RecordBatch,
+        start: int,
+        skipped: list[RowError],
+    ) -> int:
+        def on_error(exc: BaseException, topic: str, index: int) -> None:
+            refused = refused_by_producer(exc, start + index, topic)
+            if refused is None or self.options.dead_letter_topic is None:
+                self._fail(exc, "write", topic)
+            skipped.append(refused)
+
         return produce_rows(
-            producer,
-            plan,
-            batch,
-            start=start,
-            on_error=lambda exc, topic: self._fail(exc, "write", topic),
-            **self.where.keywords(),
+            producer, plan, batch, start=start, on_error=on_error, **self.where.keywords()
         )
 
     def _plan_for(self, schema: pa.Schema) -> RecordPlan:

@@ -113,5 +113,6 @@ def test_a_prometheus_scrape_shows_the_batches_a_crash_and_its_recovery(
             "twophase.partitions.skipped",
             "twophase.transactions.zombie",
             "twophase.commit.retries",
+            "twophase.rows.dead_lettered",  # a sink with bad_rows="dead_letter" only
         ):
             assert metric.prometheus_name in shown, metric.prometheus_name

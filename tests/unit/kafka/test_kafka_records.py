@@ -49,8 +49,8 @@ class FakeProducer:
         return 0
 
 
-def raise_it(exc: BaseException, topic: str) -> NoReturn:
-    raise RuntimeError(f"mapped for {topic}") from exc
+def raise_it(exc: BaseException, topic: str, index: int) -> NoReturn:
+    raise RuntimeError(f"mapped for {topic} row {index}") from exc
 
 
 def produce(producer: FakeProducer, plan: RecordPlan, batch: pa.RecordBatch, start: int = 0) -> int:
@@ -185,11 +185,36 @@ def test_every_row_is_produced_once_in_order(
 
 def test_produce_errors_go_through_on_error_with_the_topic() -> None:
     batch = pa.record_batch({"value": pa.array(["ok", "big"])})
-    with pytest.raises(RuntimeError, match="mapped for out"):
+    with pytest.raises(RuntimeError, match="mapped for out row 1"):
         produce(FakeProducer(fail_on=b"big"), plan(batch.schema), batch)
     batch = pa.record_batch({"topic": pa.array(["t9", "t9"]), "value": pa.array(["ok", "big"])})
-    with pytest.raises(RuntimeError, match="mapped for t9"):
+    with pytest.raises(RuntimeError, match="mapped for t9 row 1"):
         produce(FakeProducer(fail_on=b"big"), plan(batch.schema, topic=None), batch)
+
+
+@pytest.mark.parametrize("columns", ["value", "keyed", "general"])
+def test_an_on_error_that_returns_skips_the_row_and_goes_on(columns: str) -> None:
+    values = ["a", "big", "b", "big", "c"]
+    data: dict[str, pa.Array] = {"value": pa.array(values)}
+    if columns != "value":
+        data["key"] = pa.array(["k"] * 5)
+    if columns == "general":
+        data["topic"] = pa.array(["t"] * 5)
+    batch = pa.record_batch(data)
+    producer = FakeProducer(fail_on=b"big")
+    skipped: list[int] = []
+    produce_rows(
+        producer,
+        plan(batch.schema, topic=None if columns == "general" else "out"),
+        batch,
+        start=1,
+        on_error=lambda exc, topic, index: skipped.append(index),
+        sink="s",
+        batch_id=0,
+        partition_id=0,
+    )
+    assert skipped == [0, 2]  # rows 1 and 3, counted from start
+    assert [r[1] for r in producer.records] == [b"b", b"c"]
 
 
 def test_a_null_topic_is_a_data_error_naming_the_row() -> None:
@@ -314,3 +339,14 @@ def test_produce_one_waits_for_room_and_writes_the_record_once() -> None:
     produce_one(producer, "ctl", b"m2", b"k2", 0)  # queue full once, then retried
     assert producer.records == [("ctl", b"m1", b"k1", 0, None), ("ctl", b"m2", b"k2", 0, None)]
     assert producer.polls >= 1
+
+
+def test_a_dead_letter_record_round_trips_and_carries_every_header() -> None:
+    from twophase import DeadLetter
+    from twophase.connectors.kafka._dead_letters import HEADER_NAMES, decode_with_types, encode
+
+    letter = DeadLetter("s", 3, 1, 7, "too_large", "MSG_SIZE_TOO_LARGE", "big", "value", '{"v": 1}')
+    key, value, headers = encode(letter, {"value": "binary"})
+    assert key == b"s/3/1/7"
+    assert decode_with_types(value) == (letter, {"value": "binary"})
+    assert set(dict(headers)) == set(HEADER_NAMES)

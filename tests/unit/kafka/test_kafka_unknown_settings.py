@@ -16,7 +16,7 @@ BASE: dict[str, Any] = {"bootstrap_servers": "localhost:1", "topic": "events"}
 
 @pytest.mark.parametrize(
     ("keyword", "closest"),
-    [("bad_rows", None), ("topci", "topic"), ("max_partition", "max_partitions")],
+    [("bad_row", "bad_rows"), ("topci", "topic"), ("max_partition", "max_partitions")],
 )
 def test_an_unknown_keyword_is_a_configuration_error_naming_it(
     keyword: str, closest: str | None
