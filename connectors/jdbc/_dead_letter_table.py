@@ -56,6 +56,7 @@ LAYOUT = (
     ("message", "text", True),
     ("column_name", "text", False),
     ("row", "json", True),
+    ("identity", "text", True),
     ("recorded_at", "now", True),
     ("record_format", "smallint", True),
 )
@@ -308,34 +309,69 @@ class DeadLetterTable(JdbcClient):
     def write(self, txn: JdbcTransaction, letters: Sequence[DeadLetter]) -> None:
         """Insert a partition's dead letters into its open transaction (executor).
 
+        A letter of this sink identity already committed at its place is not
+        written again: ``format(...)`` runs a replayed batch's tasks even when
+        recovery committed its decision, into transactions the driver then rolls
+        back (whatever their partitions hold). A letter of another identity there
+        (the checkpoint was reset: batch ids started again) is refused by name.
+
         Parameters
         ----------
         txn
             The partition's open transaction, before it is prepared or committed.
         letters
-            The partition's dead letters.
+            The partition's dead letters (of one batch and partition).
 
         Raises
         ------
         TwoPhaseError
-            The insert failed (a duplicate letter: a checkpoint reset, named).
+            The insert failed, or another row holds a letter's place.
         """
         conn = txn.open_connection("write_dead_letters()")
-        marks = ", ".join(["%s"] * len(_COLUMNS))
-        statement = f"INSERT INTO {self.table} ({self._columns()}) VALUES ({marks})"
-        rows = [
-            (d.sink, d.batch_id, d.partition_id, d.position, d.error_class, d.code, d.message,
-             d.column, d.row)
-            for d in letters
-        ]  # fmt: skip
+        marks = ", ".join(["%s"] * (len(_COLUMNS) + 1))
+        columns = f"{self._columns()}, {self.quote('identity')}"
+        statement = f"INSERT INTO {self.table} ({columns}) VALUES ({marks})"
+        identity = txn.context.identity
+        doing = f"writing dead letters into {self.options.dead_letters}"
         try:
             with conn.cursor() as cur:
-                cur.executemany(statement, rows)
+                fresh = self._not_yet_written(cur, letters, txn)
+                rows = [
+                    (d.sink, d.batch_id, d.partition_id, d.position, d.error_class, d.code,
+                     d.message, d.column, d.row, identity)
+                    for d in fresh
+                ]  # fmt: skip
+                if rows:
+                    cur.executemany(statement, rows)
         except txn.errors.error as exc:
             code = txn.errors.code_of(exc)
             unique = dict(txn.errors.row_errors).get("unique")
             hint = _DUPLICATE_HINT if unique is not None and code in unique else None
-            error: TwoPhaseError = txn.failure(
-                exc, f"writing dead letters into {self.options.dead_letters}", hint
-            )
+            error: TwoPhaseError = txn.failure(exc, doing, hint)
             raise error.with_context(setting="dead_letter_table") from exc
+
+    def _not_yet_written(
+        self, cur: Any, letters: Sequence[DeadLetter], txn: JdbcTransaction
+    ) -> list[DeadLetter]:
+        """Return the letters whose place holds no committed letter; refuse another run's there."""
+        first = letters[0]
+        cur.execute(
+            f"SELECT {self.quote('position')}, {self.quote('identity')} FROM {self.table} "
+            "WHERE sink = %s AND batch_id = %s AND partition_id = %s",
+            (first.sink, first.batch_id, first.partition_id),
+        )
+        held = {int(position): str(identity) for position, identity in cur.fetchall()}
+        fresh = []
+        for letter in letters:
+            identity = held.get(letter.position)
+            if identity is None:
+                fresh.append(letter)
+            elif identity != txn.context.identity:
+                raise ConfigurationError(
+                    f"writing dead letters into {self.options.dead_letters}: batch "
+                    f"{letter.batch_id}, partition {letter.partition_id}, position "
+                    f"{letter.position} holds a letter of another run. {_DUPLICATE_HINT}",
+                    setting="dead_letter_table",
+                    **txn.where.keywords(),
+                )
+        return fresh

@@ -16,7 +16,7 @@ import pytest
 
 from tests.spark.format_support import skip_unless_format_runs
 from tests.spark.helpers import run_driver, table_ids, write_input
-from twophase.testing import FakeTarget, assert_exactly_once
+from twophase.testing import FakeTarget, assert_exactly_once, assert_exactly_once_or_dead_lettered
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
 skip_unless_format_runs()
@@ -75,6 +75,38 @@ def test_format_with_postgres_is_exactly_once_across_a_driver_kill(
     assert code == 0, log
     assert_exactly_once(table_ids(postgres_server, table), expected)
     assert prepared() == []
+
+
+@pytest.mark.integration
+def test_format_with_postgres_sets_bad_rows_aside_once_across_a_driver_kill(
+    tmp_path: Path, postgres_server: Any
+) -> None:
+    """``badRows=dead_letter``: the rows a CHECK refuses go to the dead letters, once."""
+    from twophase.connectors.jdbc import postgres_sink
+
+    table = f"fmt_{uuid.uuid4().hex[:8]}"
+    conn = postgres_server.connect()
+    conn.autocommit = True
+    with conn.cursor() as cur:  # a payload ending in 3 is refused
+        cur.execute(
+            f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, '
+            "payload text CHECK (right(payload, 1) <> '3'))"
+        )
+    conn.close()
+    options = {"dsn": postgres_server.dsn, "table": table, "name": "fmt", "badRows": "dead_letter"}
+    expected = write_input(tmp_path / "in", 2)
+    refused = [i for i in expected if i % 10 == 3]
+    code, log = drive(tmp_path, "postgres", {**options, "crash": "decided:1"})
+    assert code == -signal.SIGKILL, f"the driver was not killed (rc={code}):\n{log}"
+    code, log = drive(tmp_path, "postgres", options)
+    assert code == 0, log
+    sink = postgres_sink("fmt", table=table, dsn=postgres_server.dsn, protocol="coordinated")
+    letters = list(sink.read_dead_letters())
+    assert {(d.error_class, d.code) for d in letters} == {("check", "23514")}
+    dead = [d.values()["id"] for d in letters]
+    assert_exactly_once_or_dead_lettered(
+        table_ids(postgres_server, table), dead, expected, refused=refused
+    )
 
 
 @pytest.mark.integration

@@ -262,3 +262,16 @@ def test_a_redrive_into_a_table_without_a_letters_column_rolls_back_naming_it(
         sink.redrive_dead_letters(letters)
     assert (caught.value.sink, caught.value.column) == ("s", "payload")
     assert list(sink.read_dead_letters()) == letters, "nothing was moved"
+
+
+def test_a_reset_checkpoint_meeting_its_old_letters_is_refused_by_name(
+    database: Path, tmp_path: Path
+) -> None:
+    """Batch ids start again under a new checkpoint: a letter's place is another run's."""
+    sink = sqlite_sink("s", table="events", database=str(database), bad_rows="dead_letter")
+    LocalRunner(sink, tmp_path / "a").run_batch(0, [[_batch([1, 2], ["a", None])]])
+    reset = LocalRunner(sink, tmp_path / "b")  # a new checkpoint: a new query id
+    with pytest.raises(ConfigurationError, match="holds a letter of another run") as caught:
+        reset.run_batch(0, [[_batch([3, 4], ["c", None])]])
+    assert (caught.value.sink, caught.value.setting) == ("s", "dead_letter_table")
+    assert [d.values()["id"] for d in sink.read_dead_letters()] == [2]
