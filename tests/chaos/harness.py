@@ -477,7 +477,7 @@ def draw_bad_rows(
     ``chance`` (:data:`BAD_ROWS_CHANCE`, one in three; a trial drawn with them has the same ones
     at any higher chance), then 1-:data:`BAD_ROWS_PER_BATCH` poison input rows in every batch,
     at drawn positions; the key they give (the id, or ``id div 4`` for the aggregation) is
-    poison: the pipeline gives it a value the target refuses (:func:`tests.chaos.driver.pipeline`),
+    poison: the pipeline gives it a value the target refuses (:func:`tests.chaos.driver.poison`),
     the same on every replay. JDBC sinks draw a NULL or a too long value per key, Kafka a record
     too large for its topic.
     """
