@@ -56,12 +56,15 @@ BAD_ROWS_VARCHAR = 32
 #: ``max.message.bytes`` of a Kafka trial's topic with bad rows, and the producer's ``batch.size``
 #: (at most the topic's limit, or the sink refuses the topic).
 BAD_ROWS_TOPIC_BYTES = 16384
+#: The prefix the JDBC table's CHECK refuses in a trial with bad rows (no good value has it).
+BAD_ROWS_CHECK_PREFIX = "check-"
 #: What a poison key's value is, by kind (``tests.chaos.harness.BAD_ROW_CLASSES``): NULL into the
-#: JDBC table's NOT NULL column; the value padded past its varchar; a Kafka record padded past its
-#: topic's ``max.message.bytes``.
+#: JDBC table's NOT NULL column; the value padded past its varchar; the value behind the prefix its
+#: CHECK refuses; a Kafka record padded past its topic's ``max.message.bytes``.
 POISON_SQL = {
     "null": "CAST(NULL AS STRING)",
     "too_long": f"concat(v, repeat('x', {BAD_ROWS_VARCHAR + 8}))",
+    "check": f"concat('{BAD_ROWS_CHECK_PREFIX}', v)",
     "too_large": f"concat(v, repeat('x', {BAD_ROWS_TOPIC_BYTES + 4096}))",
 }
 

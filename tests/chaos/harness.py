@@ -70,7 +70,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos import ha
-from tests.chaos.driver import BAD_ROWS_TOPIC_BYTES, BAD_ROWS_VARCHAR, NETWORK_BOUND_NEEDLES
+from tests.chaos.driver import (
+    BAD_ROWS_CHECK_PREFIX,
+    BAD_ROWS_TOPIC_BYTES,
+    BAD_ROWS_VARCHAR,
+    NETWORK_BOUND_NEEDLES,
+)
 from tests.chaos.events import emit, go, matches, read_events
 from tests.integration.kafka.kafka_support import unstable_partitions
 from twophase._engine._steps import Step
@@ -245,8 +250,14 @@ BAD_ROWS_PER_BATCH = 5
 BAD_ROWS_MODES = {"drawn": BAD_ROWS_CHANCE, "always": 1.0, "never": 0.0}
 #: The error class each kind of poison must be set aside with (the dead letter's ``error_class``):
 #: a NULL ``v`` into the JDBC table's ``NOT NULL`` column, a ``v`` longer than its
-#: ``varchar(BAD_ROWS_VARCHAR)``, a Kafka record over the topic's ``max.message.bytes``.
-BAD_ROW_CLASSES = {"null": "not_null", "too_long": "too_long", "too_large": "too_large"}
+#: ``varchar(BAD_ROWS_VARCHAR)``, a ``v`` its CHECK refuses (``BAD_ROWS_CHECK_PREFIX``), a Kafka
+#: record over the topic's ``max.message.bytes``.
+BAD_ROW_CLASSES = {
+    "null": "not_null",
+    "too_long": "too_long",
+    "check": "check",
+    "too_large": "too_large",
+}
 
 EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, EXIT_NONDETERMINISTIC = 0, 1, 3, 4
 
@@ -478,13 +489,13 @@ def draw_bad_rows(
     at any higher chance), then 1-:data:`BAD_ROWS_PER_BATCH` poison input rows in every batch,
     at drawn positions; the key they give (the id, or ``id div 4`` for the aggregation) is
     poison: the pipeline gives it a value the target refuses (:func:`tests.chaos.driver.poison`),
-    the same on every replay. JDBC sinks draw a NULL or a too long value per key, Kafka a record
-    too large for its topic.
+    the same on every replay. JDBC sinks draw a NULL, a too long value or one the table's CHECK
+    refuses per key, Kafka a record too large for its topic.
     """
     rng = random.Random(f"{seed}:{index}:bad_rows")
     if rng.random() >= chance:
         return {}
-    kinds = ("too_large",) if plan.sink in KAFKA_SINKS else ("null", "too_long")
+    kinds = ("too_large",) if plan.sink in KAFKA_SINKS else ("null", "too_long", "check")
     poison: dict[int, str] = {}
     for batch in range(plan.batches):
         count = min(rng.randint(1, BAD_ROWS_PER_BATCH), plan.rows)
@@ -1123,8 +1134,12 @@ class Target:
                 settings["local_retries"] = SHORT_BOUNDS["local_retries"]
             return settings
         server = self._db
-        # With bad rows, a column that refuses a NULL and a long value.
-        column = f"varchar({BAD_ROWS_VARCHAR}) NOT NULL" if bad else "text"
+        # With bad rows, a column that refuses a NULL, a long value and a value with a prefix.
+        column = (
+            f"varchar({BAD_ROWS_VARCHAR}) NOT NULL CHECK (v NOT LIKE '{BAD_ROWS_CHECK_PREFIX}%')"
+            if bad
+            else "text"
+        )
         _sql(server, f"CREATE TABLE {self._quoted(self.table)} (k bigint, v {column})")
         settings = {"table": self.table}
         if bad:

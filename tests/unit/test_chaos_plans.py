@@ -17,7 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.driver import BAD_ROWS_TOPIC_BYTES, BAD_ROWS_VARCHAR, POISON_SQL
+from tests.chaos.driver import (
+    BAD_ROWS_CHECK_PREFIX,
+    BAD_ROWS_TOPIC_BYTES,
+    BAD_ROWS_VARCHAR,
+    POISON_SQL,
+)
 from tests.chaos.harness import (
     BAD_ROWS_CHANCE,
     BAD_ROWS_PER_BATCH,
@@ -144,24 +149,28 @@ def test_poison_keys_are_output_keys_a_few_per_batch_of_the_kinds_the_target_ref
         assert set(per_batch) == set(range(plan.batches)), plan  # every batch has some
         assert max(per_batch.values()) <= BAD_ROWS_PER_BATCH
         kafka = plan.sink in ("kafka", "kafka-ha")
-        allowed = {"too_large"} if kafka else {"null", "too_long"}
+        allowed = {"too_large"} if kafka else {"null", "too_long", "check"}
         assert set(plan.bad_rows.values()) <= allowed, plan
         kinds_seen |= set(plan.bad_rows.values())
         assert plan.bad_rows == draw_bad_rows(9, index, plan, 1.0)  # deterministic
     kafka_sinks = {"kafka", "kafka-ha"}
     assert kinds_seen == ({"too_large"} if kafka_sinks & set(sinks) else set()) | (
-        {"null", "too_long"} if set(sinks) - kafka_sinks else set()
+        {"null", "too_long", "check"} if set(sinks) - kafka_sinks else set()
     )
 
 
 def test_poison_values_are_refused_by_the_targets_and_good_values_are_not() -> None:
-    # The JDBC column is varchar(BAD_ROWS_VARCHAR) NOT NULL; a Kafka topic's limit
-    # BAD_ROWS_TOPIC_BYTES: the longest good value fits, every padded one does not.
+    # The JDBC column is varchar(BAD_ROWS_VARCHAR) NOT NULL with a CHECK on a prefix; a Kafka
+    # topic's limit BAD_ROWS_TOPIC_BYTES: the longest good value fits, every padded one does not.
     longest_good = 0
     for index in range(60):
         plan = draw_plan(9, index, SINK_LISTS[-1], bad_rows=1.0)
-        longest_good = max(longest_good, *map(len, expected_output(plan).values()))
-    assert 0 < longest_good < BAD_ROWS_VARCHAR
+        good = expected_output(plan).values()
+        longest_good = max(longest_good, *map(len, good))
+        assert not any(v.startswith(BAD_ROWS_CHECK_PREFIX) for v in good)  # the CHECK takes them
+    # A value behind the CHECK's prefix still fits: the CHECK refuses it, not the varchar.
+    assert 0 < longest_good + len(BAD_ROWS_CHECK_PREFIX) < BAD_ROWS_VARCHAR
+    assert f"concat('{BAD_ROWS_CHECK_PREFIX}', v)" == POISON_SQL["check"]
     assert "NULL" in POISON_SQL["null"]
     assert f"repeat('x', {BAD_ROWS_VARCHAR + 8})" in POISON_SQL["too_long"]
     assert int(POISON_SQL["too_large"].split("repeat('x', ")[1].split(")")[0]) > (
