@@ -27,6 +27,12 @@ __all__ = ["JdbcSinkMixin"]
 TxnT = TypeVar("TxnT")
 
 
+#: Rows per ``write`` with ``bad_rows="dead_letter"`` (the core concatenates Spark's record
+#: batches up to it): at 50,000 a clean batch costs what it costs with ``"fail"``
+#: (``benchmarks/bench_dead_letters.py``).
+DEAD_LETTER_WRITE_ROWS = 50_000
+
+
 class JdbcSinkMixin(Generic[TxnT]):
     """Settings and protocol-independent hooks of every JDBC sink.
 
@@ -54,6 +60,7 @@ class JdbcSinkMixin(Generic[TxnT]):
 
     name: str
     bad_rows: BadRows
+    write_batch_rows: int | None
     protocol: ClassVar[CommitProtocol]
     dialect: ClassVar[Dialect[Any, Any]]
 
@@ -67,6 +74,11 @@ class JdbcSinkMixin(Generic[TxnT]):
         super().__init__(**base)
         self.options = options
         self.connection = connection
+        if options.bad_rows == "dead_letter":
+            # Each write settles its rows (one COPY / LOAD DATA per call, to report the
+            # refused ones before it returns): fewer, larger calls keep the clean batch's
+            # cost (docs/jdbc.md, "How the bad rows are found").
+            self.write_batch_rows = DEAD_LETTER_WRITE_ROWS
         if options.mode in ("upsert", "cdc"):
             # Every row of a key in one transaction, in the batch's order: the merge
             # then applies a key's changes in order, whatever the user's partitioning.
