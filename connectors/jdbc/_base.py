@@ -28,8 +28,9 @@ TxnT = TypeVar("TxnT")
 
 
 #: Rows per ``write`` with ``bad_rows="dead_letter"`` (the core concatenates Spark's record
-#: batches up to it): at 50,000 a clean batch costs what it costs with ``"fail"``
-#: (``benchmarks/bench_dead_letters.py``).
+#: batches up to it): one COPY / LOAD DATA and one savepoint -- a subtransaction on
+#: PostgreSQL -- per 50,000 rows rather than per 10,000 (docs/jdbc.md, "How the bad rows
+#: are found").
 DEAD_LETTER_WRITE_ROWS = 50_000
 
 
@@ -76,8 +77,7 @@ class JdbcSinkMixin(Generic[TxnT]):
         self.connection = connection
         if options.bad_rows == "dead_letter":
             # Each write settles its rows (one COPY / LOAD DATA per call, to report the
-            # refused ones before it returns): fewer, larger calls keep the clean batch's
-            # cost (docs/jdbc.md, "How the bad rows are found").
+            # refused ones before it returns): fewer, larger calls.
             self.write_batch_rows = DEAD_LETTER_WRITE_ROWS
         if options.mode in ("upsert", "cdc"):
             # Every row of a key in one transaction, in the batch's order: the merge
