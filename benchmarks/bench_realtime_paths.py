@@ -7,7 +7,7 @@ on this machine, so both clocks are the same). Each path runs in its own Spark J
 ``spark.buffer.size`` is read when the JVM starts; medians of ``--runs`` runs of each path's
 p50/p95/p99 are printed as a table. Usage::
 
-    scripts/bench.sh realtime-paths                     # every path, 2 runs each (~25 minutes)
+    scripts/bench.sh realtime-paths                     # every path, 2 runs each (~30 minutes)
     .venv/bin/python benchmarks/bench_realtime_paths.py --runs 3 --paths foreach,foreach-buf64
     .venv/bin/python benchmarks/bench_realtime_paths.py --rates 1000 --seconds 20 --runs 1
 
@@ -25,7 +25,11 @@ Paths (``--paths``, comma-separated):
   unless ``allowlistCheck=false``; default settings otherwise.
 * ``mapinarrow-buf64-batch1`` -- the same with ``spark.buffer.size=64`` and
   ``spark.sql.execution.arrow.maxRecordsPerBatch=1`` (one Arrow batch per row).
-* ``mapinarrow-buf64-batch100`` -- the same with ``maxRecordsPerBatch=100``.
+* ``mapinarrow-sqlbuf64-batch1`` -- ``maxRecordsPerBatch=1`` with the session's
+  ``spark.sql.execution.pandas.udf.buffer.size=64`` (the buffer of Arrow runners, which falls
+  back to ``spark.buffer.size``) instead of the JVM-wide ``spark.buffer.size``.
+* ``mapinarrow-buf64-batch100`` -- the same as ``mapinarrow-buf64-batch1`` with
+  ``maxRecordsPerBatch=100``.
 
 Nothing here is imported by the library or the tests.
 """
@@ -70,6 +74,14 @@ PATHS: dict[str, dict[str, Any]] = {
         "conf": {
             "spark.sql.streaming.realTimeMode.allowlistCheck": "false",
             "spark.buffer.size": "64",
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
+        },
+    },
+    "mapinarrow-sqlbuf64-batch1": {
+        "sink": "mapinarrow",
+        "conf": {
+            "spark.sql.streaming.realTimeMode.allowlistCheck": "false",
+            "spark.sql.execution.pandas.udf.buffer.size": "64",
             "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
         },
     },
@@ -370,7 +382,7 @@ def _table(results: dict[str, list[dict]], rates: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated, see above")
     parser.add_argument("--runs", type=int, default=2, help="runs of each path (default 2)")
