@@ -7,6 +7,8 @@
 #   scripts/bench.sh --only NAME[,...] # kafka, postgres, mariadb, overhead, recovery, scaling
 #   scripts/bench.sh --wait-quiet 45   # first wait up to 45 min for a 1-min load average < 1
 #   scripts/bench.sh --out DIR         # results.json, benchmarks.md and plots into DIR
+#   scripts/bench.sh realtime-paths [ARGS]  # how promptly rows reach Python in real-time mode
+#                                      # (benchmarks/bench_realtime_paths.py; prints a table)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,5 +16,9 @@ cd "$ROOT"
 [[ -x .venv/bin/python ]] || bash scripts/setup.sh
 if ! .venv/bin/python -c 'import matplotlib, twophase_dev' >/dev/null 2>&1; then
     bash scripts/setup.sh  # the dev extra (matplotlib for the plots) is not installed yet
+fi
+if [[ "${1:-}" == "realtime-paths" ]]; then
+    shift
+    exec .venv/bin/python benchmarks/bench_realtime_paths.py "$@"
 fi
 exec .venv/bin/python benchmarks/run.py "$@"

@@ -1,4 +1,4 @@
-"""Arrow arrays to and from numpy without pyarrow's pandas shim, so the core never imports pandas.
+"""Arrow helpers: arrays to and from numpy without pyarrow's pandas shim, record batches joined.
 
 ``pa.array``, ``pa.scalar``, ``Array.to_numpy`` and ``np.asarray(array)`` import
 pandas (about 0.7 CPU-s) the first time any of them runs; building an array
@@ -8,13 +8,21 @@ not. These helpers are the few constructions the core needs, written that way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["binary_array", "bool_array", "bool_values", "fixed_values", "valid_mask"]
+__all__ = [
+    "binary_array",
+    "bool_array",
+    "bool_values",
+    "coalesced",
+    "concatenated",
+    "fixed_values",
+    "valid_mask",
+]
 
 
 def bool_array(mask: np.ndarray[Any, Any]) -> pa.BooleanArray:
@@ -120,3 +128,52 @@ def valid_mask(array: pa.Array) -> np.ndarray[Any, Any]:
         ``len(array)`` booleans, False for a null.
     """
     return bool_values(array.is_valid())
+
+
+def coalesced(
+    batches: Iterable[pa.RecordBatch],
+    rows: int | None,
+    seen: Callable[[pa.RecordBatch], object] = lambda _: None,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the non-empty record batches, each run of them concatenated up to ``rows`` rows.
+
+    What a sink's ``write`` gets (``write_batch_rows``). ``seen`` gets each record batch
+    as it came, so what is computed of them (a fingerprint) does not depend on ``rows``.
+
+    Parameters
+    ----------
+    batches
+        Record batches of one schema, in order.
+    rows
+        The fewest rows of a yielded batch but the last (None: each batch as it came).
+    seen
+        Called with each non-empty batch as it came.
+
+    Yields
+    ------
+    pyarrow.RecordBatch
+        The rows, in order.
+    """
+    buffered: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        seen(batch)
+        if rows is None:
+            yield batch
+            continue
+        buffered.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield concatenated(buffered)
+            buffered, count = [], 0
+    if buffered:
+        yield concatenated(buffered)
+
+
+def concatenated(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """Return record batches of one schema as one (the first itself when it is alone)."""
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]

@@ -21,6 +21,7 @@ from twophase.testing import (
     FakeTarget,
     FakeTransaction,
     LocalRunner,
+    SimulatedCrash,
     assert_exactly_once_or_dead_lettered,
 )
 
@@ -254,3 +255,36 @@ def test_a_data_source_batch_over_max_bad_rows_rolls_its_prepared_transactions_b
         coordinator.commit_prepared(sink, 0, results)
     assert target.prepared() == []
     assert target.committed_rows() == target.dead_letters() == []
+
+
+SIZES: list[int] = []  # the local runner's copies of the sink run in this process
+
+
+class Sized(FakeMarkerSink):
+    """Records the rows of each ``write`` call in SIZES."""
+
+    def write(self, txn: FakeTransaction, batch: pa.RecordBatch) -> list[RowError]:
+        SIZES.append(batch.num_rows)
+        return super().write(txn, batch)
+
+
+@pytest.mark.parametrize(("rows", "sizes"), [(None, [2] * 7), (5, [6, 6, 2]), (100, [14])])
+def test_write_batch_rows_joins_record_batches_and_keeps_positions_and_fingerprints(
+    tmp_path: Path, rows: int | None, sizes: list[int]
+) -> None:
+    target = refusing([3, 12])
+    sink = Sized("s", target, bad_rows="dead_letter")
+    SIZES.clear()
+    sink.write_batch_rows = rows
+    given = [pa.record_batch({"id": [i, i + 1]}) for i in range(0, 14, 2)]
+    runner = LocalRunner(sink, tmp_path / "chk")
+    runner.crash_at("phase1_done", batch_id=0)  # committed, not recorded: the replay checks
+    with pytest.raises(SimulatedCrash):
+        runner.run_batch(0, [given])
+    assert sizes == SIZES
+    runner.restart()
+    runner.run_batch(0, [[pa.record_batch({"id": list(range(14))})]])  # one batch: the same rows
+    assert sorted(r["id"] for r in target.committed_rows()) == [
+        i for i in range(14) if i not in (3, 12)
+    ]
+    assert [(d.position, d.values()["id"]) for d in target.dead_letters()] == [(3, 3), (12, 12)]

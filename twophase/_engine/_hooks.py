@@ -48,6 +48,7 @@ class SinkHooks(Protocol):
     retry: RetryPolicy
     max_transactions_per_batch: int | None
     key_by: tuple[str, ...]
+    write_batch_rows: int | None
     recovery_concurrency: ClassVar[int]
     max_bad_rows: int
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from .._arrow import coalesced
 from .._fingerprint import FingerprintAccumulator, fingerprint_batches
 from .._values import (
     CommitProtocol,
@@ -284,11 +285,10 @@ def _run_coordinated(
     rows = 0
     rejected = PartitionRejections(sink, ctx)
     try:
-        for batch in itertools.chain((first,), rest):
-            if batch.num_rows:
-                rejected.add(clock.time(sink.write, txn, batch), batch)
-                rows += batch.num_rows
-                clock.arrow_bytes += batch.nbytes
+        for batch in coalesced(itertools.chain((first,), rest), sink.write_batch_rows):
+            rejected.add(clock.time(sink.write, txn, batch), batch)
+            rows += batch.num_rows
+            clock.arrow_bytes += batch.nbytes
         clock.time(rejected.write, txn)
         handle: object = clock.time(sink.pre_commit, txn)
     except BaseException as exc:
@@ -338,11 +338,10 @@ def _run_markers(
     acc = FingerprintAccumulator()
     rejected = PartitionRejections(sink, ctx)
     try:
-        for batch in itertools.chain((first,), rest):
-            if batch.num_rows:
-                acc.add(batch)
-                rejected.add(clock.time(sink.write, txn, batch), batch)
-                clock.arrow_bytes += batch.nbytes
+        given = itertools.chain((first,), rest)
+        for batch in coalesced(given, sink.write_batch_rows, seen=acc.add):
+            rejected.add(clock.time(sink.write, txn, batch), batch)
+            clock.arrow_bytes += batch.nbytes
         clock.time(rejected.write, txn)
         fingerprint = acc.result()
         expected = plan.expected.get(ctx.partition_id)
