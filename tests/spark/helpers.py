@@ -103,3 +103,16 @@ def run_driver(tmp_path: Path, module: str, *args: str) -> tuple[int, str]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
     return code, log_path.read_text()[-3000:]
+
+
+def run_to_end(df: Any, sink: Any, checkpoint: Path, timeout: float = 180) -> None:
+    """Run a streaming query into ``sink`` until its input is processed (``availableNow``)."""
+    query = twophase.write_stream(
+        df, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
+    ).start()
+    try:
+        assert query.awaitTermination(timeout), "the query did not finish in time"
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None, query.exception()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -108,21 +107,6 @@ def batch_rows(batch: int) -> list[list[Any]]:
 def every_id(*batches: int) -> Counter[int]:
     """Each id of these batches, counted once per time it is in them."""
     return Counter(i for b in batches for p in batch_rows(b) for i in p[0].column(0).to_pylist())
-
-
-def run_to_end(df: Any, sink: Any, checkpoint: Path) -> None:
-    """Run a streaming query into ``sink`` until its input is processed (``availableNow``)."""
-    import twophase
-
-    query = twophase.write_stream(
-        df, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
-    ).start()
-    try:
-        assert query.awaitTermination(180), "the query did not finish in time"
-    finally:
-        if query.isActive:
-            query.stop()
-    assert query.exception() is None, query.exception()
 
 
 def three_partitions(batch_id: int) -> list[list[pa.RecordBatch]]:

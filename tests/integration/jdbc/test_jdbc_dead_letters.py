@@ -23,10 +23,10 @@ from jdbc_support import (
     EACH_DATABASE_AND_PROTOCOL,
     PgTarget,
     mariadb_sql,
-    run_to_end,
     server_fixture,
 )
 
+from tests.spark.helpers import run_to_end
 from twophase import DeadLetter
 from twophase.connectors.jdbc import mariadb_sink
 from twophase.errors import ConfigurationError, DataError, TwoPhaseError

@@ -22,10 +22,10 @@ from jdbc_support import (
     EACH_DATABASE_AND_PROTOCOL,
     PgTarget,
     mariadb_sql,
-    run_to_end,
     server_fixture,
 )
 
+from tests.spark.helpers import run_to_end
 from twophase.connectors.jdbc import mariadb_sink
 from twophase.errors import AbortRequiredError, ConfigurationError
 from twophase.testing import LocalRunner, SimulatedCrash, assert_exactly_once

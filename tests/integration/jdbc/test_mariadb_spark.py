@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdbc_support import mariadb_sql, run_to_end
+from jdbc_support import mariadb_sql
 from test_postgres_spark import ODD_NAMES, with_odd_names, write_files
 
 import twophase
+from tests.spark.helpers import run_to_end
 from twophase.connectors.jdbc import mariadb_sink
 from twophase.testing import assert_exactly_once
 

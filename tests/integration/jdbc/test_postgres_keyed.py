@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdbc_support import PgTarget, run_to_end
+from jdbc_support import PgTarget
 
 import twophase
-from tests.spark.helpers import run_driver
+from tests.spark.helpers import run_driver, run_to_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

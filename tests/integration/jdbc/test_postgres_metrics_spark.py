@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdbc_support import PgTarget, run_to_end
+from jdbc_support import PgTarget
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import start_http_server
 from pyspark.errors import StreamingQueryException
 
-from tests.spark.helpers import SCHEMA, write_input
+from tests.spark.helpers import SCHEMA, run_to_end, write_input
 from twophase._metrics._otel import METRICS, use_meter_provider
 from twophase.testing import CrashAt, assert_exactly_once, install_step_listener
 from twophase_dev import free_ports

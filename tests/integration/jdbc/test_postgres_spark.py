@@ -9,9 +9,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from jdbc_support import PgTarget, run_to_end
+from jdbc_support import PgTarget
 
 import twophase
+from tests.spark.helpers import run_to_end
 from twophase.testing import assert_exactly_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Producer
 
 import twophase
+from tests.spark.helpers import run_to_end
 from twophase.connectors.kafka import KafkaSink
 from twophase.testing import assert_exactly_once
 from twophase_dev import KafkaBroker
@@ -43,14 +44,7 @@ def run_query(spark: Any, bootstrap: str, source: str, sink: KafkaSink, checkpoi
         .load()
         .selectExpr("CAST(key AS STRING) AS key", "value")  # value stays binary
     )
-    query = twophase.write_stream(
-        events, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
-    ).start()
-    try:
-        assert query.awaitTermination(240), "the query did not finish in time"
-    finally:
-        query.stop()
-    assert query.exception() is None, query.exception()
+    run_to_end(events, sink, checkpoint, timeout=240)
 
 
 def test_spark_query_writes_exactly_once_across_a_restart(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-import twophase
+from tests.spark.helpers import run_to_end
 from twophase.connectors.kafka import KafkaSink
 from twophase.connectors.kafka._dead_letters import decode
 from twophase.testing import assert_exactly_once
@@ -47,14 +47,7 @@ def run(spark: Any, bootstrap: str, source: str, target: str, sink: KafkaSink, c
             f"CASE WHEN id % 10 = 5 THEN NULL ELSE '{target}' END AS topic",
         )
     )
-    query = twophase.write_stream(
-        events, sink, checkpoint_location=str(chk), trigger={"availableNow": True}
-    ).start()
-    try:
-        assert query.awaitTermination(180), "the query did not finish in time"
-    finally:
-        query.stop()
-    assert query.exception() is None, query.exception()
+    run_to_end(events, sink, chk, timeout=180)
 
 
 def test_poison_rows_are_dead_lettered_exactly_once_and_the_stream_goes_on(
