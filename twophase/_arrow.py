@@ -8,7 +8,11 @@ not. These helpers are the few constructions the core needs, written that way.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, suppress
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -21,6 +25,7 @@ __all__ = [
     "coalesced",
     "concatenated",
     "fixed_values",
+    "read_ahead",
     "valid_mask",
 ]
 
@@ -177,3 +182,98 @@ def concatenated(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+_END = object()
+_PUT_POLL_SECONDS = 0.05
+
+
+def read_ahead(items: Iterator[Any]) -> AbstractContextManager[Iterator[Any]]:
+    """Return ``items`` pulled one ahead in a thread, for a ``with`` block.
+
+    Parameters
+    ----------
+    items
+        The iterator (pulled in the thread only).
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        Gives the items, in order; stops and joins the thread on leaving the block.
+    """
+    return _ReadAhead(items)
+
+
+class _ReadAhead:
+    """Pull an iterator one item ahead in a thread, while the caller works on the item before.
+
+    For the participant of a sink with ``write_batch_rows``, whose ``write`` settles each
+    call before it returns: Spark's next record batches are read (and joined) meanwhile,
+    as a sink that streams keeps its target busy while they are read. Arrow and the
+    socket release the GIL, so the two overlap.
+
+    The thread is stopped and joined on leaving the ``with`` block, however it is left:
+    a thread of the Python worker must not read Spark's input after the participant
+    returned or raised. An error of the iterator is raised by the caller's ``next``.
+
+    Parameters
+    ----------
+    items
+        The iterator (pulled in the thread only).
+    """
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self._items = items
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._pull, name="twophase-read-ahead", daemon=True)
+
+    def _pull(self) -> None:
+        try:
+            for item in self._items:
+                if not self._put(item):
+                    return
+            self._put(_END)
+        except BaseException as exc:  # raised again in the caller's thread
+            self._put(_Failed(exc))
+
+    def _put(self, item: object) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=_PUT_POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _get(self) -> Iterator[Any]:
+        while True:
+            item = self._queue.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+
+    def __enter__(self) -> Iterator[Any]:
+        self._thread.start()
+        return self._get()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            with suppress(queue.Empty):
+                self._queue.get(timeout=_PUT_POLL_SECONDS)  # free a put the thread waits on
+        self._thread.join()
+
+
+class _Failed:
+    """An exception of the pulled iterator, on its way to the caller."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error

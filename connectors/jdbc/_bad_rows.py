@@ -2,7 +2,9 @@
 
 With ``bad_rows="dead_letter"`` a record batch is written through the dialect's
 fast path (``COPY``, ``LOAD DATA``) under one savepoint (:func:`write_isolating`).
-A clean batch costs that savepoint and nothing more. When the server refuses a
+A clean batch costs that savepoint and nothing more: one round trip, which also
+releases the savepoint of the record batch before (a transaction prepares or
+commits with its last savepoint set, which keeps its rows). When the server refuses a
 row, the savepoint is rolled back and the batch is written again as two halves,
 each under its own savepoint through the same fast path, recursively, until the
 refused rows stand alone: ``k`` bad rows of ``n`` cost about ``2 k log2(n / k)``
@@ -35,6 +37,9 @@ class Loader(Protocol):
     """What :func:`write_isolating` asks of a writer."""
 
     errors: ClassVar[ErrorMap]
+    #: One round trip that replaces the savepoint an earlier record batch left set with a new
+    #: one (PostgreSQL keeps a same-named savepoint, so it releases it first; MariaDB replaces).
+    next_savepoint: ClassVar[str]
 
     def load(self, txn: Any, batch: pa.RecordBatch, *, settle: bool) -> None:
         """Write the rows through the fast path (``settle``: every row in or refused on return)."""
@@ -80,7 +85,8 @@ def write_isolating(
         An error that is not a row's (a lost connection, a missing column, a
         lock wait): the batch fails.
     """
-    _run(txn, f"SAVEPOINT {SAVEPOINT}")
+    _run(txn, writer.next_savepoint if txn.savepoint else f"SAVEPOINT {SAVEPOINT}")
+    txn.savepoint = True
     try:
         writer.load(txn, batch, settle=True)
     except TwoPhaseError as exc:
@@ -89,14 +95,14 @@ def write_isolating(
             raise
         _run(txn, f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
         _run(txn, f"RELEASE SAVEPOINT {SAVEPOINT}")
+        txn.savepoint = False
         if refused is not None:
             return [refused]
         half = batch.num_rows // 2
         return write_isolating(writer, txn, batch.slice(0, half), at) + write_isolating(
             writer, txn, batch.slice(half), at + half
         )
-    _run(txn, f"RELEASE SAVEPOINT {SAVEPOINT}")
-    return []
+    return []  # the savepoint stays set: the next record batch's replaces it in one round trip
 
 
 def _is_row_error(errors: ErrorMap, exc: TwoPhaseError) -> bool:

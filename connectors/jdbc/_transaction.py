@@ -68,6 +68,7 @@ class JdbcTransaction:
         self.staging: Any = None  # the staging table of upsert/CDC, once created
         self.seq = 0
         self.copy: Any = None  # PostgreSQL: the running COPY stream
+        self.savepoint = False  # bad_rows="dead_letter": a record batch's savepoint is set
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(gid={self.gid!r}, state={self.state!r}, rows={self.rows})"

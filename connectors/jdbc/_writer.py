@@ -18,7 +18,7 @@ from twophase import RowError, TaskContext
 from twophase.errors import ConfigurationError
 
 from .._context import ErrorContext
-from ._bad_rows import write_isolating
+from ._bad_rows import SAVEPOINT, write_isolating
 from ._client import JdbcClient
 from ._config import ConnectionConfig
 from ._options import JdbcOptions
@@ -44,6 +44,10 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
 
     #: The database's type rules.
     types: ClassVar[TypeRules]
+    #: ``bad_rows="dead_letter"``: the statement that sets a record batch's savepoint when the
+    #: one before is still set. SQL's ``SAVEPOINT`` replaces a savepoint of the same name;
+    #: a database that keeps it instead (and nests the new one) releases it first here.
+    next_savepoint: ClassVar[str] = f"SAVEPOINT {SAVEPOINT}"
 
     def __init__(
         self, options: JdbcOptions, connection: ConnectionConfig, *, prepare: bool

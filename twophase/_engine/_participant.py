@@ -10,6 +10,7 @@ picklable :class:`TaskResult` to the driver.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from .._arrow import coalesced
+from .._arrow import coalesced, read_ahead
 from .._fingerprint import FingerprintAccumulator, fingerprint_batches
 from .._values import (
     CommitProtocol,
@@ -272,6 +273,16 @@ def _clear_earlier_attempts(sink: SinkHooks, ctx: TaskContext) -> None:
             sink.recover_and_abort(handle)
 
 
+def _batches(
+    given: Iterator[pa.RecordBatch],
+    rows: int | None,
+    seen: Callable[[pa.RecordBatch], object] = lambda _: None,
+) -> contextlib.AbstractContextManager[Iterator[pa.RecordBatch]]:
+    """Give ``write`` its batches: joined up to ``write_batch_rows``, then read one ahead."""
+    joined = coalesced(given, rows, seen=seen)
+    return contextlib.nullcontext(joined) if rows is None else read_ahead(joined)
+
+
 def _run_coordinated(
     sink: CoordinatedHooks, ctx: TaskContext, batches: Iterable[pa.RecordBatch]
 ) -> TaskResult:
@@ -285,10 +296,12 @@ def _run_coordinated(
     rows = 0
     rejected = PartitionRejections(sink, ctx)
     try:
-        for batch in coalesced(itertools.chain((first,), rest), sink.write_batch_rows):
-            rejected.add(clock.time(sink.write, txn, batch), batch)
-            rows += batch.num_rows
-            clock.arrow_bytes += batch.nbytes
+        given = itertools.chain((first,), rest)
+        with _batches(given, sink.write_batch_rows) as written:
+            for batch in written:
+                rejected.add(clock.time(sink.write, txn, batch), batch)
+                rows += batch.num_rows
+                clock.arrow_bytes += batch.nbytes
         clock.time(rejected.write, txn)
         handle: object = clock.time(sink.pre_commit, txn)
     except BaseException as exc:
@@ -339,9 +352,10 @@ def _run_markers(
     rejected = PartitionRejections(sink, ctx)
     try:
         given = itertools.chain((first,), rest)
-        for batch in coalesced(given, sink.write_batch_rows, seen=acc.add):
-            rejected.add(clock.time(sink.write, txn, batch), batch)
-            clock.arrow_bytes += batch.nbytes
+        with _batches(given, sink.write_batch_rows, acc.add) as written:
+            for batch in written:
+                rejected.add(clock.time(sink.write, txn, batch), batch)
+                clock.arrow_bytes += batch.nbytes
         clock.time(rejected.write, txn)
         fingerprint = acc.result()
         expected = plan.expected.get(ctx.partition_id)

@@ -92,7 +92,9 @@ class _SinkBase(DeadLetterHooks[TxnT], abc.ABC, Generic[TxnT]):
     #: the default: each as Spark produced it, ``spark.sql.execution.arrow.maxRecordsPerBatch``
     #: rows at most). A sink that settles each call on its own -- to report the rows it
     #: refused before returning -- raises it for fewer, larger calls, at the cost of holding
-    #: that many rows in the Python worker's memory.
+    #: that many rows in the Python worker's memory (twice: while ``write`` settles one call's
+    #: rows, the framework reads and joins the next in a thread of its own, so that the
+    #: target is not idle while Spark's rows are read).
     write_batch_rows: int | None = None
 
     #: How many :meth:`recover_and_abort` calls recovery may run at once, in

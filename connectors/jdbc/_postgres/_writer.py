@@ -10,7 +10,6 @@ marker row and ``COMMIT`` (:mod:`._marker_table`).
 from __future__ import annotations
 
 import hashlib
-import io
 from typing import Any
 
 import numpy as np
@@ -23,9 +22,10 @@ from twophase.errors import DataError, TwoPhaseError
 
 from ..._arrow import numbers
 from ..._context import ErrorContext
+from .._bad_rows import SAVEPOINT
 from .._gid import format_gid
 from .._options import QualifiedName
-from .._plan import checked_ops, key_lock_hint
+from .._plan import WritePlan, checked_ops, key_lock_hint
 from .._writer import TransactionWriter
 from . import _sql
 from ._catalog import describe_table
@@ -42,6 +42,8 @@ from ._zombie_fences import application_name, take_slot
 __all__ = ["PostgresWriter"]
 
 _COPY_CHUNK = 1 << 20
+#: Rows encoded at a time by a settled load, while the server ingests the slice before.
+_SETTLE_ROWS = 8192
 
 
 class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
@@ -56,6 +58,7 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
     """
 
     types = POSTGRES_TYPES
+    next_savepoint = f"RELEASE SAVEPOINT {SAVEPOINT}; SAVEPOINT {SAVEPOINT}"
 
     def _lock_hint(self) -> str:
         if self.options.mode == "append":
@@ -93,11 +96,30 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
 
     # -------------------------------------------------------------- write
     def load(self, txn: PostgresTransaction, batch: pa.RecordBatch, *, settle: bool) -> None:
-        """COPY rows into the table (append) or the staging table (``settle``: end the COPY)."""
+        """COPY rows into the table (append) or the staging table (``settle``: end the COPY).
+
+        A settled load (``bad_rows="dead_letter"``, under a savepoint) streams its rows in
+        slices of :data:`_SETTLE_ROWS`, so that the server ingests one slice while the next
+        is encoded, as the one ``COPY`` of ``bad_rows="fail"`` does across record batches.
+        """
         txn.open_connection("write()")
         if batch.num_rows == 0:
             return
         plan = self.planned(txn, batch.schema)
+        if not settle:
+            self._feed(txn, plan, batch)
+        else:
+            try:
+                for start in range(0, batch.num_rows, _SETTLE_ROWS):
+                    self._feed(txn, plan, batch.slice(start, _SETTLE_ROWS))
+            except DataError:
+                self._abort_copy(txn)  # a value refused here, with earlier slices sent
+                raise
+            self._end_copy(txn)
+        txn.rows += batch.num_rows
+
+    def _feed(self, txn: PostgresTransaction, plan: WritePlan, batch: pa.RecordBatch) -> None:
+        """Encode ``batch`` and hand it to the transaction's COPY (started if none runs)."""
         extra: list[pa.Array] = []
         if self.options.mode != "append":
             extra.append(numbers(np.arange(txn.seq, txn.seq + batch.num_rows), pa.int64()))
@@ -108,14 +130,6 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
             data = encode_csv(batch, plan.columns, extra)
         except DataError as exc:
             raise exc.with_context(**txn.where.keywords()) from None
-        if settle and txn.copy is None:  # one COPY of these rows alone, in this thread
-            try:
-                with txn.conn.cursor() as cur:
-                    cur.copy_expert(self._copy_statement(txn), io.BytesIO(data), _COPY_CHUNK)
-            except psycopg2.Error as exc:
-                raise self._copy_failed(txn, exc) from exc
-            txn.rows += batch.num_rows
-            return
         if txn.copy is None:
             txn.copy = CopyStream(txn.conn, self._copy_statement(txn), _COPY_CHUNK).start()
         try:
@@ -123,9 +137,6 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         except psycopg2.Error as exc:
             txn.copy = None  # it has ended
             raise self._copy_failed(txn, exc) from exc
-        if settle:
-            self._end_copy(txn)
-        txn.rows += batch.num_rows
 
     def _copy_statement(self, txn: PostgresTransaction) -> sql.Composed:
         assert txn.plan is not None
@@ -205,11 +216,16 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
         txn.staging = None
 
     # ------------------------------------------------------------- rollback
-    def release_session(self, txn: PostgresTransaction) -> None:
-        """Abort a running ``COPY``, roll the session back and give it back."""
+    @staticmethod
+    def _abort_copy(txn: PostgresTransaction) -> None:
+        """Make a running ``COPY`` fail (the transaction or its savepoint is rolled back next)."""
         stream, txn.copy = txn.copy, None
         if stream is not None:
             stream.abort()
+
+    def release_session(self, txn: PostgresTransaction) -> None:
+        """Abort a running ``COPY``, roll the session back and give it back."""
+        self._abort_copy(txn)
         conn, txn.conn = txn.conn, None
         if conn is not None:
             txn.pool.release(conn, rollback=True)
