@@ -11,6 +11,9 @@ servers: ``TWOPHASE_PG_DSN`` and/or ``TWOPHASE_MARIADB_URL`` (``twophase_dev up`
 
     eval "$(.venv/bin/python -m twophase_dev env)"
     .venv/bin/python benchmarks/bench_dead_letters.py --rows 500000 --runs 5
+
+``--spark`` measures the clean batch through a Spark query instead (``local[2]``, two partitions):
+a pipeline also reads Spark's rows, which the sink's writes overlap or not.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -120,11 +125,54 @@ def measure(db: Database, rows: int, runs: int, chunk: int) -> dict[str, list[fl
     return times
 
 
+def measure_spark(db: Database, rows: int, runs: int, work: Path) -> dict[str, list[float]]:
+    """The clean variants through a Spark query (``availableNow``), alternating; seconds each.
+
+    The query reads ``rows`` rows of Parquet in two files (two partitions, Spark's record batches
+    of 10,000 rows) and writes them with ``twophase.write_stream``: what a pipeline pays, where
+    reading Spark's rows and writing them overlap or not.
+    """
+    import twophase
+    from twophase_dev import spark_session
+
+    spark = spark_session("bench-dead-letters", kafka=False, log_level="ERROR")
+    source = work / "input"
+    spark.createDataFrame(
+        pa.Table.from_batches(_batches(rows, None, 10_000)).to_pandas()
+    ).repartition(2).write.mode("overwrite").parquet(str(source))
+    schema = spark.read.parquet(str(source)).schema
+    variants = ("fail", "dead_letter")
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    sinks = {
+        v: db.make("bench_dl_spark", table=db.table, protocol="coordinated", bad_rows=v)
+        for v in variants
+    }
+    for run in range(runs + 1):  # the first repetition warms up and is not counted
+        for mode in variants:
+            db.sql(f"TRUNCATE TABLE {db.table}")
+            df = spark.readStream.schema(schema).parquet(str(source))
+            checkpoint = str(work / f"chk-{mode}-{run}")
+            start = time.perf_counter()
+            query = twophase.write_stream(
+                df, sinks[mode], checkpoint_location=checkpoint, trigger={"availableNow": True}
+            ).start()
+            query.awaitTermination()
+            elapsed = time.perf_counter() - start
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            if run:
+                times[mode].append(elapsed)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--chunk", type=int, default=10_000, help="rows per record batch")
+    parser.add_argument(
+        "--spark", action="store_true", help="clean batches through a Spark query instead"
+    )
     args = parser.parse_args()
     databases = []
     if os.environ.get("TWOPHASE_PG_DSN"):
@@ -142,6 +190,22 @@ def main() -> None:
         "clean, bad_rows='fail'",
         "one bad row, bad_rows='dead_letter'",
     )
+    if args.spark:
+        for db in databases:
+            with tempfile.TemporaryDirectory(prefix="bench-dl-") as work:
+                try:
+                    spark_times = measure_spark(db, args.rows, args.runs, Path(work))
+                finally:
+                    db.sql(f"DROP TABLE IF EXISTS {db.table}")
+            for key, values in spark_times.items():
+                seconds = statistics.median(values)
+                print(f"{db.name:10s} Spark query, clean, bad_rows={key!r:14s} {seconds:7.3f} s")
+            cost = statistics.median(
+                c / f for c, f in zip(spark_times["dead_letter"], spark_times["fail"], strict=True)
+            )
+            print(f"{db.name:10s} Spark query, clean, dead_letter / fail: {cost:.3f}x (<= 1.02)")
+        print(f"load average at the end {os.getloadavg()[0]:.1f}")
+        return
     for db in databases:
         try:
             times = measure(db, args.rows, args.runs, args.chunk)
