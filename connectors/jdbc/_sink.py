@@ -33,12 +33,13 @@ from ._base import JdbcSinkMixin
 from ._config import ConnectionConfig
 from ._dialect import MarkerStore, PreparedStore
 from ._options import JdbcOptions
+from ._transaction import JdbcTransaction
 
 __all__ = ["JdbcMarkerSink", "JdbcTwoPhaseSink"]
 
 _log = logging.getLogger("twophase.connectors.jdbc")
 
-TxnT = TypeVar("TxnT")
+TxnT = TypeVar("TxnT", bound=JdbcTransaction)
 HandleT = TypeVar("HandleT", bound=TransactionHandle)
 
 
@@ -122,6 +123,7 @@ class JdbcTwoPhaseSink(
 
         The handle carries the transaction id.
         """
+        self._check_set_aside(txn)
         self._writer.finish(txn)
         return self._prepared.prepare(txn)
 
@@ -184,5 +186,6 @@ class JdbcMarkerSink(JdbcSinkMixin[TxnT], MarkerCommitSink[TxnT]):
 
         A lost commit reply is resolved by the marker: present is success, absent retriable.
         """
+        self._check_set_aside(txn)
         self._writer.finish(txn)
         self._markers.commit_with_marker(txn, marker)

@@ -69,6 +69,8 @@ class JdbcTransaction:
         self.seq = 0
         self.copy: Any = None  # PostgreSQL: the running COPY stream
         self.savepoint = False  # bad_rows="dead_letter": a record batch's savepoint is set
+        self.refused = 0  # rows write() returned as refused (rolled back under their savepoint)
+        self.set_aside = 0  # rows handed to write_dead_letters() in this transaction
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(gid={self.gid!r}, state={self.state!r}, rows={self.rows})"

@@ -143,7 +143,9 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
             return []
         txn.open_connection("write()")
         self.planned(txn, batch.schema)  # a batch that does not fit the table fails here
-        return write_isolating(self, txn, batch)
+        refused = write_isolating(self, txn, batch)
+        txn.refused += len(refused)
+        return refused
 
     def begin(self, context: TaskContext) -> TxnT:
         """Open the partition's transaction; refuse a table that is gone.

@@ -37,42 +37,60 @@ from twophase_dev import SparkCluster, cluster_session
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: With ``poison`` in the spec: every id ending in 7 is a row its target refuses (a NULL payload
+#: into the table's NOT NULL column; a Kafka record over the topic's ``max.message.bytes``).
+POISON_IDS = "id % 10 = 7"
+#: The target topic's ``max.message.bytes`` in a scenario with poison rows, and the producer's
+#: ``batch.size`` (at most the topic's limit, or the sink refuses the topic).
+POISON_TOPIC_BYTES = 16384
+
+
 def build_sink(spec: dict[str, Any], control: Control) -> Any:
+    """The scenario's sink, probed (:mod:`tests.cluster.probes`)."""
+    return probed(make_sink(spec), control)
+
+
+def make_sink(spec: dict[str, Any]) -> Any:
+    """The scenario's sink as the spec describes it (``poison``: with dead letters)."""
     connector = spec["connector"]
+    letters: dict[str, Any] = {"bad_rows": "dead_letter"} if spec.get("poison") else {}
     if connector.startswith("pg-"):
         from twophase.connectors.jdbc import postgres_sink
 
         protocol = "coordinated" if connector == "pg-coordinated" else "markers"
-        sink = postgres_sink(
+        return postgres_sink(
             spec["sink_name"],
             table=spec["table"],
             dsn=spec["dsn"],
             protocol=protocol,
             create_table=True,
             lock_timeout=20,
+            **letters,
         )
     elif connector.startswith("maria-"):
         from twophase.connectors.jdbc import mariadb_sink
 
-        sink = mariadb_sink(
+        return mariadb_sink(
             spec["sink_name"],
             table=spec["table"],
             url=spec["url"],
             protocol="coordinated" if connector == "maria-coordinated" else "markers",
             create_table=True,
             lock_timeout=20,
+            **letters,
         )
     else:
         from twophase.connectors.kafka import KafkaSink
 
-        sink = KafkaSink(
+        return KafkaSink(
             spec["sink_name"],
             bootstrap_servers=spec["bootstrap"],
             topic=spec["target_topic"],
             control_topic=spec["control_topic"],
             operation_timeout=20.0,
+            producer_config={"batch.size": POISON_TOPIC_BYTES} if letters else None,
+            **letters,
         )
-    return probed(sink, control)
 
 
 def executor_summaries(spark: Any) -> list[dict[str, Any]]:
@@ -143,10 +161,14 @@ def main(spec_path: str) -> int:
             .load()
         )
         ids = source.selectExpr("CAST(CAST(value AS STRING) AS BIGINT) AS id")
+        bad = POISON_IDS if spec.get("poison") else "false"
         if spec["connector"] != "kafka":
-            out = ids.selectExpr("id", "CONCAT('row-', CAST(id AS STRING)) AS payload")
+            payload = f"CASE WHEN {bad} THEN NULL ELSE CONCAT('row-', CAST(id AS STRING)) END"
+            out = ids.selectExpr("id", f"{payload} AS payload")
         else:
-            out = ids.selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+            big = f"repeat('x', {POISON_TOPIC_BYTES + 4096})"
+            value = f"CASE WHEN {bad} THEN {big} ELSE CAST(id AS STRING) END"
+            out = ids.selectExpr("CAST(id AS STRING) AS key", f"{value} AS value")
         query = twophase.write_stream(
             out, sink, checkpoint_location=spec["checkpoint"], trigger={"availableNow": True}
         ).start()

@@ -383,9 +383,9 @@ class _Probed:
         self.__dict__.setdefault("_probe_txns", {})[id(txn)] = fields
         return txn
 
-    def write(self, txn: Any, batch: Any) -> None:
+    def write(self, txn: Any, batch: Any) -> Any:
         parent = super()
-        self._around("write", self._txn_fields(txn), lambda: parent.write(txn, batch))
+        return self._around("write", self._txn_fields(txn), lambda: parent.write(txn, batch))
 
     def abort(self, txn: Any) -> None:
         parent = super()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.cluster.driver import POISON_TOPIC_BYTES, make_sink
 from tests.cluster.probes import Control
 from tests.integration.kafka.kafka_support import read_all, unstable_partitions
 from twophase.testing import assert_exactly_once
@@ -89,6 +90,9 @@ class Scenario:
     rows_per_batch: int = 40
     name: str = field(default_factory=lambda: f"cl{uuid.uuid4().hex[:10]}")
     expected: list[int] = field(default_factory=list)
+    #: Every id ending in 7 is a row the target refuses, and the sink sets such rows aside
+    #: (:data:`tests.cluster.driver.POISON_IDS`): good ids land once, poison ids as dead letters.
+    poison: bool = False
 
     def __post_init__(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -99,8 +103,29 @@ class Scenario:
         self.table = f"{self.name}_rows"
         self.kafka.create_topic(self.source_topic, partitions=PARTITIONS)
         if self.connector == "kafka":
-            self.kafka.create_topic(self.target_topic, partitions=PARTITIONS)
+            limit = {"max.message.bytes": str(POISON_TOPIC_BYTES)} if self.poison else {}
+            self.kafka.create_topic(self.target_topic, partitions=PARTITIONS, config=limit)
+        elif self.poison:  # the payload NOT NULL (a table the sink creates would take NULLs)
+            self._sql(f"CREATE TABLE {self._quoted} (id bigint PRIMARY KEY, payload text NOT NULL)")
         self.produce(self.batches)
+
+    @property
+    def _quoted(self) -> str:
+        return f"`{self.table}`" if self.connector.startswith("maria-") else f'"{self.table}"'
+
+    def _sql(self, statement: str) -> list[Any]:
+        assert self.server is not None
+        maria = self.connector.startswith("maria-")
+        conn = self.server.connect(autocommit=True) if maria else self.server.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+                rows = list(cur.fetchall()) if cur.description else []
+            if not maria:
+                conn.commit()
+            return rows
+        finally:
+            conn.close()
 
     # ------------------------------------------------------------------ input
     def produce(self, batches: int) -> list[int]:
@@ -121,10 +146,9 @@ class Scenario:
         return ids
 
     # ----------------------------------------------------------------- driver
-    def start_driver(self, *, hold: str | None = None, timeout: float = 120.0) -> DriverRun:
-        """Start the driver process (the query runs until the topic's end, ``availableNow``)."""
-        runs = len(list(self.work.glob("driver-*.log")))
-        spec = {
+    def spec(self) -> dict[str, Any]:
+        """What the driver process is told of the sink, its input and its target."""
+        return {
             "master_url": self.cluster.master_url,
             "app_name": f"{self.name}-{self.connector}",
             "connector": self.connector,
@@ -138,6 +162,14 @@ class Scenario:
             "url": getattr(self.server, "password_url", None),
             "rows_per_batch": self.rows_per_batch,
             "checkpoint": str(self.work / "checkpoint"),
+            "poison": self.poison,
+        }
+
+    def start_driver(self, *, hold: str | None = None, timeout: float = 120.0) -> DriverRun:
+        """Start the driver process (the query runs until the topic's end, ``availableNow``)."""
+        runs = len(list(self.work.glob("driver-*.log")))
+        spec = {
+            **self.spec(),
             "control": str(self.control.path),
             "result": str(self.work / f"result-{runs}.json"),
             "timeout": timeout,
@@ -170,33 +202,40 @@ class Scenario:
         if self.connector == "kafka":
             records = read_all(self.kafka.bootstrap_servers, self.target_topic, "read_committed")
             return [int(r.value) for r in records if r.value is not None]
-        assert self.server is not None
-        maria = self.connector.startswith("maria-")
-        conn = self.server.connect(autocommit=True) if maria else self.server.connect()
-        try:
-            with conn.cursor() as cur:
-                if maria:
-                    cur.execute(
-                        "SELECT COUNT(*) FROM information_schema.TABLES "
-                        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
-                        (self.table,),
-                    )
-                    if cur.fetchone()[0] == 0:
-                        return []
-                    cur.execute(f"SELECT id, count(*) FROM `{self.table}` GROUP BY id")
-                else:
-                    cur.execute("SELECT to_regclass(%s)", (self.table,))
-                    if cur.fetchone()[0] is None:
-                        return []
-                    cur.execute(f'SELECT id, count(*) FROM "{self.table}" GROUP BY id')
-                counts = {int(key): int(n) for key, n in cur.fetchall()}
-        finally:
-            conn.close()
+        if self.connector.startswith("maria-"):
+            exists = self._sql(
+                "SELECT COUNT(*) FROM information_schema.TABLES "
+                f"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{self.table}'"
+            )[0][0]
+        else:
+            exists = self._sql(f"SELECT to_regclass('{self.table}') IS NOT NULL")[0][0]
+        if not exists:
+            return []
+        rows = self._sql(f"SELECT id, count(*) FROM {self._quoted} GROUP BY id")
+        counts = {int(key): int(n) for key, n in rows}
         return [key for key, n in counts.items() for _ in range(n)]
 
     def assert_exactly_once(self) -> None:
-        """Every input id exactly once in the target (per-key counts), nothing else."""
-        assert_exactly_once(self.visible_ids(), self.expected, what="ids")
+        """Every input id exactly once in the target (per-key counts), nothing else.
+
+        With poison rows: every good id once in the target, every poison id once in the dead
+        letters (as the sink reads them back), with the error class its poison makes.
+        """
+        if not self.poison:
+            assert_exactly_once(self.visible_ids(), self.expected, what="ids")
+            return
+        bad = [i for i in self.expected if i % 10 == 7]
+        assert bad, "no poison id in the input"
+        good = [i for i in self.expected if i % 10 != 7]
+        assert_exactly_once(self.visible_ids(), good, what="good ids")
+        sink = make_sink(self.spec())
+        letters = list(sink.read_dead_letters())
+        column = "key" if self.connector == "kafka" else "id"
+        assert_exactly_once(
+            [int(d.values()[column]) for d in letters], bad, what="dead-lettered ids"
+        )
+        kinds = {d.error_class for d in letters}
+        assert kinds == {"too_large" if self.connector == "kafka" else "not_null"}, kinds
 
     def leftovers(self) -> list[str]:
         """Prepared transactions of the sink (PostgreSQL, MariaDB), or open ones (Kafka)."""

@@ -2,8 +2,10 @@
 
 Every fault hits partition 0 of micro-batch 1 (batch 0 has warmed both executors up; batch 2 shows
 the query goes on), fired by a probe rule from inside the hook (``tests.cluster.probes``), so it
-lands at the same protocol point every time. Each test then checks, by content, that every input
-id is in the target exactly once and that nothing is left behind (no prepared transaction of the
+lands at the same protocol point every time. The input carries poison rows (every id ending in 7,
+refused by the target) and the sink sets them aside (``bad_rows="dead_letter"``): each test then
+checks, by content, that every good id is in the target exactly once and every poison id in the
+dead letters exactly once, and that nothing is left behind (no prepared transaction of the
 sink; no open Kafka transaction), and that the fault really happened: the killed process is gone
 and Spark counted a failed task attempt (and, for an executor, removed it).
 """
@@ -72,7 +74,7 @@ def finish(scenario: Scenario, result: dict[str, Any]) -> None:
 def test_an_executor_sigkilled_in_phase_1(
     make_scenario: Callable[..., Scenario], connector: str, when: str
 ) -> None:
-    scenario = make_scenario(connector)
+    scenario = make_scenario(connector, poison=True)
     hook = scenario.commit_hook
     scenario.control.add(hook, "kill-executor", when=when, batch=BATCH, partition=0, attempt=0)
     result = scenario.start_driver().wait()
@@ -101,7 +103,7 @@ def test_executors_sigkilled_during_phase_2_do_not_matter(
     make_scenario: Callable[..., Scenario],
 ) -> None:
     """The coordinated protocol: after the decision the driver commits, needing no executor."""
-    scenario = make_scenario("pg-coordinated")
+    scenario = make_scenario("pg-coordinated", poison=True)
     scenario.control.add("commit", "kill-app-executors", batch=BATCH, partition=0)
     result = scenario.start_driver().wait()
 
@@ -133,7 +135,7 @@ WORKER_KILL_CONNECTORS = [
 def test_a_python_worker_killed_mid_write_is_retried(
     make_scenario: Callable[..., Scenario], connector: str
 ) -> None:
-    scenario = make_scenario(connector)
+    scenario = make_scenario(connector, poison=True)
     scenario.control.add("write", "kill-python-worker", when="after", batch=BATCH, partition=0)
     result = scenario.start_driver().wait()
 

@@ -275,3 +275,23 @@ def test_a_reset_checkpoint_meeting_its_old_letters_is_refused_by_name(
         reset.run_batch(0, [[_batch([3, 4], ["c", None])]])
     assert (caught.value.sink, caught.value.setting) == ("s", "dead_letter_table")
     assert [d.values()["id"] for d in sink.read_dead_letters()] == [2]
+
+
+def test_a_wrapper_that_drops_the_refused_rows_fails_the_partition_and_loses_nothing(
+    database: Path,
+) -> None:
+    """Found by the cluster tests' probe, whose write() returned None: the refused rows were
+    rolled back under their savepoint, and no letter was built of them."""
+    sink = sqlite_sink("s", table="events", database=str(database), bad_rows="dead_letter")
+    inner = type(sink).write
+
+    def write(self: Any, txn: Any, batch: pa.RecordBatch) -> None:
+        inner(self, txn, batch)  # the refused rows it returns are dropped
+
+    dropping = type("Dropping", (type(sink),), {"write": write})
+    sink.__class__ = dropping
+    batch = _batch([1, 2, 3], ["a", None, "c"])
+    with pytest.raises(ConfigurationError, match="refused 1 row.* but 0 reached") as caught:
+        LocalRunner(sink, max_task_failures=1).run_batch(0, [[batch]])
+    assert (caught.value.sink, caught.value.batch_id, caught.value.setting) == ("s", 0, "bad_rows")
+    assert _read(database, 'SELECT id FROM "events"') == []  # rolled back: nothing committed
