@@ -71,13 +71,23 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
     protocol: str,
     step: str,
 ) -> None:
-    """The coordinated run keeps its checkpoint on ``gs://`` (the emulator), markers locally."""
+    """The coordinated run keeps its checkpoint on ``gs://`` (the emulator), markers locally.
+
+    Every id ending in 7 has a NULL payload, which the table's NOT NULL refuses: the sink sets
+    it aside (``bad_rows="dead_letter"``), so the core's read-ahead of Spark's rows and the dead
+    letters run in the Connect server's Python workers too.
+    """
     from twophase._stores._store import open_store
     from twophase.connectors.jdbc import postgres_sink
 
     server = postgres_server if protocol == "coordinated" else postgres_server_no_prepared
     table = f"connect_{uuid.uuid4().hex[:8]}"
-    expected = write_input(tmp_path / "in", 3)
+    conn = server.connect()
+    with conn, conn.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, payload text NOT NULL)')
+    conn.close()
+    written = write_input(tmp_path / "in", 3)
+    expected = [i for i in written if i % 10 != 7]
     if protocol == "coordinated":
         checkpoint = f"gs://{gcs_endpoint.new_bucket()}/chk"
     else:
@@ -85,7 +95,7 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
 
     def sink() -> Any:
         return postgres_sink(
-            "connect", table=table, dsn=server.dsn, protocol=protocol, create_table=True
+            "connect", table=table, dsn=server.dsn, protocol=protocol, bad_rows="dead_letter"
         )
 
     def visible() -> list[int]:
@@ -95,7 +105,10 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
         return [g for g, _db in server.prepared_transactions() if ":connect." in g]
 
     def transform(df: Any) -> Any:
-        return df.repartition(2)
+        from pyspark.sql import functions as sf
+
+        poison = sf.when(sf.col("id") % 10 == 7, sf.lit(None)).otherwise(sf.col("payload"))
+        return df.withColumn("payload", poison).repartition(2)
 
     _crash(connect_server, tmp_path, sink(), step, checkpoint, transform=transform)
     assert 0 < len(visible()) < len(expected), "the crash did not land inside the query"
@@ -111,6 +124,11 @@ def test_postgres_sink_on_connect_is_exactly_once_across_a_server_crash(
             assert chk.list("offsets"), "Spark's own offset log is on the emulator"
     _run(connect_server, tmp_path, sink(), checkpoint, transform=transform)
     assert_exactly_once(visible(), expected)
+    letters = list(sink().read_dead_letters())
+    assert_exactly_once(
+        [d.values()["id"] for d in letters], [i for i in written if i % 10 == 7], what="letters"
+    )
+    assert {d.error_class for d in letters} == {"not_null"}
     assert prepared() == []
 
 
