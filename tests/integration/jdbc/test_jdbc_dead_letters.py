@@ -11,6 +11,8 @@ after the table is fixed moves the rows once and leaves those still refused.
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -552,3 +554,51 @@ def test_a_redrive_by_a_user_who_may_not_delete_letters_is_refused_before_it_mov
     assert urlsplit(user.get("dsn") or user["url"]).password not in err
     assert list(owner.read_dead_letters()) == letters, "no letter moved"
     assert 3 not in read_ids(database), "no row written"
+
+
+def test_two_redrives_at_once_move_each_letter_once(
+    database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second starts while the first holds its letter deleted, uncommitted: it waits for
+    the first's lock, then finds the letter gone and skips it."""
+    from twophase.connectors.jdbc._dead_letter_table import DeadLetterTable
+
+    table = database.table
+    sink = database.sink("dl_twice", table, bad_rows="dead_letter")
+    LocalRunner(sink).run_batch(0, [[record_batch(poisoned(0, {3: "not_null"}))]])
+    letters = list(sink.read_dead_letters())
+    database.sql(database.allow_null.format(t=table))
+    inserted, started = threading.Event(), threading.Event()
+    insert, redrive = DeadLetterTable._insert, DeadLetterTable.redrive
+
+    def first_insert(self: Any, *args: Any) -> Any:
+        error = insert(self, *args)
+        inserted.set()  # the letter deleted and its row inserted, not committed
+        assert started.wait(30), "the second redrive never started"
+        time.sleep(0.5)  # it waits on the letter's lock now
+        return error
+
+    def second_redrive(self: Any, *args: Any) -> Any:
+        assert inserted.wait(30), "the first redrive never inserted"
+        started.set()
+        return redrive(self, *args)
+
+    results: dict[str, Any] = {}
+
+    def run(name: str, patch: str, fn: Any) -> None:
+        other = database.sink("dl_twice", table, bad_rows="dead_letter")
+        monkeypatch.setattr(other._dead_letters, patch, fn.__get__(other._dead_letters))
+        results[name] = other.redrive_dead_letters(letters)
+
+    threads = [
+        threading.Thread(target=run, args=("first", "_insert", first_insert)),
+        threading.Thread(target=run, args=("second", "redrive", second_redrive)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert started.is_set(), "the two redrives did not overlap"
+    assert results == {"first": [], "second": []}
+    assert read_ids(database).count(3) == 1, "the row moved once"
+    assert list(sink.read_dead_letters()) == []
