@@ -10,8 +10,10 @@ layout and what each column holds: "Dead letters" in ``docs/jdbc.md``.
 The statements are the same on every database (both client libraries take
 ``%s`` parameters); a dialect's subclass says how it quotes a name, which
 column types it creates the table with, how its row column reads back as JSON
-text, how it reads the target table's catalog, and how a JSON value becomes a
-parameter of the target's column type.
+text, how it reads the target table's catalog, how a JSON value becomes a
+parameter of the target's column type, and how it tells whether the sink's user
+lacks a privilege on the table. What the sink needs (:data:`WRITES`) is checked at
+``open``, what a redrive needs (:data:`REDRIVES`) as the redrive starts.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ._rows import check_row_format
 from ._table import TableColumn, TableInfo
 from ._transaction import JdbcTransaction
 
-__all__ = ["LAYOUT", "DeadLetterTable"]
+__all__ = ["LAYOUT", "REDRIVES", "WRITES", "DeadLetterTable"]
 
 #: The columns a dead letter fills, in :class:`~twophase.DeadLetter`'s order.
 _COLUMNS = (
@@ -60,6 +62,9 @@ LAYOUT = (
     ("recorded_at", "now", True),
     ("record_format", "smallint", True),
 )
+#: The privileges on the table a batch's writes need (checked at ``open``), and a redrive.
+WRITES = ("SELECT", "INSERT")
+REDRIVES = ("SELECT", "DELETE", "UPDATE")
 _DUPLICATE_HINT = (
     "A dead letter of this sink is already at this batch, partition and position: the "
     "checkpoint was reset (batch ids started again) while the old dead letters are still "
@@ -110,6 +115,14 @@ class DeadLetterTable(JdbcClient):
         """Return the target table as the catalog shows it (None: missing)."""
         raise NotImplementedError
 
+    def lacks(self, cur: Any, privilege: str, statement: str, params: int) -> bool:
+        """Whether the sink's user lacks ``privilege`` on the dead-letter table.
+
+        ``statement`` is the one the sink runs that needs it, with ``params``
+        parameters (``%s``), for a dialect that asks the server about the statement.
+        """
+        raise NotImplementedError
+
     def value_of(self, value: Any, column: TableColumn) -> Any:
         """Return a JSON value of a dead letter's row as a parameter for ``column``.
 
@@ -147,9 +160,51 @@ class DeadLetterTable(JdbcClient):
             self.quote("position")
         )
 
+    def statements(self) -> dict[str, tuple[str, int]]:
+        """Return the statements run on the table, by privilege, with their parameter counts.
+
+        A partition's read of its letters' places and its insert; a redrive's
+        delete, and its update of a row still refused.
+        """
+        q, n = self.quote, len(_COLUMNS) + 1
+        return {
+            "SELECT": (
+                f"SELECT {q('position')}, {q('identity')} FROM {self.table} "
+                "WHERE sink = %s AND batch_id = %s AND partition_id = %s",
+                3,
+            ),
+            "INSERT": (
+                f"INSERT INTO {self.table} ({self._columns()}, {q('identity')}) "
+                f"VALUES ({', '.join(['%s'] * n)})",
+                n,
+            ),
+            "DELETE": (f"DELETE FROM {self.table} WHERE {self._key()}", 4),
+            "UPDATE": (
+                f"UPDATE {self.table} SET error_class = %s, code = %s, message = %s, "
+                f"column_name = %s WHERE {self._key()}",
+                8,
+            ),
+        }
+
+    def check_privileges(
+        self, cur: Any, needed: tuple[str, ...], purpose: str, where: ErrorContext
+    ) -> None:
+        """Refuse, naming ``dead_letter_table``, a user who lacks any of ``needed`` on it."""
+        statements = self.statements()
+        missing = [p for p in needed if self.lacks(cur, p, *statements[p])]
+        if missing:
+            lacking, name = ", ".join(missing), self.options.dead_letters
+            raise ConfigurationError(
+                f"permission denied: {purpose} needs {', '.join(needed)} on the dead-letter "
+                f"table {name}, and the sink's user lacks {lacking}. GRANT {lacking} ON "
+                f"{name} to it, or set dead_letter_table to a table where it has them",
+                setting="dead_letter_table",
+                **where.keywords(),
+            )
+
     # ------------------------------------------------------------ driver
     def ensure(self, where: ErrorContext) -> None:
-        """Create the dead-letter table when missing (runs on the driver, at ``open``).
+        """Create the dead-letter table when missing, check :data:`WRITES` (the driver, ``open``).
 
         Parameters
         ----------
@@ -159,8 +214,8 @@ class DeadLetterTable(JdbcClient):
         Raises
         ------
         ConfigurationError
-            The table is missing and the sink's user may not create it, naming
-            ``dead_letter_table``.
+            The table is missing and the sink's user may not create it, or the
+            user lacks a privilege of :data:`WRITES` on it, naming ``dead_letter_table``.
         """
         name = self.options.dead_letters
 
@@ -178,6 +233,11 @@ class DeadLetterTable(JdbcClient):
                 setting="dead_letter_table",
                 **where.keywords(),
             ) from exc
+        self.run(
+            f"checking the privileges on {name}",
+            lambda cur: self.check_privileges(cur, WRITES, "bad_rows='dead_letter'", where),
+            where,
+        )
 
     def read(self, sink: str, where: ErrorContext) -> Iterator[DeadLetter]:
         """Yield a sink's pending dead letters, by batch, partition and position.
@@ -222,7 +282,8 @@ class DeadLetterTable(JdbcClient):
         the table still refuses stays a dead letter (the savepoint rolled back)
         and is returned; a letter no longer there (redriven already) is
         skipped, so running it again after a lost ``COMMIT`` moves nothing twice.
-        Any other error rolls the whole transaction back.
+        Any other error rolls the whole transaction back. The user's privileges
+        on the dead-letter table (:data:`REDRIVES`) are checked first.
 
         Parameters
         ----------
@@ -244,13 +305,11 @@ class DeadLetterTable(JdbcClient):
                     f"a dead letter of sink {letter.sink!r} cannot be redriven by sink {sink!r}",
                     **where.keywords(),
                 )
-        delete = f"DELETE FROM {self.table} WHERE {self._key()}"
-        update = (
-            f"UPDATE {self.table} SET error_class = %s, code = %s, message = %s, "
-            f"column_name = %s WHERE {self._key()}"
-        )
+        statements = self.statements()
+        delete, update = statements["DELETE"][0], statements["UPDATE"][0]
 
         def move(cur: Any) -> list[RowError]:
+            self.check_privileges(cur, REDRIVES, "a redrive of dead letters", where)
             cur.execute("BEGIN")
             table = self.describe(cur)
             if table is None:
@@ -328,9 +387,7 @@ class DeadLetterTable(JdbcClient):
             The insert failed, or another row holds a letter's place.
         """
         conn = txn.open_connection("write_dead_letters()")
-        marks = ", ".join(["%s"] * (len(_COLUMNS) + 1))
-        columns = f"{self._columns()}, {self.quote('identity')}"
-        statement = f"INSERT INTO {self.table} ({columns}) VALUES ({marks})"
+        statement = self.statements()["INSERT"][0]
         identity = txn.context.identity
         doing = f"writing dead letters into {self.options.dead_letters}"
         try:
@@ -356,9 +413,7 @@ class DeadLetterTable(JdbcClient):
         """Return the letters whose place holds no committed letter; refuse another run's there."""
         first = letters[0]
         cur.execute(
-            f"SELECT {self.quote('position')}, {self.quote('identity')} FROM {self.table} "
-            "WHERE sink = %s AND batch_id = %s AND partition_id = %s",
-            (first.sink, first.batch_id, first.partition_id),
+            self.statements()["SELECT"][0], (first.sink, first.batch_id, first.partition_id)
         )
         held = {int(position): str(identity) for position, identity in cur.fetchall()}
         fresh = []

@@ -9,6 +9,12 @@ letters' rows to their topics again, the rows still refused back to the dead-let
 ``transactional.id`` (:func:`redrive_transactional_id`), so that two redrives fence each
 other and a crash leaves either everything or nothing done. Offsets are a prefix: the
 letters redriven must be the oldest pending ones, in order.
+
+Two redrives of a sink at once (:func:`redrive` read the letters, then claims the
+``transactional.id``): the later claim aborts the earlier redrive's open transaction, which
+then fails naming the other; and a redrive whose claim comes after the other committed
+finds the group's offset moved since it read the letters, and writes nothing. Either fails
+with :class:`~twophase.errors.ConcurrentQueryError`; each letter moves once.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from twophase import DeadLetter, RowError, TaskContext
-from twophase.errors import ConfigurationError
+from twophase.errors import ConcurrentQueryError, ConfigurationError
 
 from ._dead_letters import DEAD_LETTER_PARTITION, decode_with_types, produce_letters
-from ._errors import kafka_error_of, map_kafka_error, retry_locally
+from ._errors import is_fenced, kafka_error_of, map_kafka_error, retry_locally
 from ._fencing import init_producer
 from ._options import KafkaOptions
 from ._transaction import KafkaTransaction
@@ -71,6 +77,12 @@ def _consumer(options: KafkaOptions) -> Consumer:
     )
 
 
+def _committed(options: KafkaOptions, consumer: Consumer, topic: str) -> int:
+    """Return the redrive group's committed offset (once no transaction holds it pending)."""
+    part = TopicPartition(topic, DEAD_LETTER_PARTITION)
+    return int(consumer.committed([part], timeout=options.operation_timeout)[0].offset)
+
+
 def pending(options: KafkaOptions, consumer: Consumer | None = None) -> Iterator[Pending]:
     """Yield ``(offset, letter, column types)`` of the sink's pending dead letters, oldest first."""
     topic = _topic(options)
@@ -78,8 +90,7 @@ def pending(options: KafkaOptions, consumer: Consumer | None = None) -> Iterator
     consumer = consumer or _consumer(options)
     timeout = options.operation_timeout
     try:
-        part = TopicPartition(topic, DEAD_LETTER_PARTITION)
-        committed = consumer.committed([part], timeout=timeout)[0].offset
+        committed = _committed(options, consumer, topic)
         start = committed if committed >= 0 else OFFSET_BEGINNING
         consumer.assign([TopicPartition(topic, DEAD_LETTER_PARTITION, start)])
         sink = options.sink.encode()
@@ -150,12 +161,16 @@ def redrive(options: KafkaOptions, letters: Sequence[DeadLetter]) -> list[RowErr
     ------
     ValueError
         ``letters`` are not the oldest pending letters of the sink, in order.
+    ConcurrentQueryError
+        Another redrive of the sink fenced this one, or committed since the letters
+        were read: nothing of this one is written.
     """
     if not letters:
         return []
     topic = _topic(options)
     consumer = _consumer(options)
     try:
+        read_at = _committed(options, consumer, topic)
         found: list[Pending] = []
         for item in pending(options, consumer):
             if len(found) == len(letters):
@@ -173,7 +188,7 @@ def redrive(options: KafkaOptions, letters: Sequence[DeadLetter]) -> list[RowErr
                 f"only {len(found)} dead letters of sink {options.sink!r} are pending, "
                 f"{len(letters)} were given: one was redriven meanwhile?"
             )
-        return _move(options, consumer, topic, found)
+        return _move(options, consumer, topic, found, read_at)
     finally:
         consumer.close()
 
@@ -187,13 +202,23 @@ def _named(letter: DeadLetter) -> str:
 
 
 def _move(
-    options: KafkaOptions, consumer: Consumer, topic: str, found: list[Pending]
+    options: KafkaOptions, consumer: Consumer, topic: str, found: list[Pending], read_at: int
 ) -> list[RowError]:
     tid = redrive_transactional_id(options)
     # A context of its own per redrive: the topics' limits are asked again, not cached.
     context = TaskContext(options.sink, f"{options.sink}.redrive-{uuid.uuid4().hex}", 0, 0, 0)
-    entry = init_producer(options, tid, context)  # fences an earlier redrive of the sink
+    # Fences an earlier redrive of the sink, and waits until its transaction has ended.
+    entry = init_producer(options, tid, context)
     try:
+        now = _committed(options, consumer, topic)
+        if now != read_at:
+            raise ConcurrentQueryError(
+                f"another redrive of sink {options.sink!r} committed since this one read "
+                f"the dead letters (the redrive group's offset moved from {read_at} to "
+                f"{now}): nothing of this redrive was written, so no letter moves twice. "
+                "List the dead letters again (twophase dead-letters list)",
+                sink=options.sink,
+            )
         entry.producer.begin_transaction()
         txn = KafkaTransaction(options, context, entry, probe=False)
         refused = txn.write(rows_of(found))
@@ -222,6 +247,14 @@ def _move(
         with contextlib.suppress(Exception):  # closing the producer ends it anyway
             entry.producer.abort_transaction(options.operation_timeout)
         err = kafka_error_of(exc)
+        if err is not None and is_fenced(err):
+            raise ConcurrentQueryError(
+                f"another redrive of sink {options.sink!r} fenced this one (both use the "
+                f"transactional.id {tid!r}): this redrive's transaction was aborted and "
+                "nothing of it was written; the other moves the letters. List them again "
+                f"(twophase dead-letters list). Kafka said: {err.str()}",
+                sink=options.sink,
+            ) from exc
         if err is not None and not isinstance(exc, ConfigurationError):
             raise map_kafka_error(err, options.error_context("redrive", topic=topic)) from exc
         raise

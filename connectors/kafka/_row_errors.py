@@ -5,11 +5,12 @@ librdkafka refuses some records synchronously in ``produce()`` (over the produce
 ``message.max.bytes``: ``MSG_SIZE_TOO_LARGE``; a partition the topic lacks:
 ``_UNKNOWN_PARTITION``): the transaction goes on, and the produce loop hands those rows
 back. Every other refusal is asynchronous -- the brokers refuse a record set over the
-topic's ``max.message.bytes``, taking the good records of the set and the whole
-transaction with it (abortable) -- so :func:`screen` finds those rows first, from the
-topics' limits (``DescribeConfigs``) and partition counts, and the rows are never
-produced. The table of row errors and batch errors is in ``docs/kafka.md``, "Dead
-letters".
+topic's ``max.message.bytes``, or a record without a key in a compacted topic
+(``cleanup.policy`` with ``compact``: ``INVALID_RECORD``), taking the good records of
+the set and the whole transaction with it (abortable) -- so :func:`screen` finds those
+rows first, from the topics' configs (``DescribeConfigs``) and partition counts, and
+the rows are never produced. The table of row errors and batch errors is in
+``docs/kafka.md``, "Dead letters".
 """
 
 from __future__ import annotations
@@ -58,10 +59,11 @@ _DEFAULT_MAX = 1_000_000
 
 @dataclass(frozen=True)
 class TopicLimit:
-    """What a topic takes: its ``max.message.bytes`` and its partition count."""
+    """What a topic takes: ``max.message.bytes``, partitions, and a key (when compacted)."""
 
     max_message_bytes: int
     partitions: int
+    compacted: bool = False
 
 
 _lock = threading.Lock()
@@ -81,7 +83,7 @@ def producer_limits(options: KafkaOptions) -> tuple[int, int]:
 def topic_limits(
     options: KafkaOptions, context: TaskContext | None, topics: Iterable[str]
 ) -> dict[str, TopicLimit]:
-    """Describe the topics' ``max.message.bytes`` and partitions, once per batch per process.
+    """Describe the topics' ``max.message.bytes``, cleanup policy and partitions, once per batch.
 
     Parameters
     ----------
@@ -123,13 +125,18 @@ def topic_limits(
             request_timeout=timeout,
         )
         partitions = {t: len(f.result().partitions) for t, f in described.items()}
-        sizes = {res.name: int(f.result()["max.message.bytes"].value) for res, f in configs.items()}
+        described_configs = {res.name: f.result() for res, f in configs.items()}
     except Exception as exc:
         err = kafka_error_of(exc)
         if err is None:
             raise
         ctx = options.error_context("describing the topics' limits", context=context)
         raise map_kafka_error(err, ctx) from exc
+    sizes = {t: int(c["max.message.bytes"].value) for t, c in described_configs.items()}
+    compacted = {
+        t: "compact" in str(c["cleanup.policy"].value if "cleanup.policy" in c else "")
+        for t, c in described_configs.items()
+    }
     _, batch_size = producer_limits(options)
     where = ErrorContext(options.sink, batch if context else None)
     with _lock:
@@ -144,7 +151,7 @@ def topic_limits(
                     **where.keywords(),
                 )
             found[t] = _limits[(options.conf_key, ident, batch, t)] = TopicLimit(
-                sizes[t], partitions[t]
+                sizes[t], partitions[t], compacted[t]
             )
         while len(_limits) > 256:
             _limits.popitem(last=False)
@@ -204,7 +211,8 @@ def screen(
     -------
     list of RowError
         Rows with a null, invalid or missing topic, a partition the topic lacks, a null
-        header or header key, or a record over its topic's ``max.message.bytes``.
+        header or header key, a null key into a compacted topic, or a record over its
+        topic's ``max.message.bytes``.
     """
     n = batch.num_rows
     errors: dict[int, RowError] = {}
@@ -242,6 +250,7 @@ def screen(
                     "_UNKNOWN_PARTITION",
                     "partition",
                 )
+    _screen_null_keys(batch, plan, topics, limits, errors)
     if plan.headers is not None and not pa.types.is_null(batch.column(plan.headers).type):
         column = batch.column(plan.headers)
         entries = pc.list_flatten(column)
@@ -278,6 +287,33 @@ def screen(
                         "value",
                     )
     return [errors[i] for i in sorted(errors)]
+
+
+def _screen_null_keys(
+    batch: pa.RecordBatch,
+    plan: RecordPlan,
+    topics: Sequence[str | None],
+    limits: dict[str, TopicLimit],
+    errors: dict[int, RowError],
+) -> None:
+    """Add the rows with a null key bound for a compacted topic (the brokers refuse them)."""
+    if not any(limit.compacted for limit in limits.values()):
+        return
+    if plan.key is None:
+        nulls: Iterable[int] = range(batch.num_rows)
+    else:
+        nulls = np.flatnonzero(batch.column(plan.key).is_null().to_numpy(zero_copy_only=False))
+    for i in map(int, nulls):
+        t = topics[i]
+        if i not in errors and t is not None and limits[t].compacted:
+            errors[i] = RowError(
+                i,
+                "invalid_value",
+                f"a null key, and topic {t!r} is compacted (its cleanup.policy has "
+                "'compact'): the brokers refuse a record without a key there",
+                "INVALID_RECORD",
+                "key",
+            )
 
 
 #: librdkafka errors ``produce()`` raises for one record, leaving the transaction open:

@@ -29,6 +29,24 @@ def drive(tmp_path: Path, kind: str, options: dict[str, str]) -> tuple[int, str]
     )
 
 
+def mariadb_ids(server: Any, table: str) -> list[int]:
+    """Return the ``id`` column of a MariaDB table ([] while the table does not exist)."""
+    conn = server.connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+                (table,),
+            )
+            if cur.fetchone()[0] == 0:
+                return []
+            cur.execute(f"SELECT id FROM `{table}`")
+            return [int(r[0]) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize(
     "step",
     # The steps only format() reaches this way; after the decision: the PostgreSQL case below;
@@ -77,36 +95,92 @@ def test_format_with_postgres_is_exactly_once_across_a_driver_kill(
     assert prepared() == []
 
 
-@pytest.mark.integration
-def test_format_with_postgres_sets_bad_rows_aside_once_across_a_driver_kill(
-    tmp_path: Path, postgres_server: Any
-) -> None:
-    """``badRows=dead_letter``: the rows a CHECK refuses go to the dead letters, once."""
-    from twophase.connectors.jdbc import postgres_sink
+class _Database:
+    """What the bad-rows test needs of one database: its format() options, CHECK and reads."""
 
-    table = f"fmt_{uuid.uuid4().hex[:8]}"
-    conn = postgres_server.connect()
-    conn.autocommit = True
-    with conn.cursor() as cur:  # a payload ending in 3 is refused
-        cur.execute(
-            f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, '
-            "payload text CHECK (right(payload, 1) <> '3'))"
+    def __init__(self, kind: str, server: Any, table: str) -> None:
+        self.kind, self.server, self.table = kind, server, table
+
+    def options(self) -> dict[str, str]:
+        where = (
+            {"dsn": self.server.dsn}
+            if self.kind == "postgres"
+            else {"url": self.server.password_url}
         )
-    conn.close()
-    options = {"dsn": postgres_server.dsn, "table": table, "name": "fmt", "badRows": "dead_letter"}
+        return {**where, "table": self.table, "name": "fmt", "badRows": "dead_letter"}
+
+    def create_table(self) -> None:
+        """A payload ending in 3 is refused by a CHECK."""
+        if self.kind == "postgres":
+            conn = self.server.connect()
+            conn.autocommit = True
+            ddl = (
+                f'CREATE TABLE "{self.table}" (id bigint PRIMARY KEY, '
+                "payload text CHECK (right(payload, 1) <> '3'))"
+            )
+        else:
+            conn = self.server.connect(autocommit=True)
+            ddl = (
+                f"CREATE TABLE `{self.table}` (id BIGINT PRIMARY KEY, "
+                "payload TEXT CHECK (RIGHT(payload, 1) <> '3')) ENGINE=InnoDB"
+            )
+        with conn.cursor() as cur:
+            cur.execute(ddl)
+        conn.close()
+
+    def ids(self) -> list[int]:
+        if self.kind == "postgres":
+            return table_ids(self.server, self.table)
+        return mariadb_ids(self.server, self.table)
+
+    def prepared(self) -> list[str]:
+        if self.kind == "postgres":
+            return [g for g, _db in self.server.prepared_transactions() if ":fmt." in g]
+        return [x for x in self.server.prepared_xids() if x.startswith("tp:fmt.")]
+
+    def letters(self) -> list[Any]:
+        """The committed dead letters of sink ``fmt``."""
+        from twophase.connectors.jdbc import mariadb_sink, postgres_sink
+
+        if self.kind == "postgres":
+            sink = postgres_sink("fmt", table=self.table, dsn=self.server.dsn)
+        else:
+            sink = mariadb_sink("fmt", table=self.table, url=self.server.password_url)
+        return list(sink.read_dead_letters())
+
+
+#: The error class and code of a CHECK violation, by database.
+CHECK_CODES = {"postgres": ("check", "23514"), "mariadb": ("check", "4025")}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "kind", [pytest.param(k, marks=getattr(pytest.mark, k)) for k in ("postgres", "mariadb")]
+)
+def test_format_sets_bad_rows_aside_once_across_a_driver_kill(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """``badRows=dead_letter``: the rows a CHECK refuses go to the dead letters, once.
+
+    Batch 0 commits; the driver dies after batch 1's decision (its rows and letters prepared,
+    not visible); the restart commits batch 1 from its checkpoint.
+    """
+    db = _Database(kind, request.getfixturevalue(f"{kind}_server"), f"fmt_{uuid.uuid4().hex[:8]}")
+    db.create_table()
     expected = write_input(tmp_path / "in", 2)
     refused = [i for i in expected if i % 10 == 3]
-    code, log = drive(tmp_path, "postgres", {**options, "crash": "decided:1"})
+    code, log = drive(tmp_path, kind, {**db.options(), "crash": "decided:1"})
     assert code == -signal.SIGKILL, f"the driver was not killed (rc={code}):\n{log}"
-    code, log = drive(tmp_path, "postgres", options)
+    assert sorted(db.ids()) == [i for i in expected if i < 1000 and i not in refused]
+    assert [d.values()["id"] for d in db.letters()] == [3, 13], "batch 0's letters, once"
+    assert db.prepared(), "the decision was recorded with every partition prepared"
+    code, log = drive(tmp_path, kind, db.options())
     assert code == 0, log
-    sink = postgres_sink("fmt", table=table, dsn=postgres_server.dsn, protocol="coordinated")
-    letters = list(sink.read_dead_letters())
-    assert {(d.error_class, d.code) for d in letters} == {("check", "23514")}
+    letters = db.letters()
+    assert {(d.error_class, d.code) for d in letters} == {CHECK_CODES[kind]}
     dead = [d.values()["id"] for d in letters]
-    assert_exactly_once_or_dead_lettered(
-        table_ids(postgres_server, table), dead, expected, refused=refused
-    )
+    assert_exactly_once_or_dead_lettered(db.ids(), dead, expected, refused=refused)
+    assert db.prepared() == []
 
 
 @pytest.mark.integration
@@ -123,32 +197,16 @@ def test_format_with_mariadb_is_exactly_once_across_a_driver_kill(
     }
     expected = write_input(tmp_path / "in", 3)
 
-    def ids() -> list[int]:
-        conn = mariadb_server.connect(autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT COUNT(*) FROM information_schema.TABLES "
-                    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
-                    (table,),
-                )
-                if cur.fetchone()[0] == 0:
-                    return []
-                cur.execute(f"SELECT id FROM `{table}`")
-                return [int(r[0]) for r in cur.fetchall()]
-        finally:
-            conn.close()
-
     def prepared() -> list[str]:
         return [x for x in mariadb_server.prepared_xids() if x.startswith("tp:fmt.")]
 
     code, log = drive(tmp_path, "mariadb", {**options, "crash": "decided:1"})
     assert code == -signal.SIGKILL, f"the driver was not killed (rc={code}):\n{log}"
-    assert len(ids()) == 20, "batch 0 only should be visible"
+    assert len(mariadb_ids(mariadb_server, table)) == 20, "batch 0 only should be visible"
     assert prepared(), "the decision was recorded with every partition prepared"
     code, log = drive(tmp_path, "mariadb", options)
     assert code == 0, log
-    assert_exactly_once(ids(), expected)
+    assert_exactly_once(mariadb_ids(mariadb_server, table), expected)
     assert prepared() == []
 
 

@@ -1,4 +1,4 @@
-"""PostgreSQL's dead-letter table: its quoting, column types (the row as ``jsonb``), catalog."""
+"""PostgreSQL's dead-letter table: quoting, column types (the row as ``jsonb``), catalog, rights."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ class PostgresDeadLetterTable(PostgresClient, DeadLetterTable):
         """``to_regclass``: ``CREATE`` then runs only when it is (it needs a privilege)."""
         cur.execute("SELECT to_regclass(%s)", (self.table,))
         return bool(cur.fetchone()[0] is None)
+
+    def lacks(self, cur: Any, privilege: str, statement: str, params: int) -> bool:
+        """``has_table_privilege`` (granted on the table, to the user or a role it inherits)."""
+        cur.execute("SELECT has_table_privilege(%s, %s)", (self.table, privilege))
+        return not cur.fetchone()[0]
 
     def describe(self, cur: Any) -> TableInfo | None:
         """Read the catalog (:func:`~._catalog.describe_table`)."""

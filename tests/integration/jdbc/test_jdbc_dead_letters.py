@@ -11,10 +11,13 @@ after the table is fixed moves the rows once and leaves those still refused.
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -85,13 +88,33 @@ class Maria:
     def sink(self, name: str, table: str, **options: Any) -> Any:
         options.setdefault("protocol", self.protocol)
         options.setdefault("lock_timeout", 5.0)
-        return mariadb_sink(name, table=table, url=self.server.password_url, **options)
+        options.setdefault("url", self.server.password_url)
+        return mariadb_sink(name, table=table, **options)
 
     def prepared(self) -> list[str]:
         return [x for x in self.server.prepared_xids() if x.startswith("tp:")]
 
     def clean(self) -> None:
         self.server.rollback_prepared("tp:")
+        for user in getattr(self, "users", ()):
+            self.sql(f"DROP USER IF EXISTS '{user}'@'%'")
+            self.sql(f"DROP DATABASE IF EXISTS `{user}`")
+
+    def as_user(self, grants: dict[str, str]) -> dict[str, str]:
+        """A sink's connection as a new user granted only ``grants`` (table: privileges).
+
+        Its marker and fence tables are in a database of its own, where it may do anything.
+        """
+        user = f"dl_{uuid.uuid4().hex[:8]}"
+        self.sql(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'")
+        self.users = [*getattr(self, "users", ()), user]
+        self.sql(f"CREATE DATABASE `{user}`")
+        self.sql(f"GRANT ALL ON `{user}`.* TO '{user}'@'%'")
+        for table, privileges in grants.items():
+            self.sql(f"GRANT {privileges} ON `{table}` TO '{user}'@'%'")
+        kw = self.server.connect_kwargs(superuser=False)
+        url = f"mysql://{user}:pw-{user}@{kw['host']}:{kw['port']}/{kw['database']}"
+        return {"url": url, "marker_table": f"{user}.markers"}
 
 
 class Postgres(PgTarget):
@@ -132,10 +155,31 @@ class Postgres(PgTarget):
     def clean(self) -> None:
         self.clean_prepared()
 
+    def as_user(self, grants: dict[str, str]) -> dict[str, str]:
+        """A sink's connection as ``twophase_test``, granted ``grants`` (table: privileges).
+
+        Its marker and fence tables are in a schema of its own, where it may create them.
+        """
+        schema = f"dl_{uuid.uuid4().hex[:8]}"
+        self.sql(f'CREATE SCHEMA "{schema}" AUTHORIZATION twophase_test')
+        for table, privileges in grants.items():
+            self.sql(f'GRANT {privileges} ON "{table}" TO twophase_test')
+        return {"dsn": self.server.password_dsn, "marker_table": f"{schema}.markers"}
+
 
 @pytest.fixture(params=EACH_DATABASE_AND_PROTOCOL)
 def target(request: pytest.FixtureRequest) -> Iterator[Postgres | Maria]:
     """Each database under each protocol, with the poison table ``target.table``."""
+    yield from _target(request)
+
+
+@pytest.fixture(params=[p for p in EACH_DATABASE_AND_PROTOCOL if "coordinated" in p.values[0]])
+def database(request: pytest.FixtureRequest) -> Iterator[Postgres | Maria]:
+    """Each database (what the protocol does not change), with the poison table."""
+    yield from _target(request)
+
+
+def _target(request: pytest.FixtureRequest) -> Iterator[Postgres | Maria]:
     database, protocol = request.param
     fixture = request.getfixturevalue(server_fixture(database, protocol))
     server = Postgres(fixture, protocol) if database == "PostgreSQL" else Maria(fixture, protocol)
@@ -439,7 +483,7 @@ def test_a_spark_query_with_poison_rows_keeps_running(
     assert target.prepared() == []
 
 
-# ------------------------------------------------------------------ who may create it
+# ------------------------------------------------------------------ the sink user's rights
 @pytest.mark.postgres
 def test_a_user_who_may_not_create_the_dead_letter_table_is_told_at_open(
     postgres_server: Any,
@@ -458,3 +502,103 @@ def test_a_user_who_may_not_create_the_dead_letter_table_is_told_at_open(
         LocalRunner(sink).run_batch(0, [[batch]])
     assert (caught.value.sink, caught.value.setting) == ("dl_rights", "dead_letter_table")
     assert pg.sql("SELECT to_regclass(%s)", (f'"{table}_s"."{table}_dead_letters"',)) == [(None,)]
+
+
+def test_a_user_who_may_not_insert_into_the_dead_letter_table_is_told_at_open(
+    database: Any,
+) -> None:
+    """The table exists and the user may read it, not insert: refused at open, before any
+    batch, not mid-stream at the first bad row (this batch has none)."""
+    table = database.table
+    owner = database.sink("dl_rights", table, bad_rows="dead_letter")
+    LocalRunner(owner).run_batch(0, [[record_batch(poisoned(0, {}))]])  # creates the table
+    user = database.as_user({table: "SELECT, INSERT", f"{table}_dead_letters": "SELECT"})
+    sink = database.sink("dl_rights", table, bad_rows="dead_letter", **user)
+    with pytest.raises(ConfigurationError, match="lacks INSERT") as caught:
+        LocalRunner(sink).run_batch(1, [[record_batch(poisoned(1, {}))]])
+    error = caught.value
+    assert (error.sink, error.setting) == ("dl_rights", "dead_letter_table")
+    assert f"{table}_dead_letters" in str(error)
+    assert "bad_rows='dead_letter' needs SELECT, INSERT" in str(error)
+    assert urlsplit(user.get("dsn") or user["url"]).password not in str(error)
+    assert sorted(read_ids(database)) == list(range(20)), "batch 1 wrote nothing"
+    assert database.prepared() == []
+
+
+def test_a_redrive_by_a_user_who_may_not_delete_letters_is_refused_before_it_moves_one(
+    database: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``twophase dead-letters redrive --yes``: DELETE is checked as the redrive starts."""
+    from twophase._cli._commands import main
+
+    table = database.table
+    owner = database.sink("dl_redrive", table, bad_rows="dead_letter")
+    LocalRunner(owner).run_batch(0, [[record_batch(poisoned(0, {3: "not_null"}))]])
+    letters = list(owner.read_dead_letters())
+    assert [d.position for d in letters] == [3]
+    database.sql(database.allow_null.format(t=table))  # fixed: a redrive would move it
+    user = database.as_user(
+        {table: "SELECT, INSERT", f"{table}_dead_letters": "SELECT, INSERT, UPDATE"}
+    )
+    factory = "postgres_sink" if database.database == "PostgreSQL" else "mariadb_sink"
+    options = {"table": table, "bad_rows": "dead_letter", **user}
+    args = ["dead-letters", "redrive", "--sink", "dl_redrive", "--yes"]
+    args += ["--target", f"twophase.connectors.jdbc:{factory}"]
+    for key, value in options.items():
+        args += ["-o", f"{key}={value}"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "[sink='dl_redrive', setting='dead_letter_table']" in err
+    assert "a redrive of dead letters needs SELECT, DELETE, UPDATE" in err
+    assert "lacks DELETE." in err
+    assert urlsplit(user.get("dsn") or user["url"]).password not in err
+    assert list(owner.read_dead_letters()) == letters, "no letter moved"
+    assert 3 not in read_ids(database), "no row written"
+
+
+def test_two_redrives_at_once_move_each_letter_once(
+    database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second starts while the first holds its letter deleted, uncommitted: it waits for
+    the first's lock, then finds the letter gone and skips it."""
+    from twophase.connectors.jdbc._dead_letter_table import DeadLetterTable
+
+    table = database.table
+    sink = database.sink("dl_twice", table, bad_rows="dead_letter")
+    LocalRunner(sink).run_batch(0, [[record_batch(poisoned(0, {3: "not_null"}))]])
+    letters = list(sink.read_dead_letters())
+    database.sql(database.allow_null.format(t=table))
+    inserted, started = threading.Event(), threading.Event()
+    insert, redrive = DeadLetterTable._insert, DeadLetterTable.redrive
+
+    def first_insert(self: Any, *args: Any) -> Any:
+        error = insert(self, *args)
+        inserted.set()  # the letter deleted and its row inserted, not committed
+        assert started.wait(30), "the second redrive never started"
+        time.sleep(0.5)  # it waits on the letter's lock now
+        return error
+
+    def second_redrive(self: Any, *args: Any) -> Any:
+        assert inserted.wait(30), "the first redrive never inserted"
+        started.set()
+        return redrive(self, *args)
+
+    results: dict[str, Any] = {}
+
+    def run(name: str, patch: str, fn: Any) -> None:
+        other = database.sink("dl_twice", table, bad_rows="dead_letter")
+        monkeypatch.setattr(other._dead_letters, patch, fn.__get__(other._dead_letters))
+        results[name] = other.redrive_dead_letters(letters)
+
+    threads = [
+        threading.Thread(target=run, args=("first", "_insert", first_insert)),
+        threading.Thread(target=run, args=("second", "redrive", second_redrive)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert started.is_set(), "the two redrives did not overlap"
+    assert results == {"first": [], "second": []}
+    assert read_ids(database).count(3) == 1, "the row moved once"
+    assert list(sink.read_dead_letters()) == []

@@ -450,3 +450,38 @@ def test_a_redrive_that_fails_before_its_commit_moves_nothing_and_a_second_moves
     assert fixed.redrive_dead_letters(letters) == []
     assert sorted(r.value for r in read_topic(topic)) == [b"a", b"b", b"c"]
     assert list(fixed.read_dead_letters()) == []
+
+
+# ------------------------------------------------------------------ a compacted topic
+def test_a_null_key_into_a_compacted_topic_is_set_aside_not_the_whole_transaction(
+    kafka_broker: KafkaBroker,
+    make_topic: Callable[..., str],
+    read_topic: Callable[..., list[Record]],
+) -> None:
+    """The brokers refuse a record without a key in a ``cleanup.policy=compact`` topic, and
+    the transaction with it: the screen sets the row aside first. A key in another topic
+    may be null."""
+    compacted = make_topic(2, prefix="dlc", config={"cleanup.policy": "compact,delete"})
+    other = make_topic(1, prefix="dlo")
+    dead = make_topic(1, prefix="dlq")
+    sink = routing_sink(
+        kafka_broker, "dl-compact", dead, bad_rows="dead_letter", dead_letter_topic=dead
+    )
+    batch = pa.record_batch(
+        {
+            "topic": pa.array([compacted, compacted, other, compacted], pa.string()),
+            "key": pa.array([b"k0", None, None, b"k3"], pa.binary()),
+            "value": pa.array([b"g0", b"b1", b"g2", b"g3"], pa.binary()),
+        }
+    )
+    metrics = LocalRunner(sink).run_batch(0, [[batch]])
+    assert metrics.dead_lettered == 1
+    assert sorted((r.key, r.value) for r in read_topic(compacted)) == [
+        (b"k0", b"g0"),
+        (b"k3", b"g3"),
+    ]
+    assert [(r.key, r.value) for r in read_topic(other)] == [(None, b"g2")]
+    letters = letters_of(read_topic(dead))
+    assert [(d.position, d.error_class, d.column) for d in letters] == [(1, "invalid_value", "key")]
+    assert "cleanup.policy" in letters[0].message
+    assert compacted in letters[0].message

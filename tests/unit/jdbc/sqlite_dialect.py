@@ -350,6 +350,10 @@ class SqliteDeadLetterTable(SqliteClient, DeadLetterTable):
         """``IF NOT EXISTS`` tells: always create."""
         return True
 
+    def lacks(self, cur: Any, privilege: str, statement: str, params: int) -> bool:
+        """SQLite has no privileges: whoever may open the file may do anything in it."""
+        return False
+
     def describe(self, cur: Any) -> TableInfo | None:
         """``PRAGMA table_info``."""
         return describe_table(cur, self.options.table)
