@@ -77,8 +77,15 @@ def test_format_with_a_fake_sink_is_exactly_once_across_a_driver_kill(
 def test_format_with_postgres_is_exactly_once_across_a_driver_kill(
     tmp_path: Path, postgres_server: Any
 ) -> None:
+    """A keyed table: Spark replays batch 1's tasks after the restart's recovery committed it, and
+    their rows, written again, would collide with the committed ones on the key (every attempt,
+    so the query could never restart): the replay's tasks write nothing."""
     table = f"fmt_{uuid.uuid4().hex[:8]}"
-    options = {"dsn": postgres_server.dsn, "table": table, "name": "fmt", "createTable": "true"}
+    conn = postgres_server.connect()
+    with conn, conn.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, payload text)')
+    conn.close()
+    options = {"dsn": postgres_server.dsn, "table": table, "name": "fmt"}
     # Batch 0, then batch 1, in whose commit the driver dies; the restart finishes batch 1.
     expected = write_input(tmp_path / "in", 2)
 

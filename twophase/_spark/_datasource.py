@@ -12,6 +12,9 @@ executors one; twophase maps the coordinated protocol onto them:
   ``foreachBatch`` run.
 - **write** (executors, once per partition attempt): the participant prepares,
   and its result travels to the driver in the commit message, with the epoch.
+  A batch the log already holds as committed (a restart after a crash past its
+  decision: recovery committed it, and Spark replays its tasks) is read and not
+  written.
 - **commit** (the driver, in a Python process of its own): the coordinator
   adopts the epoch the batch was planned under (a newer claim means another run
   took over: refused), records the decision, commits and sweeps. **abort** rolls
@@ -98,11 +101,22 @@ def _in_commit_runner() -> bool:
 
 
 class _Writer(DataSourceStreamArrowWriter):
-    def __init__(self, sink: AnySink, checkpoint: str, query_id: str, epoch: int | None) -> None:
+    def __init__(
+        self,
+        sink: AnySink,
+        checkpoint: str,
+        query_id: str,
+        epoch: int | None,
+        committed: int | None = None,
+    ) -> None:
         self.sink = sink
         self.checkpoint = checkpoint
         self.query_id = query_id
         self.epoch = epoch
+        #: The planned batch when the log already holds it as committed: Spark replays its tasks
+        #: (its own commit log lags), which must write nothing -- their rows are in the target,
+        #: and written again they would collide with them on a key at every attempt.
+        self.committed = committed
 
     # -- executors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PreparedMessage:
@@ -120,6 +134,11 @@ class _Writer(DataSourceStreamArrowWriter):
                 setting="trigger",
             )
         batch_id = int(batch)
+        if batch_id == self.committed:
+            for _ in iterator:  # computed (a stateful query commits its state), not written
+                pass
+            skipped = TaskResult(task.partitionId(), task.attemptNumber(), 0, skipped=True)
+            return PreparedMessage(skipped, self.epoch)
         identity = SinkIdentity(self.sink.name, self.query_id).token
         plan = TaskPlan(
             self.sink.name, identity, batch_id, CommitProtocol.COORDINATED, epoch=self.epoch
@@ -263,5 +282,12 @@ class TwoPhaseDataSource(DataSource):
         batch_id = _planned_batch(checkpoint)
         coordinator = Coordinator(log, context, on_step=runtime_of(self.sink).on_step)
         coordinator.plan(self.sink, batch_id)
+        if log.state.is_committed(batch_id):
+            _log.info(
+                "sink %s: batch %d is already committed; its replayed tasks write nothing",
+                self.sink.name,
+                batch_id,
+            )
+            return _Writer(self.sink, self.checkpoint, query_id, log.epoch, committed=batch_id)
         self.sink.check_schema(arrow_schema(schema), batch_id)
         return _Writer(self.sink, self.checkpoint, query_id, log.epoch)
