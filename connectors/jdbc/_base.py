@@ -16,7 +16,6 @@ from typing import Any, ClassVar, Generic, TypeVar
 import pyarrow as pa
 
 from twophase import CommitProtocol, DeadLetter, RowError, SinkContext, TaskContext
-from twophase.errors import ConfigurationError
 
 from .._context import ErrorContext
 from ._config import ConnectionConfig
@@ -130,30 +129,7 @@ class JdbcSinkMixin(Generic[TxnT]):
 
     def write_dead_letters(self, txn: TxnT, letters: Sequence[DeadLetter]) -> None:
         """Insert the partition's dead letters into ``dead_letter_table``, in its transaction."""
-        self._dead_letters.write(txn, letters)
-        txn.set_aside += len(letters)
-
-    def _check_set_aside(self, txn: TxnT) -> None:
-        """Refuse to end a transaction whose refused rows did not all become dead letters.
-
-        A refused row is rolled back under its savepoint and lives on only as the letter
-        the framework builds from ``write``'s return value; code between the framework
-        and this sink that drops that value (a wrapper of ``write``) would lose it.
-
-        Raises
-        ------
-        ConfigurationError
-            Fewer letters than refused rows: the transaction is rolled back, nothing is lost.
-        """
-        if txn.refused != txn.set_aside:
-            raise ConfigurationError(
-                f"the table refused {txn.refused} row(s) of this partition but "
-                f"{txn.set_aside} reached write_dead_letters(): something between the framework "
-                "and this sink (a wrapper of its write()?) dropped the rows write() returned. "
-                "The transaction is rolled back, so no row is lost; return write()'s value",
-                **txn.where.keywords(),
-                setting="bad_rows",
-            )
+        self._dead_letters.write(txn, txn.set_aside.lettering(letters))
 
     # ====================================================== redrive (driver, CLI)
     def read_dead_letters(self) -> Iterator[DeadLetter]:

@@ -123,7 +123,7 @@ class JdbcTwoPhaseSink(
 
         The handle carries the transaction id.
         """
-        self._check_set_aside(txn)
+        txn.set_aside.check(txn.where)
         self._writer.finish(txn)
         return self._prepared.prepare(txn)
 
@@ -186,6 +186,6 @@ class JdbcMarkerSink(JdbcSinkMixin[TxnT], MarkerCommitSink[TxnT]):
 
         A lost commit reply is resolved by the marker: present is success, absent retriable.
         """
-        self._check_set_aside(txn)
+        txn.set_aside.check(txn.where)
         self._writer.finish(txn)
         self._markers.commit_with_marker(txn, marker)

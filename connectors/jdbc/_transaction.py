@@ -16,6 +16,7 @@ from twophase import TaskContext
 from twophase.errors import AbortRequiredError, TwoPhaseError
 
 from .._context import ErrorContext
+from .._set_aside import SetAside
 from ._client import lost_connection
 from ._errors import ErrorMap
 from ._plan import WritePlan
@@ -69,8 +70,7 @@ class JdbcTransaction:
         self.seq = 0
         self.copy: Any = None  # PostgreSQL: the running COPY stream
         self.savepoint = False  # bad_rows="dead_letter": a record batch's savepoint is set
-        self.refused = 0  # rows write() returned as refused (rolled back under their savepoint)
-        self.set_aside = 0  # rows handed to write_dead_letters() in this transaction
+        self.set_aside = SetAside()  # refused rows against dead letters (bad_rows="dead_letter")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(gid={self.gid!r}, state={self.state!r}, rows={self.rows})"

@@ -143,9 +143,7 @@ class TransactionWriter(JdbcClient, Generic[TxnT]):
             return []
         txn.open_connection("write()")
         self.planned(txn, batch.schema)  # a batch that does not fit the table fails here
-        refused = write_isolating(self, txn, batch)
-        txn.refused += len(refused)
-        return refused
+        return list(txn.set_aside.refusing(write_isolating(self, txn, batch)))
 
     def begin(self, context: TaskContext) -> TxnT:
         """Open the partition's transaction; refuse a table that is gone.

@@ -380,11 +380,11 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         With ``bad_rows="dead_letter"`` the rows the brokers would refuse are not
         produced and are returned (the row errors of ``docs/kafka.md``).
         """
-        return txn.write(batch)
+        return list(txn.set_aside.refusing(txn.write(batch)))
 
     def write_dead_letters(self, txn: KafkaTransaction, letters: Sequence[DeadLetter]) -> None:
         """Produce the letters to partition 0 of ``dead_letter_topic``, in ``txn``."""
-        txn.write_dead_letters(letters)
+        txn.write_dead_letters(txn.set_aside.lettering(letters))
 
     def commit_with_marker(self, txn: KafkaTransaction, marker: Marker) -> None:
         """Produce the marker (and tombstones of finished batches' markers), flush, commit.
@@ -392,6 +392,7 @@ class KafkaSink(MarkerCommitSink[KafkaTransaction]):
         The marker goes to partition 0 of the control topic in the same
         transaction, which commits on ``txn``'s own producer.
         """
+        txn.set_aside.check(txn.where)  # before anything commits: a lost letter rolls back
         txn.write_marker(marker)
         txn.commit()
 

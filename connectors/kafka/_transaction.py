@@ -24,6 +24,7 @@ from twophase.errors import (
     RetriableError,
 )
 
+from .._set_aside import SetAside
 from . import _pool
 from ._columns import RecordPlan, plan_records
 from ._dead_letters import column_types, produce_letters
@@ -76,6 +77,7 @@ class KafkaTransaction(TransactionFailures):
         self.probe = probe
         self.started = time.monotonic()
         self.records = 0
+        self.set_aside = SetAside()  # refused rows against dead letters (bad_rows="dead_letter")
         #: "open" -> "committed", or "aborted".
         self.state = "open"
         #: A step timed out on the brokers (a partition, brokers down): the abort tries once.

@@ -485,3 +485,28 @@ def test_a_null_key_into_a_compacted_topic_is_set_aside_not_the_whole_transactio
     assert [(d.position, d.error_class, d.column) for d in letters] == [(1, "invalid_value", "key")]
     assert "cleanup.policy" in letters[0].message
     assert compacted in letters[0].message
+
+
+def test_a_wrapper_that_drops_the_refused_rows_fails_the_partition_and_loses_nothing(
+    kafka_broker: KafkaBroker, routed: dict[str, str], read_topic: Callable[..., list[Record]]
+) -> None:
+    """A wrapper of write() that forgets its return value: the screened records would be
+    neither produced nor dead letters; the transaction is refused before it commits."""
+    sink = routing_sink(
+        kafka_broker,
+        "dl-dropped",
+        routed["dead"],
+        bad_rows="dead_letter",
+        dead_letter_topic=routed["dead"],
+    )
+    inner = KafkaSink.write
+
+    def write(self: Any, txn: Any, batch: pa.RecordBatch) -> None:
+        inner(self, txn, batch)  # the refused rows it returns are dropped
+
+    sink.__class__ = type("Dropping", (KafkaSink,), {"write": write})
+    with pytest.raises(ConfigurationError, match=r"refused \d+ row.* but 0 reached") as caught:
+        LocalRunner(sink, max_task_failures=1).run_batch(0, [[poisoned(routed)]])
+    assert (caught.value.sink, caught.value.setting) == ("dl-dropped", "bad_rows")
+    assert read_topic(routed["small"]) == read_topic(routed["other"]) == []  # nothing committed
+    assert read_topic(routed["dead"]) == []

@@ -291,7 +291,7 @@ def test_a_wrapper_that_drops_the_refused_rows_fails_the_partition_and_loses_not
     dropping = type("Dropping", (type(sink),), {"write": write})
     sink.__class__ = dropping
     batch = _batch([1, 2, 3], ["a", None, "c"])
-    with pytest.raises(ConfigurationError, match="refused 1 row.* but 0 reached") as caught:
+    with pytest.raises(ConfigurationError, match=r"refused 1 row.* but 0 reached") as caught:
         LocalRunner(sink, max_task_failures=1).run_batch(0, [[batch]])
     assert (caught.value.sink, caught.value.batch_id, caught.value.setting) == ("s", 0, "bad_rows")
     assert _read(database, 'SELECT id FROM "events"') == []  # rolled back: nothing committed
