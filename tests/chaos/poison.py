@@ -28,11 +28,12 @@ are. Twins both written by the query would not be: which one a server refuses fo
 of the writes, and under the coordinated protocol twins in two partitions make the second wait
 for the first's prepared transaction until ``lock_timeout`` (``docs/jdbc.md``, "Dead letters").
 A second committed row ``(k=-2, u=0)`` sits below the twin in the unique index: InnoDB's check of
-a duplicate locks the gap below the duplicate it finds until the transaction ends, even under
-``READ COMMITTED``, and without that row the gap would be where every NULL ``u`` of the good rows
-goes -- another partition's good rows would wait for a prepared transaction
-(``docs/chaos.md``, "Bad rows"). The harness's rows have negative keys, which no input has; the
-content check leaves them out (:data:`FIXED_KEYS`).
+a duplicate locks the gap below the duplicate it finds, even under ``READ COMMITTED``, until the
+transaction prepares (MariaDB drops such locks at ``XA PREPARE``) or commits. Without that row
+the gap would be where every NULL ``u`` of the good rows goes: another partition's good rows
+would wait for it, and two partitions refused at once would deadlock (1213, a task retried).
+The harness's rows have negative keys, which no input has; the content check leaves them out
+(:data:`FIXED_KEYS`).
 """
 
 from __future__ import annotations
