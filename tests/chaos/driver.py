@@ -51,23 +51,6 @@ SCHEMA = "id long, payload string"
 
 #: ``max_bad_rows`` of a trial with bad rows: far more than its batches hold (a few per batch).
 BAD_ROWS_MAX = 100
-#: The width of the JDBC table's ``v`` column in a trial with bad rows (every good value fits).
-BAD_ROWS_VARCHAR = 32
-#: ``max.message.bytes`` of a Kafka trial's topic with bad rows, and the producer's ``batch.size``
-#: (at most the topic's limit, or the sink refuses the topic).
-BAD_ROWS_TOPIC_BYTES = 16384
-#: The prefix the JDBC table's CHECK refuses in a trial with bad rows (no good value has it).
-BAD_ROWS_CHECK_PREFIX = "check-"
-#: What a poison key's value is, by kind (``tests.chaos.harness.BAD_ROW_CLASSES``): NULL into the
-#: JDBC table's NOT NULL column; the value padded past its varchar; the value behind the prefix its
-#: CHECK refuses; a Kafka record padded past its topic's ``max.message.bytes``.
-POISON_SQL = {
-    "null": "CAST(NULL AS STRING)",
-    "too_long": f"concat(v, repeat('x', {BAD_ROWS_VARCHAR + 8}))",
-    "check": f"concat('{BAD_ROWS_CHECK_PREFIX}', v)",
-    "too_large": f"concat(v, repeat('x', {BAD_ROWS_TOPIC_BYTES + 4096}))",
-}
-
 #: What the connectors' errors say when a step ran into a network bound: a connection lost or not
 #: made within the JDBC sinks' ``network_timeout`` / ``connect_timeout``, brokers not answering
 #: within the Kafka sink's ``operation_timeout`` (``_PURGE_QUEUE``: the records of a producer
@@ -190,23 +173,14 @@ def pipeline(df: Any, spec: dict[str, Any]) -> Any:
         out = counts.selectExpr("k", "concat(cast(n AS string), ':', cast(s AS string)) AS v")
     else:
         out = df.selectExpr("id AS k", "payload AS v")
+    kafka = spec["sink"].startswith("kafka")
     if spec.get("bad_rows"):
-        out = poison(out, spec["bad_rows"])
-    if spec["sink"].startswith("kafka"):
+        from tests.chaos.poison import poison
+
+        out = poison(out, spec["bad_rows"], jdbc=not kafka)
+    if kafka:
         out = out.selectExpr("CAST(k AS STRING) AS key", "v AS value")
     return out
-
-
-def poison(out: Any, bad_rows: dict[str, str]) -> Any:
-    """Give each poison key of ``bad_rows`` (key -> kind) its poison value: the same on a replay."""
-    by_kind: dict[str, list[str]] = {}
-    for key, kind in bad_rows.items():
-        by_kind.setdefault(kind, []).append(str(int(key)))
-    cases = " ".join(
-        f"WHEN k IN ({', '.join(keys)}) THEN {POISON_SQL[kind]}"
-        for kind, keys in sorted(by_kind.items())
-    )
-    return out.selectExpr("k", f"CASE {cases} ELSE v END AS v")
 
 
 class StepProbe:

@@ -70,13 +70,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos import ha
-from tests.chaos.driver import (
-    BAD_ROWS_CHECK_PREFIX,
-    BAD_ROWS_TOPIC_BYTES,
-    BAD_ROWS_VARCHAR,
-    NETWORK_BOUND_NEEDLES,
-)
+from tests.chaos.driver import NETWORK_BOUND_NEEDLES
 from tests.chaos.events import emit, go, matches, read_events
+from tests.chaos.poison import (
+    BAD_ROW_CLASSES,
+    BAD_ROWS_TOPIC_BYTES,
+    FIXED_KEYS,
+    JDBC_KINDS,
+    KAFKA_KINDS,
+    jdbc_table,
+)
 from tests.integration.kafka.kafka_support import unstable_partitions
 from twophase._engine._steps import Step
 from twophase.testing import COORDINATED_STEPS, MARKER_STEPS, FakeTarget
@@ -248,17 +251,6 @@ BAD_ROWS_CHANCE = 1 / 3
 BAD_ROWS_PER_BATCH = 5
 #: ``--bad-rows``: the chance of bad rows in a trial.
 BAD_ROWS_MODES = {"drawn": BAD_ROWS_CHANCE, "always": 1.0, "never": 0.0}
-#: The error class each kind of poison must be set aside with (the dead letter's ``error_class``):
-#: a NULL ``v`` into the JDBC table's ``NOT NULL`` column, a ``v`` longer than its
-#: ``varchar(BAD_ROWS_VARCHAR)``, a ``v`` its CHECK refuses (``BAD_ROWS_CHECK_PREFIX``), a Kafka
-#: record over the topic's ``max.message.bytes``.
-BAD_ROW_CLASSES = {
-    "null": "not_null",
-    "too_long": "too_long",
-    "check": "check",
-    "too_large": "too_large",
-}
-
 EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, EXIT_NONDETERMINISTIC = 0, 1, 3, 4
 
 
@@ -488,14 +480,15 @@ def draw_bad_rows(
     ``chance`` (:data:`BAD_ROWS_CHANCE`, one in three; a trial drawn with them has the same ones
     at any higher chance), then 1-:data:`BAD_ROWS_PER_BATCH` poison input rows in every batch,
     at drawn positions; the key they give (the id, or ``id div 4`` for the aggregation) is
-    poison: the pipeline gives it a value the target refuses (:func:`tests.chaos.driver.poison`),
-    the same on every replay. JDBC sinks draw a NULL, a too long value or one the table's CHECK
-    refuses per key, Kafka a record too large for its topic.
+    poison: the pipeline gives it a row the target refuses (:func:`tests.chaos.poison.poison`),
+    the same on every replay. JDBC sinks draw one of :data:`~tests.chaos.poison.JDBC_KINDS` per
+    key (NOT NULL, too long, CHECK, an out-of-range value, a foreign key, a unique key), Kafka a
+    record too large for its topic.
     """
     rng = random.Random(f"{seed}:{index}:bad_rows")
     if rng.random() >= chance:
         return {}
-    kinds = ("too_large",) if plan.sink in KAFKA_SINKS else ("null", "too_long", "check")
+    kinds = KAFKA_KINDS if plan.sink in KAFKA_SINKS else JDBC_KINDS
     poison: dict[int, str] = {}
     for batch in range(plan.batches):
         count = min(rng.randint(1, BAD_ROWS_PER_BATCH), plan.rows)
@@ -953,6 +946,8 @@ class TrialResult:
     dead_letter_duplicates: int = 0
     dead_letter_losses: int = 0
     dead_letter_wrong: int = 0
+    #: The letters of poison keys with their poison's class, by class.
+    dead_letters_by_class: dict[str, int] = field(default_factory=dict)
     nondeterministic: bool = False
     timed_out: bool = False
     runs: int = 0
@@ -1076,6 +1071,8 @@ class Target:
         #: ``dead_letter_topic``).
         self.dead_letter_table = f"chaos_{name}_dead_letters"
         self.dead_letter_topic = f"chaos-{name}-dead-letters"
+        #: The parent table of a JDBC table with bad rows (its foreign key's).
+        self.parent_table = f"chaos_{name}_parent"
 
     @property
     def _db(self) -> Any:
@@ -1134,13 +1131,15 @@ class Target:
                 settings["local_retries"] = SHORT_BOUNDS["local_retries"]
             return settings
         server = self._db
-        # With bad rows, a column that refuses a NULL, a long value and a value with a prefix.
-        column = (
-            f"varchar({BAD_ROWS_VARCHAR}) NOT NULL CHECK (v NOT LIKE '{BAD_ROWS_CHECK_PREFIX}%')"
+        # With bad rows, a table that refuses each kind of poison (tests.chaos.poison).
+        maria = DATABASE[self.plan.sink] == "maria"
+        ddl = (
+            jdbc_table(self.table, self.parent_table, maria=maria)
             if bad
-            else "text"
+            else [f"CREATE TABLE {self._quoted(self.table)} (k bigint, v text)"]
         )
-        _sql(server, f"CREATE TABLE {self._quoted(self.table)} (k bigint, v {column})")
+        for statement in ddl:
+            _sql(server, statement)
         settings = {"table": self.table}
         if bad:
             settings["dead_letter_table"] = self.dead_letter_table
@@ -1164,7 +1163,11 @@ class Target:
         rows = _sql(
             self._db, f"SELECT k, v, count(*) FROM {self._quoted(self.table)} GROUP BY k, v"
         )
-        return collections.Counter({(int(k), str(v)): int(n) for k, v, n in rows})
+        # Not the rows the harness committed for the unique poison (tests.chaos.poison).
+        fixed = FIXED_KEYS if self.plan.bad_rows else frozenset()
+        return collections.Counter(
+            {(int(k), str(v)): int(n) for k, v, n in rows if int(k) not in fixed}
+        )
 
     def dead_letters(self) -> collections.Counter[tuple[int, str]]:
         """How many times each ``(key, error_class)`` is in the trial's dead letters.
@@ -1910,12 +1913,15 @@ def _check_dead_letters(result: TrialResult, letters: collections.Counter[tuple[
     poison = {k: BAD_ROW_CLASSES[kind] for k, kind in result.plan.bad_rows.items()}
     result.dead_letters = sum(letters.values())
     per_key: collections.Counter[int] = collections.Counter()
+    by_class: collections.Counter[str] = collections.Counter()
     for (key, error_class), n in letters.items():
         if poison.get(key) == error_class:
             per_key[key] += n
+            by_class[error_class] += n
         else:
             result.dead_letter_wrong += n
     result.dead_letter_duplicates = sum(n - 1 for n in per_key.values() if n > 1)
+    result.dead_letters_by_class = dict(sorted(by_class.items()))
     return sum(1 for k in poison if per_key[k] == 0)
 
 
@@ -2063,12 +2069,18 @@ def _bad_rows_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
     if not bad:
         return []
     expected = sum(len(r.plan.bad_rows) for r in bad)
-    kinds = collections.Counter(kind for r in bad for kind in r.plan.bad_rows.values())
+    wanted = collections.Counter(
+        BAD_ROW_CLASSES[kind] for r in bad for kind in r.plan.bad_rows.values()
+    )
+    found: collections.Counter[str] = collections.Counter()
+    for r in bad:
+        found.update(r.dead_letters_by_class)
+    by_class = ", ".join(f"{c}: {found[c]}/{n}" for c, n in sorted(wanted.items()))
     return [
         (
             "dead letters found / poison keys",
             f"{sum(r.dead_letters for r in bad)} / {expected} in {len(bad)} trials with bad rows "
-            f"({', '.join(f'{BAD_ROW_CLASSES[k]}: {n}' for k, n in sorted(kinds.items()))})",
+            f"(by class, found/expected: {by_class})",
         ),
         (
             "  duplicates, losses, wrong",

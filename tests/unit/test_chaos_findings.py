@@ -110,6 +110,36 @@ def test_every_poison_row_once_in_the_dead_letters_is_exact() -> None:
     assert "|   duplicates, losses, wrong      | 0, 0, 0 |" in table
 
 
+def test_the_summary_counts_the_letters_found_and_expected_by_class() -> None:
+    """Trials of every JDBC kind: a letter lost of one class shows as found/expected of it."""
+    results = []
+    for index in range(12):
+        plan = draw_plan("52", index, ("pg-markers", "maria-coordinated"), bad_rows=1.0)
+        letters = _letters(plan.bad_rows)
+        if index == 0:
+            key, kind = next(iter(plan.bad_rows.items()))
+            del letters[(key, BAD_ROW_CLASSES[kind])]
+            lost = BAD_ROW_CLASSES[kind]
+        result = TrialResult(plan, exit_codes=[0])
+        _check(result, _Target(Counter(expected_output(plan).items()), letters))  # type: ignore[arg-type]
+        results.append(result)
+    expected = Counter(BAD_ROW_CLASSES[k] for r in results for k in r.plan.bad_rows.values())
+    assert set(expected) == {
+        "not_null",
+        "too_long",
+        "check",
+        "invalid_value",
+        "foreign_key",
+        "unique",
+    }
+    table, ok = summarize(results, "52", 60.0)
+    assert not ok
+    row = table.split("dead letters found / poison keys", 1)[1].splitlines()[0]
+    for error_class, n in expected.items():
+        found = n - 1 if error_class == lost else n
+        assert f"{error_class}: {found}/{n}" in row, row
+
+
 @pytest.mark.parametrize(
     ("change", "outcome"),
     [
@@ -131,7 +161,7 @@ def test_a_dead_letter_twice_lost_or_wrong_fails_the_trial(change: str, outcome:
         letters[(next(iter(expected_output(plan))), "not_null")] += 1
     else:
         del letters[(key, BAD_ROW_CLASSES[kind])]
-        letters[(key, "unique")] += 1
+        letters[(key, "check" if BAD_ROW_CLASSES[kind] != "check" else "unique")] += 1
     result = _bad_trial(letters)
     assert result.outcome == outcome
     assert not result.ok

@@ -17,18 +17,25 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.driver import (
-    BAD_ROWS_CHECK_PREFIX,
-    BAD_ROWS_TOPIC_BYTES,
-    BAD_ROWS_VARCHAR,
-    POISON_SQL,
-)
+from tests.chaos import poison as poison_module
 from tests.chaos.harness import (
     BAD_ROWS_CHANCE,
     BAD_ROWS_PER_BATCH,
     draw_bad_rows,
     draw_plan,
     expected_output,
+)
+from tests.chaos.poison import (
+    BAD_ROW_CLASSES,
+    BAD_ROWS_CHECK_PREFIX,
+    BAD_ROWS_TOPIC_BYTES,
+    BAD_ROWS_VARCHAR,
+    FIXED_KEYS,
+    FIXED_ROWS,
+    JDBC_KINDS,
+    POISON_SQL,
+    jdbc_table,
+    poison,
 )
 
 pytestmark = pytest.mark.unit
@@ -149,14 +156,24 @@ def test_poison_keys_are_output_keys_a_few_per_batch_of_the_kinds_the_target_ref
         assert set(per_batch) == set(range(plan.batches)), plan  # every batch has some
         assert max(per_batch.values()) <= BAD_ROWS_PER_BATCH
         kafka = plan.sink in ("kafka", "kafka-ha")
-        allowed = {"too_large"} if kafka else {"null", "too_long", "check"}
+        allowed = {"too_large"} if kafka else set(JDBC_KINDS)
         assert set(plan.bad_rows.values()) <= allowed, plan
         kinds_seen |= set(plan.bad_rows.values())
         assert plan.bad_rows == draw_bad_rows(9, index, plan, 1.0)  # deterministic
+        assert not set(plan.bad_rows) & FIXED_KEYS  # the table's own rows are no output's
     kafka_sinks = {"kafka", "kafka-ha"}
     assert kinds_seen == ({"too_large"} if kafka_sinks & set(sinks) else set()) | (
-        {"null", "too_long", "check"} if set(sinks) - kafka_sinks else set()
+        set(JDBC_KINDS) if set(sinks) - kafka_sinks else set()
     )
+    # every class of the connectors' row tables but "other" (an exclusion constraint, PostgreSQL)
+    assert {BAD_ROW_CLASSES[k] for k in JDBC_KINDS} == {
+        "not_null",
+        "too_long",
+        "check",
+        "invalid_value",
+        "foreign_key",
+        "unique",
+    }
 
 
 def test_poison_values_are_refused_by_the_targets_and_good_values_are_not() -> None:
@@ -170,9 +187,79 @@ def test_poison_values_are_refused_by_the_targets_and_good_values_are_not() -> N
         assert not any(v.startswith(BAD_ROWS_CHECK_PREFIX) for v in good)  # the CHECK takes them
     # A value behind the CHECK's prefix still fits: the CHECK refuses it, not the varchar.
     assert 0 < longest_good + len(BAD_ROWS_CHECK_PREFIX) < BAD_ROWS_VARCHAR
-    assert f"concat('{BAD_ROWS_CHECK_PREFIX}', v)" == POISON_SQL["check"]
-    assert "NULL" in POISON_SQL["null"]
-    assert f"repeat('x', {BAD_ROWS_VARCHAR + 8})" in POISON_SQL["too_long"]
-    assert int(POISON_SQL["too_large"].split("repeat('x', ")[1].split(")")[0]) > (
-        BAD_ROWS_TOPIC_BYTES
+    assert POISON_SQL["check"] == ("v", f"concat('{BAD_ROWS_CHECK_PREFIX}', v)")
+    assert POISON_SQL["null"] == ("v", "CAST(NULL AS STRING)")
+    assert f"repeat('x', {BAD_ROWS_VARCHAR + 8})" in POISON_SQL["too_long"][1]
+    column, value = POISON_SQL["too_large"]
+    assert column == "v"
+    assert int(value.split("repeat('x', ")[1].split(")")[0]) > BAD_ROWS_TOPIC_BYTES
+    assert min(expected_output(plan)) >= 0  # no output key is one of the table's own rows
+    assert max(FIXED_KEYS) < 0
+
+
+def test_the_poison_values_of_the_new_columns_are_refused_and_null_is_not() -> None:
+    # n integer: out of range on both servers (22003 / 1264); ref: a key the parent lacks; u:
+    # the value of the table's committed row, above the one below it (InnoDB's gap lock).
+    assert poison_module.OUT_OF_RANGE > 2**31 - 1
+    assert POISON_SQL["invalid_value"] == ("n", f"CAST({2**40} AS BIGINT)")
+    assert POISON_SQL["foreign_key"] == (
+        "ref",
+        f"CAST({poison_module.MISSING_PARENT_KEY} AS BIGINT)",
     )
+    assert poison_module.MISSING_PARENT_KEY != poison_module.PARENT_KEY
+    assert POISON_SQL["unique"] == ("u", f"CAST({poison_module.TAKEN_U} AS BIGINT)")
+    below, taken = sorted(u for _k, _v, u in FIXED_ROWS)
+    assert (below, taken) == (poison_module.BELOW_U, poison_module.TAKEN_U)
+    assert below < taken  # NULLs sort first: good rows go below both
+
+
+@pytest.mark.parametrize("maria", [False, True], ids=["postgres", "mariadb"])
+def test_the_jdbc_table_with_bad_rows_has_a_constraint_for_each_kind(maria: bool) -> None:
+    q = "`" if maria else '"'
+    parent, create, rows = jdbc_table("t", "t_parent", maria=maria)[1:]
+    statements = jdbc_table("t", "t_parent", maria=maria)
+    assert statements[0] == f"CREATE TABLE {q}t_parent{q} (id bigint PRIMARY KEY)" + (
+        " ENGINE=InnoDB" if maria else ""
+    )
+    assert parent == f"INSERT INTO {q}t_parent{q} (id) VALUES ({poison_module.PARENT_KEY})"
+    assert f"v varchar({BAD_ROWS_VARCHAR}) NOT NULL CHECK (v NOT LIKE 'check-%')" in create
+    assert "n integer" in create
+    assert f"FOREIGN KEY (ref) REFERENCES {q}t_parent{q} (id)" in create
+    assert "u bigint UNIQUE" in create
+    assert rows == (
+        f"INSERT INTO {q}t{q} (k, v, u) VALUES (-2, 'below-the-taken-u', 0), "
+        "(-1, 'holds-the-taken-u', 1)"
+    )
+
+
+class _Frame:
+    """A DataFrame's ``selectExpr``, recorded."""
+
+    def __init__(self) -> None:
+        self.exprs: tuple[str, ...] = ()
+
+    def selectExpr(self, *exprs: str) -> _Frame:  # noqa: N802
+        self.exprs = exprs
+        return self
+
+
+@pytest.mark.parametrize("kind", [*JDBC_KINDS, "too_large"])
+def test_a_poison_key_changes_its_kinds_column_only(kind: str) -> None:
+    jdbc = kind != "too_large"
+    other = "check" if kind == "too_long" else "too_long"  # another key, of a kind of v
+    exprs = poison(_Frame(), {"7": kind, "9": kind, "12": other}, jdbc=jdbc).exprs
+    columns = ["v", "ref", "n", "u"] if jdbc else ["v"]
+    assert exprs[0] == "k"
+    assert [e.rsplit(" AS ", 1)[1] for e in exprs[1:]] == columns
+    column, value = POISON_SQL[kind]
+    for expr, name in zip(exprs[1:], columns, strict=True):
+        otherwise = "v" if name == "v" else "CAST(NULL AS BIGINT)"
+        assert expr.endswith(
+            f"{otherwise} END AS {name}" if "WHEN" in expr else f"{otherwise} AS {name}"
+        )
+        if name == column:
+            assert f"WHEN k IN (7, 9) THEN {value}" in expr
+        else:
+            assert "(7, 9)" not in expr
+    assert f"WHEN k IN (12) THEN {POISON_SQL[other][1]}" in exprs[1]
+    assert all("(12)" not in expr for expr in exprs[2:])
