@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 __all__ = [
+    "JOINED_BYTES",
     "binary_array",
     "bool_array",
     "bool_values",
@@ -135,12 +136,19 @@ def valid_mask(array: pa.Array) -> np.ndarray[Any, Any]:
     return bool_values(array.is_valid())
 
 
+#: The most Arrow bytes :func:`coalesced` joins into one record batch, whatever its ``rows``: wide
+#: rows make fewer rows per write rather than more memory.
+JOINED_BYTES = 64 << 20
+
+
 def coalesced(
     batches: Iterable[pa.RecordBatch],
     rows: int | None,
     seen: Callable[[pa.RecordBatch], object] = lambda _: None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the non-empty record batches, each run of them concatenated up to ``rows`` rows.
+
+    Or up to :data:`JOINED_BYTES` of Arrow data, whichever comes first.
 
     What a sink's ``write`` gets (``write_batch_rows``). ``seen`` gets each record batch
     as it came, so what is computed of them (a fingerprint) does not depend on ``rows``.
@@ -160,7 +168,7 @@ def coalesced(
         The rows, in order.
     """
     buffered: list[pa.RecordBatch] = []
-    count = 0
+    count = size = 0
     for batch in batches:
         if not batch.num_rows:
             continue
@@ -170,9 +178,10 @@ def coalesced(
             continue
         buffered.append(batch)
         count += batch.num_rows
-        if count >= rows:
+        size += batch.nbytes
+        if count >= rows or size >= JOINED_BYTES:
             yield concatenated(buffered)
-            buffered, count = [], 0
+            buffered, count, size = [], 0, 0
     if buffered:
         yield concatenated(buffered)
 

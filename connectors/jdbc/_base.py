@@ -28,13 +28,6 @@ __all__ = ["JdbcSinkMixin"]
 TxnT = TypeVar("TxnT", bound=JdbcTransaction)
 
 
-#: Rows per ``write`` with ``bad_rows="dead_letter"`` (the core concatenates Spark's record
-#: batches up to it): one COPY / LOAD DATA and one savepoint -- a subtransaction on
-#: PostgreSQL -- per 50,000 rows rather than per 10,000 (docs/jdbc.md, "How the bad rows
-#: are found").
-DEAD_LETTER_WRITE_ROWS = 50_000
-
-
 class JdbcSinkMixin(Generic[TxnT]):
     """Settings and protocol-independent hooks of every JDBC sink.
 
@@ -76,16 +69,16 @@ class JdbcSinkMixin(Generic[TxnT]):
         super().__init__(**base)
         self.options = options
         self.connection = connection
-        if options.bad_rows == "dead_letter":
-            # Each write settles its rows (one COPY / LOAD DATA per call, to report the
-            # refused ones before it returns): fewer, larger calls.
-            self.write_batch_rows = DEAD_LETTER_WRITE_ROWS
         if options.mode in ("upsert", "cdc"):
             # Every row of a key in one transaction, in the batch's order: the merge
             # then applies a key's changes in order, whatever the user's partitioning.
             self.key_by = tuple(options.key_columns)
         prepare = self.protocol is CommitProtocol.COORDINATED
         self._writer: Writer[TxnT] = self.dialect.writer(options, connection, prepare=prepare)
+        if options.bad_rows == "dead_letter":
+            # Each write settles its rows (one COPY / LOAD DATA per call, to report the
+            # refused ones before it returns): fewer, larger calls.
+            self.write_batch_rows = self._writer.dead_letter_write_rows
         self._checker: Checker = self.dialect.checker(options, connection)
         self._dead_letters: DeadLetterStore[TxnT] = self.dialect.dead_letters(options, connection)
 

@@ -65,6 +65,11 @@ HandleT = TypeVar("HandleT", bound=TransactionHandle)
 class Writer(Protocol[TxnT]):
     """The executor side of both protocols, up to the end of the writes."""
 
+    @property
+    def dead_letter_write_rows(self) -> int:
+        """``bad_rows="dead_letter"``: the sink's ``write_batch_rows`` (each write settles)."""
+        ...
+
     def begin(self, context: TaskContext) -> TxnT:
         """Open the partition's transaction (and, for the markers protocol, take its slot)."""
         ...

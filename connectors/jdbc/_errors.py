@@ -127,6 +127,14 @@ class ErrorMap:
         """Why a connect failed, told by the message alone (None: it does not say)."""
         return None
 
+    def failed_record(self, exc: BaseException) -> int | None:
+        """Return the record of a bulk load the server refused, counted from 1, if it says.
+
+        With it, the bad rows of a write are found by splitting at each refused record
+        rather than by halves (:mod:`._bad_rows`). None (the default): it does not say.
+        """
+        return None
+
     # ------------------------------------------------------------- the skeleton
     @property
     def error(self) -> tuple[type[BaseException], ...]:

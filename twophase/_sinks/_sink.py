@@ -87,14 +87,14 @@ class _SinkBase(DeadLetterHooks[TxnT], abc.ABC, Generic[TxnT]):
     #: partitioning. Empty (the default): the batch keeps its partitioning.
     key_by: tuple[str, ...] = ()
 
-    #: The fewest rows one :meth:`write` call receives when its partition has more: the
-    #: framework concatenates the partition's Arrow record batches, in order, up to it (None,
-    #: the default: each as Spark produced it, ``spark.sql.execution.arrow.maxRecordsPerBatch``
-    #: rows at most). A sink that settles each call on its own -- to report the rows it
-    #: refused before returning -- raises it for fewer, larger calls, at the cost of holding
-    #: that many rows in the Python worker's memory (twice: while ``write`` settles one call's
-    #: rows, the framework reads and joins the next in a thread of its own, so that the
-    #: target is not idle while Spark's rows are read).
+    #: How many rows the framework joins into one :meth:`write` call: it concatenates the
+    #: partition's Arrow record batches, in order, until the call has that many rows or 64 MiB
+    #: of Arrow data (None, the default: each record batch as Spark produced it,
+    #: ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows at most). A sink that settles each
+    #: call on its own -- to report the rows it refused before returning -- raises it for fewer,
+    #: larger calls, at the cost of holding them in the Python worker's memory (twice: while
+    #: ``write`` settles one call's rows, the framework reads and joins the next in a thread of
+    #: its own, so that the target is not idle while Spark's rows are read).
     write_batch_rows: int | None = None
 
     #: How many :meth:`recover_and_abort` calls recovery may run at once, in

@@ -127,6 +127,7 @@ _ROW_ERRORS = (
 )
 
 _COPY_COLUMN = re.compile(r"line \d+, column (.+?)(?::|$)", re.MULTILINE)
+_COPY_LINE = re.compile(r"^COPY .*, line (\d+)", re.MULTILINE)
 _QUOTED_COLUMN = re.compile(r'column "((?:[^"]|"")+)"')
 _TOO_LONG_TYPE = re.compile(r"value too long for type (.+)$")
 #: The detail of a unique or foreign-key violation: ``Key (ref)=(7) is not present ...``.
@@ -236,6 +237,16 @@ class PostgresErrors(ErrorMap):
     def column_of(self, exc: BaseException, columns: Sequence[tuple[str, str]]) -> str | None:
         """Return the column from the error's fields or text (:func:`guess_column`)."""
         return guess_column(exc, columns)
+
+    def failed_record(self, exc: BaseException) -> int | None:
+        """Return the ``COPY``'s record at fault from the error's context (``COPY t, line 7``).
+
+        PostgreSQL counts the records of the data it read (a CSV value's quoted line break
+        included), for a row's own error; a constraint checked at the statement's end (a
+        foreign key) names no line.
+        """
+        found = _COPY_LINE.search(_diag(exc, "context") or "")
+        return int(found.group(1)) if found else None
 
     def refusal_in_text(self, message: str) -> Refusal | None:
         """Tell, by libpq's words, a failed authentication or a missing database."""

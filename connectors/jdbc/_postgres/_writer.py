@@ -59,6 +59,9 @@ class PostgresWriter(PostgresClient, TransactionWriter[PostgresTransaction]):
 
     types = POSTGRES_TYPES
     next_savepoint = f"RELEASE SAVEPOINT {SAVEPOINT}; SAVEPOINT {SAVEPOINT}"
+    # The COPY names a refused record, so a write with bad rows is split there, not halved:
+    # larger writes cost little more to search (benchmarks/bench_dead_letters.py).
+    dead_letter_write_rows = 200_000
 
     def _lock_hint(self) -> str:
         if self.options.mode == "append":
