@@ -42,6 +42,19 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
+def kafka_stream(spark: Any, bootstrap: str, topic: str, **options: Any) -> Any:
+    """A streaming DataFrame of ``topic`` from its earliest offsets (Spark's Kafka source)."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
 def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Record]:
     """Read every partition of ``topic`` up to its end; fail after 30 s."""
     consumer = Consumer(

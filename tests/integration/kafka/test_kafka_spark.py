@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from kafka_support import kafka_stream
 
 import twophase
 from tests.spark.helpers import run_to_end
@@ -36,13 +37,9 @@ def produce(bootstrap: str, topic: str, ids: range) -> None:
 
 def run_query(spark: Any, bootstrap: str, source: str, sink: KafkaSink, checkpoint: Path) -> None:
     events = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 120)
-        .load()
-        .selectExpr("CAST(key AS STRING) AS key", "value")  # value stays binary
+        kafka_stream(spark, bootstrap, source, maxOffsetsPerTrigger=120).selectExpr(
+            "CAST(key AS STRING) AS key", "value"
+        )  # value stays binary
     )
     run_to_end(events, sink, checkpoint, timeout=240)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from kafka_support import kafka_stream
 from pyspark.errors import StreamingQueryException
 
 import twophase
@@ -41,14 +42,7 @@ def produce(bootstrap: str, topic: str, ids: range) -> None:
 def start(
     spark: Any, bootstrap: str, source: str, sink: KafkaSink, checkpoint: Path, *exprs: str
 ) -> Any:
-    events = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .load()
-        .selectExpr(*exprs)
-    )
+    events = kafka_stream(spark, bootstrap, source).selectExpr(*exprs)
     return twophase.write_stream(
         events, sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
     ).start()

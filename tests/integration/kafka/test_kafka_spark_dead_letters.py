@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from kafka_support import kafka_stream
 
 from tests.spark.helpers import run_to_end
 from twophase.connectors.kafka import KafkaSink
@@ -35,11 +36,7 @@ def produce(bootstrap: str, topic: str, ids: range) -> None:
 
 def run(spark: Any, bootstrap: str, source: str, target: str, sink: KafkaSink, chk: Path) -> None:
     events = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .load()
+        kafka_stream(spark, bootstrap, source)
         .selectExpr("CAST(key AS STRING) AS key", "CAST(CAST(value AS STRING) AS INT) AS id")
         .selectExpr(
             "key",
