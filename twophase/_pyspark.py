@@ -39,7 +39,7 @@ with a test on every supported version (``scripts/compat.sh``):
   stack (``StackOverflowError``).
 * :func:`require_feature` -- refuses, by name, what a version lacks: the Python
   data source writer behind ``format(...)`` needs ``DataSourceStreamArrowWriter``
-  (PySpark 4.1).
+  (PySpark 4.1), ``trigger(realTime=...)`` Spark's real-time mode (4.1).
 """
 
 from __future__ import annotations
@@ -74,9 +74,19 @@ SUPPORTED = ">=3.5,<5"
 _LOWEST = (3, 5)
 _BEYOND = (5, 0)
 
-#: What a feature needs: (the version it appeared in, how to tell it is there).
-_FEATURES: dict[str, tuple[tuple[int, int], str]] = {
-    "format": ((4, 1), "pyspark.sql.datasource.DataSourceStreamArrowWriter"),
+#: What a feature needs: (the version it appeared in, what it is, what to use before it).
+_FEATURES: dict[str, tuple[tuple[int, int], str, str]] = {
+    "format": (
+        (4, 1),
+        "format(...) needs PySpark {since} or later (its Python data source writer, "
+        "DataSourceStreamArrowWriter)",
+        "Use foreachBatch(sink) (twophase.write_stream), which every supported version runs",
+    ),
+    "realtime": (
+        (4, 1),
+        "trigger(realTime=...) needs PySpark {since} or later (Spark's real-time mode)",
+        "Use a micro-batch trigger ({'processingTime': '1 second'}) on this version",
+    ),
 }
 
 
@@ -341,13 +351,11 @@ def require_feature(feature: str, sink: str | None = None) -> None:
         The installed version is older than the feature.
     """
     version = require(f"{feature}()")
-    since, _probe = _FEATURES[feature]
+    since, what, instead = _FEATURES[feature]
     if version[:2] < since:
         raise ConfigurationError(
-            f"{feature}(...) needs PySpark {since[0]}.{since[1]} or later (its Python data "
-            f"source writer, DataSourceStreamArrowWriter); this is PySpark {_describe(version)}. "
-            "Use foreachBatch(sink) (twophase.write_stream), which every supported version "
-            "runs",
+            f"{what.format(since=f'{since[0]}.{since[1]}')}; this is PySpark "
+            f"{_describe(version)}. {instead}",
             sink=sink,
             setting="pyspark",
         )

@@ -73,6 +73,19 @@ def test_format_before_4_1_is_refused_naming_the_version_and_the_feature(
     assert caught.value.sink == "orders"
 
 
+@pytest.mark.parametrize("version", [(3, 5, 6), (4, 0, 1)])
+def test_real_time_mode_before_4_1_is_refused_naming_the_version(
+    pretend: Pretend, version: tuple[int, int, int]
+) -> None:
+    pretend(version)
+    with pytest.raises(ConfigurationError) as caught:
+        _pyspark.require_feature("realtime", sink="orders")
+    text = str(caught.value)
+    assert "trigger(realTime=...) needs PySpark 4.1" in text
+    assert ".".join(map(str, version)) in text
+    assert "processingTime" in text
+
+
 def test_format_on_the_installed_version() -> None:
     version = _pyspark.installed_version()
     assert version is not None

@@ -48,12 +48,15 @@ class PartitionRejections:
         The sink (its ``bad_rows`` and ``max_bad_rows``).
     context
         The participant's batch and partition.
+    start
+        The partition's position of the first row written (a real-time commit's
+        rows follow those committed before it).
     """
 
-    def __init__(self, sink: SinkHooks, context: TaskContext) -> None:
+    def __init__(self, sink: SinkHooks, context: TaskContext, start: int = 0) -> None:
         self._sink = sink
         self._context = context
-        self._position = 0  # rows of the partition before the current record batch
+        self._position = start  # rows of the partition before the current record batch
         self.letters: list[DeadLetter] = []
 
     def add(self, returned: object, batch: pa.RecordBatch) -> None:

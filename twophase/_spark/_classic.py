@@ -41,6 +41,7 @@ __all__ = [
     "SparkBatchExecution",
     "find_checkpoint",
     "log_store",
+    "qualified",
     "run_foreach_batch",
 ]
 
@@ -107,7 +108,8 @@ def _read_metadata_id(spark: Any, checkpoint: str) -> str | None:
     return query_id_in_metadata(raw)
 
 
-def _qualify(spark: Any, location: str) -> str:
+def qualified(spark: Any, location: str) -> str:
+    """Return ``location`` qualified by Spark's file system (``file:/...``, ``hdfs://...``)."""
     jvm = spark.sparkContext._jvm
     path = jvm.org.apache.hadoop.fs.Path(location)
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
@@ -119,8 +121,8 @@ def _resolve_checkpoint(
 ) -> str:
     found = find_checkpoint(spark, query_id)
     if given is not None:
-        qualified = _qualify(spark, given)
-        metadata_id = _read_metadata_id(spark, qualified)
+        location = qualified(spark, given)
+        metadata_id = _read_metadata_id(spark, location)
         if metadata_id != query_id:
             raise ConfigurationError(
                 f"checkpoint_location={given!r} is not the checkpoint of "
@@ -131,7 +133,7 @@ def _resolve_checkpoint(
                 batch_id=batch_id,
                 setting="checkpoint_location",
             )
-        return qualified
+        return location
     if found is None:
         raise ConfigurationError(
             "could not find the checkpoint location of the running query. Start the "

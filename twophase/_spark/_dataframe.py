@@ -38,10 +38,12 @@ __all__ = [
     "NO_OPTIONS",
     "DataFrameExecution",
     "QueryOptions",
+    "arrow_schema_of",
     "check_speculation",
     "current_coordinator",
     "has_state_directory",
     "new_coordinator",
+    "renamed",
     "session_conf",
 ]
 
@@ -197,7 +199,8 @@ def new_coordinator(
     return coordinator
 
 
-def _arrow_schema(df: DataFrame) -> pa.Schema:
+def arrow_schema_of(df: DataFrame) -> pa.Schema:
+    """Return the Arrow schema ``mapInArrow`` hands the participants of ``df``'s partitions."""
     spark = df.sparkSession
     timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
     large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
@@ -208,8 +211,7 @@ def _arrow_schema(df: DataFrame) -> pa.Schema:
 
 #: The column that carries a row's position in the batch through a key_by shuffle.
 _POSITION = "__twophase_position"
-#: A column computed after coalescing, before the shuffle: it keeps Spark's optimizer
-#: (CollapseRepartition) from dropping a coalesce followed by a repartition.
+#: Computed after coalescing, before the shuffle: CollapseRepartition keeps the coalesce.
 _COALESCED = "__twophase_coalesced"
 
 #: The directory of Spark's state stores below a query's checkpoint (every version, every mode).
@@ -249,7 +251,7 @@ def _result_batch(result: bytes) -> pa.RecordBatch:
 _ArrowFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
-def _renamed(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
+def renamed(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
     """Return the batch with its columns named ``names`` (types, nullability, metadata kept)."""
     fields = [field.with_name(name) for field, name in zip(batch.schema, names, strict=True)]
     schema = pa.schema(fields, metadata=batch.schema.metadata)
@@ -279,7 +281,7 @@ def map_in_arrow(df: DataFrame, fn: _ArrowFn) -> list[Any]:
     positional = [f"_{i}" for i in range(len(names))]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return fn(_renamed(batch, names) for batch in batches)
+        return fn(renamed(batch, names) for batch in batches)
 
     rows: list[Any] = df.toDF(*positional).mapInArrow(run, "result binary").collect()
     return rows
@@ -327,8 +329,7 @@ class DataFrameExecution:
         self.df = df
         self._batch_id = batch_id
         self._persisted = False
-        # key_by: the columns and the partition count, and the routed batch with its
-        # rows' positions (kept so that a staged copy keeps the order).
+        # key_by: columns, partition count, the routed batch with its rows' positions.
         self._keys: tuple[tuple[str, ...], int] | None = None
         self._positioned: DataFrame | None = None
 
@@ -339,7 +340,7 @@ class DataFrameExecution:
 
     def schema(self) -> pa.Schema:
         """Return the Arrow schema the participants receive."""
-        return _arrow_schema(self.df)
+        return arrow_schema_of(self.df)
 
     def num_partitions(self) -> int:
         """Return the number of participant slots (each mode says how it counts)."""

@@ -13,11 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .._engine._hooks import AnySink
+from .._engine._realtime import RealtimeSettings
 from .._pyspark import connect_session_id
 from ..errors import ConfigurationError, find_error
 from . import _classic, _connect
 from ._connect import recorded_failure
 from ._dataframe import NO_OPTIONS, QueryOptions, check_speculation
+from ._realtime import DEFAULT_COMMIT_INTERVAL, DEFAULT_COMMIT_ROWS, realtime_writer
 from ._targets import Projection, Target, as_targets
 
 if TYPE_CHECKING:
@@ -142,6 +144,8 @@ def write_stream(
     query_name: str | None = None,
     trigger: dict[str, Any] | None = None,
     otel_environment: Mapping[str, str] | None = None,
+    commit_interval: float | None = None,
+    commit_rows: int | None = None,
 ) -> DataStreamWriter:
     """Return a ``DataStreamWriter`` wired to ``sink`` -- call ``.start()`` on it.
 
@@ -168,6 +172,10 @@ def write_stream(
     trigger
         Keyword arguments for ``DataStreamWriter.trigger`` (e.g.
         ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``).
+        ``{"realTime": "5 minutes"}`` runs the sink in Spark's real-time mode
+        (PySpark 4.1 or later, classic, a Kafka source, a sink of the markers
+        protocol): each partition commits every ``commit_interval`` as its rows
+        arrive, exactly once (``docs/realtime.md``).
     otel_environment
         ``OTEL_*`` settings for the process that runs the sink's driver side
         -- under Spark Connect, the server's, which the client cannot reach
@@ -176,6 +184,12 @@ def write_stream(
         exports its metrics (needs the ``otel`` extra there). A setting
         already in that process's environment wins. See
         ``docs/monitoring.md``.
+    commit_interval
+        Real-time mode only: seconds from a row's arrival to the commit that
+        makes it visible, at most, plus the commit's own time (default 0.2).
+    commit_rows
+        Real-time mode only: rows of a partition that make it commit at once
+        (default 20,000).
 
     Returns
     -------
@@ -195,6 +209,19 @@ def write_stream(
     ...     orders, [pg_sink, (kafka_sink, as_records)], checkpoint_location="/chk/orders"
     ... ).start()
     """
+    if trigger and "realTime" in trigger:
+        writer = _realtime_writer(
+            df, sink, checkpoint_location, trigger, commit_interval, commit_rows
+        )
+        return writer.queryName(query_name) if query_name else writer
+    if commit_interval is not None or commit_rows is not None:
+        setting = "commit_interval" if commit_interval is not None else "commit_rows"
+        raise ConfigurationError(
+            f"{setting} is a setting of real-time mode (trigger={{'realTime': ...}}); a "
+            "micro-batch query commits once per batch",
+            sink=_names(sink),
+            setting=setting,
+        )
     function = QueryBatches.for_query(
         df, sink, checkpoint_location=checkpoint_location, otel_environment=otel_environment
     )
@@ -204,6 +231,67 @@ def write_stream(
     if trigger:
         writer = writer.trigger(**trigger)
     return writer
+
+
+def _names(sink: AnySink | Sequence[Target]) -> str:
+    targets = as_targets(sink)
+    sinks: list[AnySink] = targets.sinks if targets is not None else [sink]  # type: ignore[list-item]
+    return ",".join(s.name for s in sinks)
+
+
+def _realtime_writer(
+    df: DataFrame,
+    sink: AnySink | Sequence[Target],
+    checkpoint_location: str,
+    trigger: dict[str, Any],
+    commit_interval: float | None,
+    commit_rows: int | None,
+) -> DataStreamWriter:
+    """Refuse what real-time mode cannot take here, then build its query (``_realtime``)."""
+    name = _names(sink)
+    if as_targets(sink) is not None:
+        raise ConfigurationError(
+            "real-time mode writes one sink per query; start one query per target",
+            sink=name,
+            setting="trigger",
+        )
+    if not getattr(df, "isStreaming", False):
+        raise ConfigurationError(
+            "write_stream needs a streaming DataFrame (spark.readStream...)", sink=name
+        )
+    if not checkpoint_location:
+        raise ConfigurationError(
+            "checkpoint_location is required", sink=name, setting="checkpoint_location"
+        )
+    if _connect.is_connect(df):
+        raise ConfigurationError(
+            "real-time mode: not under Spark Connect: twophase checks the query's plan "
+            "before it starts through the JVM, which a Connect client has not; start the "
+            "query from classic PySpark",
+            sink=name,
+            setting="trigger",
+        )
+    interval = DEFAULT_COMMIT_INTERVAL if commit_interval is None else commit_interval
+    rows = DEFAULT_COMMIT_ROWS if commit_rows is None else commit_rows
+    if not interval > 0:
+        raise ConfigurationError(
+            f"commit_interval must be a positive number of seconds, not {interval!r}",
+            sink=name,
+            setting="commit_interval",
+        )
+    if not (isinstance(rows, int) and rows > 0):
+        raise ConfigurationError(
+            f"commit_rows must be a positive integer, not {rows!r}",
+            sink=name,
+            setting="commit_rows",
+        )
+    return realtime_writer(
+        df,
+        cast("AnySink", sink),
+        checkpoint_location=checkpoint_location,
+        trigger=trigger,
+        settings=RealtimeSettings(float(interval), rows),
+    )
 
 
 def await_termination(query: Any, timeout: float | None = None) -> bool | None:
