@@ -106,6 +106,13 @@ class TaskContext:
         ``(epoch, attempt)`` orders the attempts of a partition slot across
         runs: a target that must fence zombie attempts (an executor lost while
         its process lives on) lets only the newest one commit.
+    realtime
+        The task runs in real-time mode (``docs/realtime.md``): it commits
+        several transactions in one epoch (``batch_id``), each with a marker of
+        the partition's longer committed prefix, and an earlier attempt of the
+        partition may have committed a prefix of it before. So markers of an
+        earlier ``(epoch, attempt)`` of this partition are expected; only one
+        of a newer attempt makes this one a zombie.
     """
 
     sink_name: str
@@ -114,6 +121,7 @@ class TaskContext:
     partition_id: int
     attempt: int
     epoch: int = 0
+    realtime: bool = False
 
     @property
     def transaction_id(self) -> str:

@@ -81,7 +81,8 @@ def newer_or_sibling_marker(cur: Any, table: str, context: TaskContext) -> None:
         Another attempt of this run committed the partition (the task retry finds
         its marker and skips the partition).
     FatalError
-        An attempt of a newer run committed it: this attempt is a zombie.
+        An attempt of a newer run committed it (real-time mode: a newer attempt
+        of this run too): this attempt is a zombie.
     """
     c = context
     cur.execute(
@@ -92,11 +93,14 @@ def newer_or_sibling_marker(cur: Any, table: str, context: TaskContext) -> None:
     if row is None:
         return
     epoch, attempt = int(row[0]), int(row[1])
+    if c.realtime and (epoch, attempt) < (c.epoch, c.attempt):
+        return  # an earlier attempt's prefix of this epoch: the framework checked it
     where = ErrorContext.of_task(c)
-    if epoch > c.epoch:
+    if epoch > c.epoch or c.realtime:
         raise FatalError(
-            f"attempt {c.attempt} (run {c.epoch}) is a zombie: run {epoch} already "
-            f"committed partition {c.partition_id} of this batch; not writing it again",
+            f"attempt {c.attempt} (run {c.epoch}) is a zombie: attempt {attempt} of run "
+            f"{epoch} already committed partition {c.partition_id} of this batch; not "
+            "writing it again",
             **where.keywords(),
         )
     raise AbortRequiredError(

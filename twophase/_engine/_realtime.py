@@ -239,7 +239,10 @@ class _Partition:
         txn = sink.begin_transaction(self.ctx)
         rejected = PartitionRejections(sink, self.ctx, start=self.acc.count)
         try:
-            for batch in coalesced(pending, sink.write_batch_rows, seen=self.acc.add):
+            # One write per commit (arrivals are often one row each), in slices of the
+            # sink's write_batch_rows where it has them.
+            rows = sink.write_batch_rows or self.settings.commit_rows
+            for batch in coalesced(pending, rows, seen=self.acc.add):
                 rejected.add(sink.write(txn, batch), batch)
             rejected.write(txn)
             if sink.needs_marker_check(txn):
@@ -316,7 +319,7 @@ def run_realtime_partition(
     check_same_release(plan, partition_id)
     markers_sink = as_markers(sink)
     ctx = TaskContext(
-        plan.sink_name, plan.identity, plan.batch_id, partition_id, attempt, plan.epoch
+        plan.sink_name, plan.identity, plan.batch_id, partition_id, attempt, plan.epoch, True
     )
     try:
         if attempt > 0:
