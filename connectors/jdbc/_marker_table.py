@@ -36,10 +36,16 @@ _INSERT = (
 )
 # Parameters: identity, batch. Every column: a table made before 0.3.0 has no record_format.
 _SELECT = "SELECT * FROM {} WHERE identity = %s AND batch_id = %s ORDER BY partition_id, attempt"
-# Parameters: identity, batch, partition, attempt.
+# Parameters: identity, batch, partition, attempt, fingerprint.
 _EXISTS = (
     "SELECT 1 FROM {} WHERE identity = %s AND batch_id = %s "
-    "AND partition_id = %s AND attempt = %s LIMIT 1"
+    "AND partition_id = %s AND attempt = %s AND fingerprint = %s LIMIT 1"
+)
+# Parameters: identity, batch, partition, fingerprint. Real-time mode: the prefixes the new
+# marker extends (checked by the framework before the commit), in its transaction.
+_SUPERSEDED = (
+    "DELETE FROM {} WHERE identity = %s AND batch_id = %s AND partition_id = %s "
+    "AND fingerprint <> %s"
 )
 # Parameters: identity.
 _NEWEST = "SELECT max(batch_id) FROM {} WHERE identity = %s"
@@ -239,12 +245,12 @@ class MarkerTable(JdbcClient):
         return self.run(f"reading markers from {self.options.marker_table}", query, where)
 
     def exists(self, marker: Marker, where: ErrorContext) -> bool:
-        """Whether the marker of one transaction (identity, batch, partition, attempt) committed.
+        """Whether the marker of one transaction committed (a real-time task commits several).
 
         Parameters
         ----------
         marker
-            The transaction's marker (its fingerprint is not compared).
+            The transaction's marker: identity, batch, partition, attempt, fingerprint.
         where
             The sink, batch and partition, named by every error.
 
@@ -254,7 +260,8 @@ class MarkerTable(JdbcClient):
             True when the marker row is visible (the transaction committed).
         """
         table = self.table
-        key = (marker.identity, marker.batch_id, marker.partition_id, marker.attempt)
+        m = marker
+        key = (m.identity, m.batch_id, m.partition_id, m.attempt, str(m.fingerprint))
 
         def query(cur: Any) -> bool:
             cur.execute(_EXISTS.format(table), key)
@@ -268,7 +275,8 @@ class MarkerTable(JdbcClient):
 
         Every ``marker_retention`` batches, the transaction of partition 0
         also deletes this identity's markers older than ``marker_retention``
-        batches. When the connection breaks during ``COMMIT`` (outcome
+        batches; in real-time mode each transaction deletes the markers of the
+        shorter prefixes of its partition's epoch, which its marker extends. When the connection breaks during ``COMMIT`` (outcome
         unknown), the marker tells: present means committed.
 
         Parameters
@@ -301,6 +309,9 @@ class MarkerTable(JdbcClient):
                         txn.context.epoch,
                     ),
                 )
+                if txn.context.realtime:
+                    key = (marker.identity, marker.batch_id, marker.partition_id)
+                    cur.execute(_SUPERSEDED.format(table), (*key, str(marker.fingerprint)))
                 if marker.partition_id == 0 and marker.batch_id % retention == 0:
                     cur.execute(
                         _PRUNE.format(table), (marker.identity, marker.batch_id - retention + 1)
