@@ -64,7 +64,7 @@ class SqliteSink(MarkerCommitSink[sqlite3.Connection]):
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {MARKERS} (identity TEXT, batch_id INTEGER, "
                 "partition_id INTEGER, attempt INTEGER, fingerprint TEXT, "
-                "PRIMARY KEY (identity, batch_id, partition_id, attempt))"
+                "PRIMARY KEY (identity, batch_id, partition_id, attempt, fingerprint))"
             )
 
     def begin_transaction(self, context: TaskContext) -> sqlite3.Connection:

@@ -276,8 +276,9 @@ class MarkerTable(JdbcClient):
         Every ``marker_retention`` batches, the transaction of partition 0
         also deletes this identity's markers older than ``marker_retention``
         batches; in real-time mode each transaction deletes the markers of the
-        shorter prefixes of its partition's epoch, which its marker extends. When the connection breaks during ``COMMIT`` (outcome
-        unknown), the marker tells: present means committed.
+        shorter prefixes of its partition's epoch, which its marker extends.
+        When the connection breaks during ``COMMIT`` (outcome unknown), the
+        marker tells: present means committed.
 
         Parameters
         ----------

@@ -34,6 +34,15 @@ class MarkerCommitSink(_SinkBase[TxnT]):
     :meth:`needs_marker_check` to spare the check before a commit that
     cannot race another attempt.
 
+    In Spark's real-time mode (``trigger={"realTime": ...}``, ``docs/realtime.md``)
+    the same hooks run in a loop inside one task: every ``commit_interval`` the
+    partition begins a transaction, writes what arrived and commits it with a
+    marker whose fingerprint covers every row of the partition's epoch committed
+    so far (:attr:`TaskContext.realtime` is True). So a partition of one batch
+    gets several markers, each longer than the one before: keep them all (the
+    key of the JDBC connectors' marker table includes the fingerprint), or keep
+    the longest.
+
     Parameters
     ----------
     name
@@ -92,8 +101,10 @@ class MarkerCommitSink(_SinkBase[TxnT]):
         Runs on
             an executor, on the transaction this task began.
         Called
-            once per transaction, after the last ``write``. The marker must
-            become visible exactly when the rows do: in the same transaction,
+            once per transaction, after the last ``write`` (in real-time mode,
+            several transactions per task, each marker's fingerprint counting
+            the partition's rows committed so far). The marker must become
+            visible exactly when the rows do: in the same transaction,
             committed together.
         Idempotent
             not required: a retried task reads the markers first and skips a

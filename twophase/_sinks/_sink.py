@@ -287,10 +287,13 @@ class _SinkBase(DeadLetterHooks[TxnT], abc.ABC, Generic[TxnT]):
             an executor.
         Called
             once per non-empty partition per task attempt, before ``write``.
-            Empty partitions open no transaction.
+            Empty partitions open no transaction. In real-time mode
+            (``context.realtime``), once per commit of the task: the
+            transactions of one task follow each other, never overlap.
         Idempotent
             not required: every attempt gets a new ``context.attempt``, so
-            ``context.transaction_id`` never repeats.
+            ``context.transaction_id`` never repeats -- but in real-time mode
+            the transactions of one task share it.
         On failure
             the task fails and Spark retries it (new attempt) if allowed.
 

@@ -39,6 +39,8 @@ import pyarrow as pa
 import pytest
 
 from .._arrow import binary_array
+from .._engine._participant import TaskPlan
+from .._engine._realtime import RealtimeSettings, run_realtime_partition
 from .._engine._steps import COORDINATED_STEPS, MARKER_STEPS, Step
 from .._fingerprint import fingerprint_batches
 from .._sinks._two_phase_commit_sink import TwoPhaseCommitSink
@@ -400,4 +402,37 @@ class MarkerSinkContract(SinkContract):
         assert committed, "the zombie did not commit partition 1"
         assert committed[0], "the contract layout left partition 1 empty"
         assert metrics.skipped_partitions == 1
+        assert_exactly_once(read_ids(), self.batch_ids(0) + self.batch_ids(1))
+
+    def test_contract_real_time_commits_in_steps_and_a_replay_skips_them(
+        self, make_sink: MakeSink, read_ids: ReadIds, tmp_path: Any
+    ) -> None:
+        # Real-time mode (docs/realtime.md): one task commits a partition's rows two at a time,
+        # each marker longer than the one before, and dies; its retry skips what was committed.
+        sink = self._sink(make_sink)
+        runner = self._runner(sink, tmp_path)
+        self._run(runner, 0)  # opens the sink, as write_stream does before a real-time query
+        rows = [
+            batch.slice(i, 1)
+            for part in self.partitions(self.batch_ids(1))
+            for batch in part
+            for i in range(batch.num_rows)
+        ]
+        assert len(rows) > 4, "the contract layout has too few rows"
+        plan = TaskPlan(
+            sink.name, runner.identity.token, 1, self.protocol, epoch=runner.log.epoch or 0
+        )
+        executor: Any = pickle.loads(pickle.dumps(sink))
+        every_two = RealtimeSettings(commit_interval=3600.0, commit_rows=2)
+
+        def dying() -> Any:
+            yield from rows[:-1]
+            raise RuntimeError("the executor died")
+
+        with pytest.raises(RuntimeError, match="executor died"):
+            run_realtime_partition(executor, plan, 0, 0, dying(), every_two)
+        written = len(read_ids()) - len(self.batch_ids(0))
+        assert 2 <= written < len(rows), f"{written} rows committed before the death"
+        result = run_realtime_partition(executor, plan, 0, 1, iter(rows), every_two)
+        assert result.skipped == written
         assert_exactly_once(read_ids(), self.batch_ids(0) + self.batch_ids(1))
