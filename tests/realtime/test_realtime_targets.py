@@ -26,8 +26,17 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.integration.kafka.kafka_support import read_all
+from twophase._pyspark import installed_version
 
-pytestmark = [pytest.mark.spark, pytest.mark.chaos, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.chaos,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        (installed_version() or (0, 0, 0))[:2] < (4, 1),
+        reason="Spark's real-time mode is in PySpark 4.1 and later",
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: How a PySpark worker process names its module (``python -m pyspark.daemon``, ...).

@@ -10,10 +10,17 @@ import pytest
 from pyspark.sql import functions as sf
 
 import twophase
+from twophase._pyspark import installed_version
 from twophase.errors import ConfigurationError
 from twophase.testing import FakeMarkerSink, FakeSink, FakeTarget
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(
+        (installed_version() or (0, 0, 0))[:2] < (4, 1),
+        reason="Spark's real-time mode is in PySpark 4.1 and later",
+    ),
+]
 
 REALTIME = {"realTime": "10 seconds"}
 

@@ -200,8 +200,9 @@ def _partition_fn(
             replace(plan, batch_id=epoch),
             task.partitionId(),
             task.attemptNumber(),
-            (renamed(batch, names) for batch in batches),
+            batches,
             settings,
+            prepare=lambda batch: renamed(batch, names),
         )
         return iter(())
 
