@@ -31,7 +31,9 @@ how rows reach Python"), so the last row before a pause would wait for the epoch
 Throughput (``--backlog N``): N records are produced before the query starts; rows/s = N / (the
 time the last of them is seen - the query's start, sink set-up included). A trickle of 100
 records/s follows the backlog for the same reason as above (they are not counted). The table
-gives medians of ``--runs`` runs of each run's percentiles, and rt/mb ratios of the rows/s.
+gives medians of ``--runs`` runs of each run's percentiles, and rt/mb ratios of the rows/s; "p50
+1st->last" is the median latency of the rows produced in the first and in the last second: a rate
+the pipeline does not hold shows as a latency that grows.
 
 Nothing here is imported by the library or the tests.
 """
@@ -384,7 +386,9 @@ class Target:
             conn.close()
 
 
-def start_query(spark: Any, variant: str, args: argparse.Namespace, source: str, target: Target):
+def start_query(
+    spark: Any, variant: str, args: argparse.Namespace, source: str, target: Target
+) -> Any:
     """Start the variant's query from ``source`` (earliest offsets) into ``target``.
 
     Parameters
@@ -749,8 +753,9 @@ def latency_table(results: dict[str, list[dict]], rates: list[float]) -> str:
         The table.
     """
     lines = [
-        "| variant | rate/s | runs | p50 s | p95 s | p99 s | max s | seen/produced | dup | load |",
-        "|---|--:|--:|--:|--:|--:|--:|---|--:|---|",
+        "| variant | rate/s | runs | p50 s | p95 s | p99 s | max s | p50 1st->last s "
+        "| seen/produced | dup | load |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|---|--:|---|",
     ]
     notes = []
     for name, runs in results.items():
@@ -760,8 +765,12 @@ def latency_table(results: dict[str, list[dict]], rates: list[float]) -> str:
             cells = [_cell(_median(good, k), "{:.3f}") for k in ("p50", "p95", "p99", "max")]
             dup = sum(r.get("duplicates") or 0 for r in at)
             load = ", ".join(f"{r['load'][0]:.1f}" for r in at if r.get("load"))
+            trend = [r["p50_by_second"] for r in good if r.get("p50_by_second")]
+            first = statistics.median(t[0] for t in trend) if trend else None
+            last = statistics.median(t[-1] for t in trend) if trend else None
+            growth = f"{first:.2f}->{last:.2f}" if trend else "-"
             lines.append(
-                f"| {name} | {rate:g} | {len(good)} | {' | '.join(cells)} "
+                f"| {name} | {rate:g} | {len(good)} | {' | '.join(cells)} | {growth} "
                 f"| {_counts(at, 'produced')} | {dup} | {load} |"
             )
             for r in at:
