@@ -9,6 +9,9 @@
 #   scripts/bench.sh --out DIR         # results.json, benchmarks.md and plots into DIR
 #   scripts/bench.sh realtime-paths [ARGS]  # how promptly rows reach Python in real-time mode
 #                                      # (benchmarks/bench_realtime_paths.py; prints a table)
+#   scripts/bench.sh realtime [ARGS]   # real-time mode against micro-batches: produce-to-visible
+#                                      # latency and backlog throughput, PostgreSQL and Kafka
+#                                      # (benchmarks/bench_realtime.py; prints markdown tables)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,5 +23,9 @@ fi
 if [[ "${1:-}" == "realtime-paths" ]]; then
     shift
     exec .venv/bin/python benchmarks/bench_realtime_paths.py "$@"
+fi
+if [[ "${1:-}" == "realtime" ]]; then
+    shift
+    exec .venv/bin/python benchmarks/bench_realtime.py "$@"
 fi
 exec .venv/bin/python benchmarks/run.py "$@"
