@@ -15,7 +15,8 @@ Each variant runs in its own child process with its own Spark JVM (``local[2]``)
 Variants (``--variants``, comma-separated):
 
 * ``rt-postgres`` -- twophase real-time mode into PostgreSQL (``protocol="markers"``):
-  ``trigger={"realTime": --epoch}``, ``commit_interval=--commit-interval``.
+  ``trigger={"realTime": --epoch}``, ``commit_interval=--commit-interval``,
+  ``arrow_batch_rows=--arrow-batch-rows``.
 * ``rt-kafka`` -- the same into a Kafka topic with ``KafkaSink``.
 * ``mb-postgres`` -- twophase micro-batches into PostgreSQL (markers) as fast as they go
   (``trigger={"processingTime": "0 seconds"}``).
@@ -455,6 +456,7 @@ def start_query(
             checkpoint_location=checkpoint,
             trigger={"realTime": args.epoch},
             commit_interval=args.commit_interval,
+            arrow_batch_rows=args.arrow_batch_rows,
         )
     else:
         writer = twophase.write_stream(
@@ -689,6 +691,8 @@ def _run_child(name: str, args: argparse.Namespace) -> dict:
         args.epoch,
         "--commit-interval",
         str(args.commit_interval),
+        "--arrow-batch-rows",
+        str(args.arrow_batch_rows),
         "--backlog",
         str(args.backlog),
         "--backlog-timeout",
@@ -881,6 +885,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=1, help="runs of each variant (default 1)")
     parser.add_argument("--epoch", default="30 seconds", help="trigger realTime (real-time)")
     parser.add_argument("--commit-interval", type=float, default=0.2, help="twophase real-time")
+    parser.add_argument(
+        "--arrow-batch-rows", type=int, default=1, help="twophase real-time: rows per Arrow batch"
+    )
     parser.add_argument("--backlog", type=int, default=200_000, help="records; 0: no backlog run")
     parser.add_argument("--backlog-timeout", type=float, default=600.0, help="seconds")
     parser.add_argument("--warmup-timeout", type=float, default=180.0, help="seconds")
@@ -927,6 +934,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nreal-time mode against micro-batches: PySpark {pyspark.__version__}, local[2], a "
         f"source topic of 2 partitions, {args.seconds:g} s of records per rate, "
         f"trigger realTime '{args.epoch}', commit_interval {args.commit_interval:g} s, "
+        f"arrow_batch_rows {args.arrow_batch_rows}, "
         f"micro-batches at processingTime 0; PostgreSQL {pg['server_version']} (fsync "
         f"{pg['fsync']}, synchronous_commit {pg['synchronous_commit']}); medians of {args.runs} "
         f"run(s) of each run's percentile of (seen by the reader - produced)\n"

@@ -97,6 +97,10 @@ def test_settings_of_real_time_mode_are_refused_elsewhere_and_checked(
     assert caught.value.setting == "commit_interval"
     assert _refused(df, sink, tmp_path, commit_interval=0).setting == "commit_interval"
     assert _refused(df, sink, tmp_path, commit_rows=0).setting == "commit_rows"
+    assert _refused(df, sink, tmp_path, arrow_batch_rows=1.5).setting == "arrow_batch_rows"
+    with pytest.raises(ConfigurationError, match="setting of real-time mode") as caught:
+        twophase.write_stream(df, sink, checkpoint_location=str(tmp_path / "c"), arrow_batch_rows=9)
+    assert caught.value.setting == "arrow_batch_rows"
     two = [sink, FakeMarkerSink("rt2", FakeTarget(tmp_path / "t2"))]
     with pytest.raises(ConfigurationError, match="one sink per query"):
         twophase.write_stream(df, two, checkpoint_location=str(tmp_path / "c"), trigger=REALTIME)

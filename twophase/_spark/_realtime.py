@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.readwriter import DataStreamWriter  # types only, never imported
 
 __all__ = [
+    "DEFAULT_ARROW_BATCH_ROWS",
     "DEFAULT_COMMIT_INTERVAL",
     "DEFAULT_COMMIT_ROWS",
     "REALTIME_OPERATORS",
@@ -49,15 +50,20 @@ DEFAULT_COMMIT_INTERVAL = 0.2
 #: Rows that make a partition commit at once.
 DEFAULT_COMMIT_ROWS = 20_000
 
+#: Rows that cross from Spark's JVM to Python together, by default: one, at once.
+DEFAULT_ARROW_BATCH_ROWS = 1
+
 #: The session settings a real-time query starts with (a query keeps the values it
-#: started with; the session gets its own back).
+#: started with; the session gets its own back), but ``maxRecordsPerBatch``, which is
+#: the query's ``arrow_batch_rows``.
 QUERY_CONF = {
-    # Spark's allowlist has no Python operator: twophase checks the plan instead.
+    # Spark's allowlist has no Python operator: twophase checks the plan instead. Spark reads
+    # it from the session at every epoch, so it stays set on the session (docs/realtime.md).
     "spark.sql.streaming.realTimeMode.allowlistCheck": "false",
-    # Each row crosses to Python on its own, at once: no batch waits to fill.
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "1",
+    # Each Arrow batch crosses to Python at once: no byte buffer waits to fill.
     "spark.sql.execution.pandas.udf.buffer.size": "64",
 }
+_ARROW_BATCH_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
 _EPOCH_KEY = "streaming.sql.batchId"
 _ALLOWLIST_KEY = "spark.sql.streaming.realTimeMode.allowlistCheck"
 
@@ -209,13 +215,16 @@ def _partition_fn(
     return run
 
 
-def _starting_with_conf(writer: DataStreamWriter, spark: Any) -> DataStreamWriter:
+def _starting_with_conf(
+    writer: DataStreamWriter, spark: Any, arrow_batch_rows: int
+) -> DataStreamWriter:
     """Make ``writer.start`` start the query with :data:`QUERY_CONF`, then restore the session's."""
     start = writer.start
+    conf = {**QUERY_CONF, _ARROW_BATCH_KEY: str(arrow_batch_rows)}
 
     def start_with_conf(*args: Any, **kwargs: Any) -> Any:
-        before = {key: spark.conf.get(key, None) for key in QUERY_CONF}
-        for key, value in QUERY_CONF.items():
+        before = {key: spark.conf.get(key, None) for key in conf}
+        for key, value in conf.items():
             spark.conf.set(key, value)
         try:
             return start(*args, **kwargs)
@@ -239,6 +248,7 @@ def realtime_writer(
     checkpoint_location: str,
     trigger: dict[str, Any],
     settings: RealtimeSettings,
+    arrow_batch_rows: int = DEFAULT_ARROW_BATCH_ROWS,
 ) -> DataStreamWriter:
     """Check, open and recover ``sink`` for real-time mode; return the query's writer.
 
@@ -254,6 +264,9 @@ def realtime_writer(
         ``{"realTime": "..."}``.
     settings
         How often each partition commits.
+    arrow_batch_rows
+        Rows of a partition that cross to Python together (Spark's
+        ``maxRecordsPerBatch`` for this query).
 
     Returns
     -------
@@ -308,4 +321,4 @@ def realtime_writer(
         .option("checkpointLocation", checkpoint_location)
         .trigger(**trigger)
     )
-    return _starting_with_conf(writer, spark)
+    return _starting_with_conf(writer, spark, arrow_batch_rows)
