@@ -36,6 +36,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
+from twophase import Marker, TaskContext
+
 __all__ = [
     "MAX_IDLE_PRODUCERS",
     "PooledProducer",
@@ -156,21 +158,26 @@ class PooledProducer:
         self.errors = []
         self.error_count = 0
 
-    def stale_markers(self, control_topic: str, batch_id: int, limit: int) -> list[bytes]:
-        """Return keys of markers this producer committed for batches before ``batch_id``.
+    def stale_markers(
+        self, control_topic: str, marker: Marker, limit: int, context: TaskContext
+    ) -> list[bytes]:
+        """Return keys of markers this producer committed that ``marker`` makes garbage.
 
-        Those batches are finished (a sink's batches run one after another), so
-        their markers are garbage; the next transaction of the slot writes
-        tombstones for them and compaction removes them.
+        Those of batches before the marker's: they are finished (a sink's batches
+        run one after another). In real-time mode also those of the marker's own
+        partition and epoch: the shorter prefixes it extends. The next transaction
+        of the slot writes tombstones for them and compaction removes them.
 
         Parameters
         ----------
         control_topic
             The control topic.
-        batch_id
-            The batch being written.
+        marker
+            The marker being written.
         limit
             At most this many keys.
+        context
+            The task writing it.
 
         Returns
         -------
@@ -178,7 +185,13 @@ class PooledProducer:
             Marker keys.
         """
         remembered = self.markers.get(control_topic, [])
-        return [key for batch, key in remembered if batch < batch_id][:limit]
+        prefix = f"{marker.identity}/{marker.batch_id}/{marker.partition_id}/".encode()
+        return [
+            key
+            for batch, key in remembered
+            if batch < marker.batch_id
+            or (context.realtime and batch == marker.batch_id and key.startswith(prefix))
+        ][:limit]
 
     def remember_marker(
         self, control_topic: str, batch_id: int, key: bytes, tombstoned: list[bytes]

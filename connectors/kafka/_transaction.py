@@ -219,7 +219,7 @@ class KafkaTransaction(TransactionFailures):
         key = marker_key(marker, new_nonce())
         value = encode_marker(marker, transactional_id=self.transactional_id, records=self.records)
         topic = self.options.control_topic
-        stale = self.producer.stale_markers(topic, marker.batch_id, _GC_PER_TRANSACTION)
+        stale = self.producer.stale_markers(topic, marker, _GC_PER_TRANSACTION, self.context)
 
         def produce_marker(producer: Any) -> None:
             produce_one(producer, topic, value, key, CONTROL_PARTITION)

@@ -136,19 +136,35 @@ def test_discard_idle_closes_every_instance_of_an_id() -> None:
     assert _pool.take("t-1", KEY) is not None
 
 
+def _of(batch: int, partition: int = 0) -> Marker:
+    return Marker("id", batch, partition, 0, Fingerprint(1, 1))
+
+
+MICRO = TaskContext("s", "id", 0, 0, 0)
+REALTIME = TaskContext("s", "id", 0, 0, 0, realtime=True)
+
+
 def test_markers_of_finished_batches_are_offered_for_tombstoning() -> None:
     producer = entry()
-    producer.remember_marker("ctl", 4, b"k4", [])
-    producer.remember_marker("ctl", 5, b"k5", [])
-    assert producer.stale_markers("ctl", 5, 10) == [b"k4"]
-    assert producer.stale_markers("ctl", 6, 1) == [b"k4"]
-    assert producer.stale_markers("other", 6, 10) == []
-    producer.remember_marker("ctl", 6, b"k6", [b"k4", b"k5"])
-    assert producer.stale_markers("ctl", 7, 10) == [b"k6"]
+    producer.remember_marker("ctl", 4, b"id/4/0/0/a", [])
+    producer.remember_marker("ctl", 5, b"id/5/0/0/b", [])
+    assert producer.stale_markers("ctl", _of(5), 10, MICRO) == [b"id/4/0/0/a"]
+    assert producer.stale_markers("ctl", _of(6), 1, MICRO) == [b"id/4/0/0/a"]
+    assert producer.stale_markers("other", _of(6), 10, MICRO) == []
+    producer.remember_marker("ctl", 6, b"id/6/0/0/c", [b"id/4/0/0/a", b"id/5/0/0/b"])
+    assert producer.stale_markers("ctl", _of(7), 10, MICRO) == [b"id/6/0/0/c"]
     # the producer that replaces it (fenced) inherits what is left to tombstone
     successor = entry()
     successor.adopt_markers(producer)
-    assert successor.stale_markers("ctl", 7, 10) == [b"k6"]
+    assert successor.stale_markers("ctl", _of(7), 10, MICRO) == [b"id/6/0/0/c"]
+
+
+def test_real_time_tombstones_the_shorter_prefixes_of_its_own_partition_and_epoch() -> None:
+    producer = entry()
+    producer.remember_marker("ctl", 6, b"id/6/0/0/a", [])
+    producer.remember_marker("ctl", 6, b"id/6/1/0/b", [])  # another partition: not its prefix
+    assert producer.stale_markers("ctl", _of(6), 10, MICRO) == []
+    assert producer.stale_markers("ctl", _of(6), 10, REALTIME) == [b"id/6/0/0/a"]
 
 
 # ------------------------------------------------- sink hooks over the stub
