@@ -101,6 +101,7 @@ def init_producer(
         entry.close()
         raise
     entry.initialised = True
+    entry.owner = context
     return entry
 
 
@@ -167,7 +168,9 @@ def task_producer(
     attempt takes the pooled producer of that id, if any. A retry gets None,
     after every lane of its slot was fenced: an earlier attempt ran in some
     worker's lane, and is disabled wherever it ran. With None the caller
-    initialises a new producer, which fences the id's other instances.
+    initialises a new producer, which fences the id's other instances. A
+    real-time retry does so at its first commit, then gets the producer it
+    initialised back.
     """
     lane = lane_of_this_process(
         f"{options.transactional_id_prefix}{context.identity}", options.producer_lanes
@@ -175,6 +178,14 @@ def task_producer(
     tid = transactional_id(options, context.identity, context.partition_id, lane)
     if context.attempt == 0:
         return tid, _pool.take(tid, options.conf_key)
+    if context.realtime:
+        # A real-time retry commits many times: it fences the slot at its first commit only,
+        # then reuses the producer that did (a zombie that fences it back fails its commit).
+        entry = _pool.take(tid, options.conf_key)
+        if entry is not None and entry.owner == context:
+            return tid, entry
+        if entry is not None:
+            entry.close()
     fence_lanes(options, context, skip_lane=lane)
     _pool.discard_idle(tid)
     return tid, None

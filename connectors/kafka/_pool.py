@@ -110,6 +110,8 @@ class PooledProducer:
         self.error_count = 0
         #: Committed markers per control topic, as (batch, key), oldest first.
         self.markers: dict[str, list[tuple[int, bytes]]] = {}
+        #: The task that initialised it (None: recovery); a real-time retry reuses its own.
+        self.owner: TaskContext | None = None
         # The callback holds this object weakly: a bound method would make a reference cycle
         # (self -> producer -> callback -> self), and a closed producer would then live until
         # the cyclic garbage collector ran, each holding one of the process's 1024 thread-local
