@@ -13,7 +13,8 @@
 # (the chaos harness's process-group kill), and Spark Connect (the server from the PySpark wheel,
 # or on 3.5, whose wheel has none, spark-connect_2.12 of the same version from Maven Central);
 # where the Kafka source is served, the deployment test (the wheel in a packed virtualenv,
-# spark-submit to a standalone cluster of that version, a driver kill). Results go to
+# spark-submit to a standalone cluster of that version, a driver kill) and, from 4.1, real-time
+# mode (a real driver into PostgreSQL, its Python workers and itself killed; the refusals). Results go to
 # build/compat/<cell>.json; the report to docs/compatibility.md.
 # Not part of scripts/test.sh (about 5 minutes a cell).
 set -euo pipefail
@@ -96,6 +97,10 @@ run_cell() {
     if [[ "$kafka_source" == yes ]]; then
         steps+=("kafka through Spark's Kafka source|tests/integration/kafka/test_kafka_spark.py")
         steps+=("deployment: the wheel shipped with spark-submit, a driver kill|tests/deploy")
+        # Spark's real-time mode (4.1 and later) reads Kafka only.
+        if [[ "$(printf '%s\n' 4.1 "$spark" | sort -V | head -n1)" == 4.1 ]]; then
+            steps+=("real-time mode, kills|tests/realtime tests/spark/test_realtime_refusals.py")
+        fi
     fi
     # Every cell: twophase_dev starts the Connect server from the wheel, or resolves it with Maven
     # where the wheel has none (3.5; twophase_dev._spark._jars.spark_connect_jars).

@@ -14,7 +14,9 @@ INTRO = """# Compatibility
 twophase supports **PySpark 3.5 to 4.x** on **Python 3.10 to 3.13**. `foreachBatch(sink)`
 (`twophase.write_stream`) runs on every supported version, classic and Spark Connect;
 `format(...)` needs PySpark 4.1 or later (its Python data source writer,
-`DataSourceStreamArrowWriter`) and is refused by name before. Importing twophase next to a PySpark
+`DataSourceStreamArrowWriter`) and is refused by name before; so is real-time mode
+(`trigger={"realTime": ...}`, [Real-time mode](realtime.md)), which needs PySpark 4.1, classic
+PySpark and Spark's Kafka source. Importing twophase next to a PySpark
 outside the range fails at once, naming it; PySpark is not a dependency of the package
 (`pip install 'twophase[spark]'` installs one, platforms bring their own).
 
@@ -39,7 +41,10 @@ PostgreSQL and Kafka servers. `scripts/test.sh` runs the whole suite on the defa
 * **connect** -- the Spark Connect tests: `foreachBatch` sinks in a local Connect server killed
   mid-protocol and restarted, errors by class, task retries, CDC routing; `format(...)` from 4.1.
   The server is the PySpark wheel's from 4.0; the 3.5 wheel has none, and the test infrastructure
-  resolves `spark-connect_2.12` of the same version from Maven Central.
+  resolves `spark-connect_2.12` of the same version from Maven Central;
+* **real-time mode** (from 4.1, where Spark's Kafka source is served) -- a real driver in
+  real-time mode into PostgreSQL, its Python workers SIGKILLed between two commits and the driver
+  SIGKILLed mid-epoch, exactly once; and every refusal of real-time mode by name.
 
 """
 
@@ -65,6 +70,9 @@ NOTES = """
   session). The version adapter (`connect_active_queries` in `twophase/_pyspark.py`) then asks the
   session that started the query, which `twophase.write_stream` records on the sink; a sink passed
   to `foreachBatch` directly is refused there with that reason.
+* **Real-time mode before 4.1 and on 4.3.0**: Spark's real-time mode is in 4.1 and later
+  (twophase refuses `trigger={"realTime": ...}` by name before, a unit test of every cell), and it
+  reads Kafka only, whose connector is not served for 4.3.0.
 * **Deployment without a Kafka source**: the deployment job reads Kafka, so it runs where the
   Kafka connector is served (not on 4.3.0).
 * **`--packages` on 4.0.4 and 4.1.3**: Maven Central serves `spark-sql-kafka-0-10` of these

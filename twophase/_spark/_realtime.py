@@ -200,7 +200,15 @@ def _partition_fn(
 
         task = SparkTaskContext.get()
         assert task is not None
-        epoch = int(task.getLocalProperty(_EPOCH_KEY) or "-1")
+        epoch_text = task.getLocalProperty(_EPOCH_KEY)
+        if not epoch_text:  # every epoch's tasks carry it (Spark 4.1 and 4.2)
+            raise ConfigurationError(
+                f"real-time mode: the task has no epoch (Spark's local property {_EPOCH_KEY}); "
+                "this Spark runs real-time queries differently from the ones twophase knows",
+                sink=plan.sink_name,
+                setting="trigger",
+            )
+        epoch = int(epoch_text)
         run_realtime_partition(
             sink,
             replace(plan, batch_id=epoch),
