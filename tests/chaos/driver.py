@@ -6,7 +6,9 @@ process group of its own).
 The driver builds the trial's sink (a probed connector sink, see :mod:`tests.chaos.sinks`, wrapped
 by :func:`twophase.testing.with_faults` when task failures are scheduled), its pipeline over a
 replayable source, and runs the query with ``trigger(availableNow=True)`` until the input is
-processed. It reports every coordinator step to the event log (and pauses at the spec's pause
+processed; a real-time trial (spec ``realtime``, :mod:`tests.chaos.realtime`) runs it with
+``trigger={"realTime": ...}`` on ``local[n,4]`` instead, which never ends by itself: the harness
+stops it. It reports every coordinator step to the event log (and pauses at the spec's pause
 points), and calls ``query.stop()`` from a thread when the harness asks (file ``control/stop``).
 
 Exit codes: 0 the query processed its input; 3 ``query.stop()`` was called (unless the harness
@@ -77,6 +79,7 @@ def connector_sink(spec: dict[str, Any]) -> Any:
     """Build the trial's sink as the connector's constructor makes it (no probes, no faults)."""
     kind, name = spec["sink"], spec["sink_name"]
     kind = kind.removesuffix("-ha")  # a replicated target: the same sink on other settings
+    kind = kind.removesuffix("-rt")  # a real-time trial: the same sink in real-time mode
     target = spec["target"]
     # A trial with bad rows (tests.chaos.harness.draw_bad_rows): refused rows become dead letters.
     letters: dict[str, Any] = {}
@@ -141,17 +144,17 @@ def source(spark: Any, spec: dict[str, Any]) -> Any:
     if src["kind"] == "files":
         reader = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
         return reader.parquet(src["path"])
-    return (
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", src["bootstrap"])
         .option("subscribe", src["topic"])
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", src["per_trigger"])
-        .load()
-        .selectExpr(
-            "CAST(CAST(value AS STRING) AS BIGINT) AS id",
-            "CONCAT('p', CAST(value AS STRING)) AS payload",
-        )
+    )
+    if src.get("per_trigger"):  # micro-batches; real-time mode reads as rows come
+        reader = reader.option("maxOffsetsPerTrigger", src["per_trigger"])
+    return reader.load().selectExpr(
+        "CAST(CAST(value AS STRING) AS BIGINT) AS id",
+        "CONCAT('p', CAST(value AS STRING)) AS payload",
     )
 
 
@@ -254,9 +257,18 @@ def run(spec: dict[str, Any]) -> int:
 
     events = spec["events"]
     emit(events, src="driver", name="driver_started", run=spec["run"])
+    realtime = spec.get("realtime")
+    # A real-time epoch runs every partition's task at once: a core per partition; task retries
+    # inside the epoch.
+    master = f"local[{realtime['cores']},{realtime['task_attempts']}]" if realtime else "local[2,3]"
+    trigger: dict[str, Any] = {"availableNow": True}
+    options: dict[str, Any] = {}
+    if realtime:
+        trigger = {"realTime": f"{realtime['epoch_seconds']} seconds"}
+        options["commit_interval"] = realtime["commit_interval"]
     spark = spark_session(
         f"chaos-{spec['sink_name']}",
-        master="local[2,3]",
+        master=master,
         kafka=spec["source"]["kind"] == "kafka",
         extra_conf={
             "spark.local.dir": spec["spark_local_dir"],
@@ -269,7 +281,7 @@ def run(spec: dict[str, Any]) -> int:
     df = pipeline(source(spark, spec), spec)
     while True:
         writer = twophase.write_stream(
-            df, sink, checkpoint_location=spec["checkpoint"], trigger={"availableNow": True}
+            df, sink, checkpoint_location=spec["checkpoint"], trigger=trigger, **options
         )
         if spec["pipeline"] == "aggregate":
             writer = writer.outputMode("update")  # deduplicate: append, the default

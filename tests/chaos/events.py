@@ -6,7 +6,9 @@ concurrent processes never interleave. The harness tails it to fire faults at ch
 
 A *pause point* stops the process that reaches it until the harness has fired the fault bound to it
 (file ``control/go-<id>``), so that a fault lands exactly at a protocol step. Each pause holds at
-most :data:`PAUSE_TIMEOUT` seconds.
+most :data:`PAUSE_TIMEOUT` seconds. An *armed* pause (``"armed": True``, the real-time trials of
+:mod:`tests.chaos.realtime`) holds nothing until the harness arms it (file ``control/arm-<id>``):
+its point is the first one reached after a time, not the first one reached.
 """
 
 from __future__ import annotations
@@ -55,13 +57,15 @@ def probe(
     pauses: Sequence[Mapping[str, Any]],
     **fields: Any,
 ) -> None:
-    """Emit an event and, if it is at a pause point not yet released, wait for the harness."""
+    """Emit an event and, at a pause point armed and not released yet, wait for the harness."""
     event = emit(events, **fields)
     for pause in pauses:
         if not matches(pause, event):
             continue
         released = Path(control, f"go-{pause['id']}")
         if released.exists():
+            continue
+        if pause.get("armed") and not Path(control, f"arm-{pause['id']}").exists():
             continue
         emit(events, src="pause", name="paused", pause=pause["id"], at=fields)
         deadline = time.monotonic() + PAUSE_TIMEOUT

@@ -35,8 +35,20 @@
   the pipeline gives their keys a value the target refuses, and the sink sets them aside with
   ``bad_rows="dead_letter"`` (:func:`draw_bad_rows`).
 
+The real-time sinks, named only by ``--sinks`` (``pg-markers-rt``, ``maria-markers-rt``,
+``kafka-rt``; :mod:`tests.chaos.realtime`), draw a trial of their own: the passthrough pipeline
+in Spark's real-time mode (``trigger={"realTime": "<5-20> seconds"}``, ``local[n,4]``) over a
+Kafka topic of 2-3 partitions that the harness produces while the query runs (3-5 bursts with
+pauses, the last after the faults), and 1-3 faults on the production's clock, at a time or at a
+task's hook reached after a time: the driver's process groups SIGKILLed, its Python workers
+SIGKILLed (``kill_workers``: Spark retries the tasks in the epoch), the database restarted, the
+Kafka broker restarted, ``query.stop()``. Once every row but the last of each partition is
+visible, the query is stopped cleanly, started once more and stopped cleanly again; no partition
+and no bad rows are drawn.
+
 The driver (:mod:`tests.chaos.driver`) runs in a process group of its own and is started again
-after every exit until its query has processed the input, or until the trial's time runs out. Then
+after every exit until its query has processed the input (a real-time trial: until its final
+clean stop), or until the trial's time runs out. Then
 the target is checked by content -- every output key once, with its value -- and for leftovers: no
 prepared transaction of the trial in ``pg_prepared_xacts`` (``XA RECOVER`` on MariaDB); last
 stable offset equal to the high watermark on every partition of the Kafka output and control
@@ -69,7 +81,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos import ha
+from tests.chaos import ha, realtime
 from tests.chaos.driver import NETWORK_BOUND_NEEDLES
 from tests.chaos.events import emit, go, matches, read_events
 from tests.chaos.poison import (
@@ -112,14 +124,16 @@ SINKS = (
     "maria-coordinated",
     "maria-markers",
     *ha.HA_SINKS,
+    *realtime.RT_SINKS,
 )
 #: The sinks drawn when ``--sinks`` is not given. The MariaDB sinks are left out, so that a seed
 #: draws the same trials as before they existed (a sink is drawn among the sinks given);
 #: ``--sinks maria-coordinated,maria-markers`` (or a list naming them) draws them. So are the
-#: replicated (``-ha``) sinks of :mod:`tests.chaos.ha`, which come after them in :data:`SINKS`.
+#: replicated (``-ha``) sinks of :mod:`tests.chaos.ha` and the real-time (``-rt``) sinks of
+#: :mod:`tests.chaos.realtime`, which come after them in :data:`SINKS`.
 DEFAULT_SINKS = ("kafka", "pg-coordinated", "pg-markers")
 #: The sinks whose target is Kafka.
-KAFKA_SINKS = frozenset({"kafka", "kafka-ha"})
+KAFKA_SINKS = frozenset({"kafka", "kafka-ha", "kafka-rt"})
 #: The protocol of each sink: ``coordinated`` (prepared on executors, committed by the driver) or
 #: ``markers`` (each partition commits with a marker).
 PROTOCOL = {
@@ -133,6 +147,9 @@ PROTOCOL = {
     "maria-coordinated-ha": "coordinated",
     "maria-markers-ha": "markers",
     "kafka-ha": "markers",
+    "pg-markers-rt": "markers",
+    "maria-markers-rt": "markers",
+    "kafka-rt": "markers",
 }
 #: The database server of each JDBC sink: ``pg`` or ``maria`` (Kafka has none).
 DATABASE = {
@@ -144,6 +161,8 @@ DATABASE = {
     "pg-markers-ha": "pg",
     "maria-coordinated-ha": "maria",
     "maria-markers-ha": "maria",
+    "pg-markers-rt": "pg",
+    "maria-markers-rt": "maria",
 }
 #: Former names of the PostgreSQL sinks, still taken by ``--sinks``.
 FORMER_SINK_NAMES = {"pg-A": "pg-coordinated", "pg-B": "pg-markers"}
@@ -170,6 +189,7 @@ FAULT_KINDS = (
     "partition_long",
     "failover",
     "broker_restart",
+    "kill_workers",
 )
 
 #: Restart faults of each database server, by kind: the mode of ``server.restart(mode=...)``.
@@ -267,7 +287,9 @@ class Fault:
 
     kind: str
     #: Where it fires: ``src`` (``driver`` / ``task``), ``name`` (step, hook or ``query_started``),
-    #: ``batch``, ``partition``, ``index`` -- unset fields match anything.
+    #: ``batch``, ``partition``, ``index`` -- unset fields match anything. A real-time trial's
+    #: fault fires at a time (``clock:production``, ``delay`` seconds after the production began)
+    #: or at a task's hook reached ``params["after"]`` seconds after it began (sync, armed).
     point: dict[str, Any]
     #: Fire at the point while the process that reached it waits; else after ``delay`` seconds.
     sync: bool = False
@@ -285,7 +307,7 @@ class Fault:
         if p.get("batch") is not None:
             where += f":b{p['batch']}"
         if p.get("partition") is not None:
-            where += f"p{p['partition']}"
+            where += f"{':' if p.get('batch') is None else ''}p{p['partition']}"
         if p.get("index") is not None:
             where += f"#{p['index']}"
         extra = ""
@@ -304,6 +326,8 @@ class Fault:
         timing = (
             "" if self.kind == "task_failure" else ("(sync)" if self.sync else f"(+{self.delay}s)")
         )
+        if "after" in self.params:  # a real-time trial's hook, armed after that many seconds
+            timing = f"(after {self.params['after']}s, sync)"
         return f"{self.kind}{extra}@{where}{timing}{'+' if self.fired else '-'}"
 
 
@@ -327,6 +351,22 @@ class TrialPlan:
     #: Poison output keys -> their kind (:data:`BAD_ROW_CLASSES`): the sink runs with
     #: ``bad_rows="dead_letter"`` and each must end in the dead letters once. Empty: none.
     bad_rows: dict[int, str] = field(default_factory=dict)
+    #: A real-time trial (:mod:`tests.chaos.realtime`): the epoch's length in seconds (0: a
+    #: micro-batch trial), the rate of the production (rows per second) and the pauses between
+    #: its bursts (``batches`` bursts of ``rows`` rows), in seconds.
+    epoch_seconds: int = 0
+    rate: int = 0
+    burst_pauses: list[float] = field(default_factory=list)
+
+    @property
+    def realtime(self) -> bool:
+        """Whether the query runs in real-time mode (an ``-rt`` sink)."""
+        return self.epoch_seconds > 0
+
+    @property
+    def production_seconds(self) -> float:
+        """How long a real-time trial's production between its first and last bursts takes."""
+        return (self.batches - 2) * self.rows / self.rate + sum(self.burst_pauses)
 
     @property
     def short_bounds(self) -> bool:
@@ -354,6 +394,8 @@ class TrialPlan:
             pipe += f"({self.partitions})"
         staging = " staging" if self.staging else ""
         source = f"{self.source}:{self.batches}x{self.rows}"
+        if self.realtime:
+            source += f"@{self.rate}/s/p{self.topic_partitions} realTime={self.epoch_seconds}s"
         bad = f" bad_rows={len(self.bad_rows)}" if self.bad_rows else ""
         return f"sink={self.sink} pipeline={pipe}{staging} input={source}{bad}"
 
@@ -471,6 +513,57 @@ def _draw_fault(rng: random.Random, sink: str, batches: int, parts: int) -> Faul
     return Fault(kind, point, sync=sync, delay=delay, params=params)
 
 
+def _draw_realtime(rng: random.Random, seed: str | int, index: int, sink: str) -> TrialPlan:
+    """Draw a real-time trial of ``sink`` (:mod:`tests.chaos.realtime`), going on with ``rng``.
+
+    The input: ``batches`` bursts of ``rows`` rows at ``rate`` rows per second into a topic of
+    2-3 partitions, with pauses before the bursts between the first and the last; the epoch's
+    length; 1-3 faults, each at a time of the faults' clock (which starts once the first burst is
+    committed), up to half an epoch past the bursts between, or at the first hook of one
+    partition reached after a time within them.
+    """
+    rt = realtime
+    partitions = rng.randint(*rt.TOPIC_PARTITIONS)
+    bursts = rng.randint(*rt.BURSTS)
+    plan = TrialPlan(
+        seed=str(seed),
+        index=index,
+        sink=sink,
+        pipeline="passthrough",
+        partitions=partitions,
+        staging=False,
+        source="kafka",
+        batches=bursts,
+        rows=rng.randint(*rt.BURST_ROWS),
+        topic_partitions=partitions,
+        faults=[],
+        epoch_seconds=rng.randint(*rt.EPOCH_SECONDS),
+        rate=rng.randrange(rt.RATES[0], rt.RATES[1] + 1, 50),
+        burst_pauses=[round(rng.uniform(*rt.BURST_PAUSE), 1) for _ in range(bursts - 2)],
+    )
+    span = plan.production_seconds
+    burst = plan.rows / plan.rate
+    last_start = span - burst  # the last burst before the final one begins
+    kinds = rt.fault_kinds(sink, DATABASE.get(sink))
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.choice(kinds)
+        params: dict[str, Any] = {}
+        if kind == "query_stop":
+            params["restart"] = rng.choice(["process", "in-process"])
+        if rng.random() < rt.HOOK_CHANCE:
+            # At a hook of one partition, the first reached after a time before the last burst
+            # of the clock ends (rows still to come make its tasks commit again).
+            hook = rng.choice(rt.HOOKS)
+            point = {"src": "task", "name": hook, "partition": rng.randrange(partitions)}
+            params["after"] = round(rng.uniform(0.5, last_start + burst / 2), 1)
+            plan.faults.append(Fault(kind, point, sync=True, params=params))
+        else:  # at a time of the clock, up to half an epoch past its bursts
+            delay = round(rng.uniform(0.5, span + plan.epoch_seconds / 2), 1)
+            point = {"src": "clock", "name": "production"}
+            plan.faults.append(Fault(kind, point, delay=delay, params=params))
+    return plan
+
+
 def draw_bad_rows(
     seed: str | int, index: int, plan: TrialPlan, chance: float = BAD_ROWS_CHANCE
 ) -> dict[int, str]:
@@ -515,9 +608,12 @@ def draw_plan(
     ``random.Random(f"{seed}:{index}:partitions")``: the rest of the trial is the one drawn
     without them (and before they existed). Poison rows are drawn the same way, with probability
     ``bad_rows``, from ``random.Random(f"{seed}:{index}:bad_rows")`` (:func:`draw_bad_rows`).
+    A real-time sink (``-rt``) draws a trial of its own (:func:`_draw_realtime`), with neither.
     """
     rng = random.Random(f"{seed}:{index}")
     sink = rng.choice([s for s in SINKS if s in sinks])  # the same draw whatever the order given
+    if sink in realtime.RT_SINKS:
+        return _draw_realtime(rng, seed, index, sink)  # no partitions, no bad rows
     pipeline = rng.choice(PIPELINES)
     partitions = rng.randint(2, 4)
     staging = PROTOCOL[sink] == "markers" and pipeline in NONDETERMINISTIC and rng.random() < 0.5
@@ -613,6 +709,7 @@ class Infra:
     @staticmethod
     def attribute(sink: str) -> str:
         """The attribute holding the server of ``sink``."""
+        sink = realtime.BASE.get(sink, sink)  # a real-time sink: its base sink's server
         if sink in ha.HA_SINKS:
             return "kafka_ha" if sink == "kafka-ha" else f"{DATABASE[sink]}_ha"
         if sink == "kafka":
@@ -635,6 +732,7 @@ class Infra:
 
     def db(self, sink: str) -> Any:
         """The database server of a JDBC sink (``pg-*`` or ``maria-*``; the primary for ``-ha``)."""
+        sink = realtime.BASE.get(sink, sink)
         if sink in ha.HA_SINKS:
             return self.ha_pair(sink).primary
         if DATABASE[sink] == "maria":
@@ -656,6 +754,7 @@ def _server_env(sink: str) -> str:
 
     if sink in ha.HA_SINKS:
         return ""  # always the harness's own
+    sink = realtime.BASE.get(sink, sink)
     if sink == "kafka":
         return ENV_KAFKA_BOOTSTRAP
     if DATABASE[sink] == "maria":
@@ -674,6 +773,9 @@ def partition_support(sinks: Sequence[str]) -> str:
 
     if all(s in ha.HA_SINKS for s in sinks):
         return "the replicated targets (-ha sinks) run on 127.0.0.1, outside network namespaces"
+    if all(s in realtime.RT_SINKS for s in sinks):
+        return "real-time trials (-rt sinks) draw none: their servers run outside namespaces"
+    sinks = realtime.servers_needed(sinks)
     reused = sorted(
         {_server_env(s) for s in sinks if _server_env(s) and os.environ.get(_server_env(s))}
     )
@@ -695,7 +797,8 @@ def own_infra(sinks: Sequence[str], log_dir: Path, *, partitions: bool = True) -
     """Start the servers ``sinks`` need (or reuse those of ``twophase-dev up``), stop them after.
 
     With ``partitions`` (and :func:`partition_support`), each server it starts runs in a network
-    namespace of its own (``tp-chaos<server>-<pid>``), removed after the server stops.
+    namespace of its own (``tp-chaos<server>-<pid>``), removed after the server stops. A real-time
+    sink needs its base sink's server and the Kafka broker of its input.
     """
     from twophase_dev import (
         ENV_KAFKA_BOOTSTRAP,
@@ -717,6 +820,7 @@ def own_infra(sinks: Sequence[str], log_dir: Path, *, partitions: bool = True) -
     started: list[Any] = []
     infra = Infra()
     infra.no_partitions = partition_support(sinks) if partitions else "turned off (--no-partitions)"
+    sinks = realtime.servers_needed(sinks)
 
     def namespace(attribute: str) -> Any:
         """A new namespace for the server held by ``attribute``, None without partitions."""
@@ -965,6 +1069,15 @@ class TrialResult:
     duration: float = 0.0
     work_dir: str = ""
     notes: list[str] = field(default_factory=list)
+    #: A real-time trial: its last run was stopped cleanly by the harness, after every row was
+    #: visible and a final run (:func:`_drive_realtime`); seconds from the last row produced to
+    #: every row visible; what is wrong with the input topic (its production), if anything.
+    finished: bool = False
+    visible_after: float | None = None
+    input_problem: str = ""
+    #: A real-time trial: rows not visible right after the clean stop that ended the drain (the
+    #: last row of a partition waits in Spark's JVM: the final run writes it).
+    left_by_stop: int | None = None
 
     @property
     def failing_findings(self) -> list[str]:
@@ -986,10 +1099,15 @@ class TrialResult:
             if self.plan.bad_rows
             else ""
         )
+        realtime = (
+            f"visible_after={self.visible_after}s left_by_stop={self.left_by_stop} "
+            if self.plan.realtime
+            else ""
+        )
         return (
             f"trial {self.plan.index:3d} seed={self.plan.seed}:{self.plan.index} "
             f"{self.plan.describe()} faults=[{faults}] outcome={self.outcome} "
-            f"checked={self.checked} {letters}runs={self.runs} errors={errors} "
+            f"checked={self.checked} {letters}{realtime}runs={self.runs} errors={errors} "
             f"duration={self.duration:.1f}s"
         )
 
@@ -1318,8 +1436,16 @@ def _kafka_records(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
 
 
 def _write_input(plan: TrialPlan, infra: Infra, work: Path, name: str) -> dict[str, Any]:
-    """Write the trial's input; return the driver's ``source`` settings."""
+    """Write the trial's input; return the driver's ``source`` settings.
+
+    A real-time trial's topic is only created: the harness produces into it while the query
+    runs (:class:`tests.chaos.realtime.Producer`).
+    """
     ids = input_ids(plan)
+    if plan.realtime:
+        topic = f"chaos-{name}-in"
+        infra.kafka.create_topic(topic, partitions=plan.topic_partitions)
+        return {"kind": "kafka", "bootstrap": infra.kafka.bootstrap_servers, "topic": topic}
     if plan.source == "files":
         from tests.spark.helpers import write_input
 
@@ -1381,6 +1507,11 @@ class _Trial:
         self.sink_name = ""
         #: Every pause point of the driver spec (released at the end of the trial).
         self.pause_ids: list[str] = []
+        #: A real-time trial: when each hook fault's pause is to be armed (wall clock), the
+        #: faults armed, and whether faults may still trigger (False once the trial ends).
+        self.arm_due: dict[int, float] = {}
+        self.armed: set[int] = set()
+        self.open = True
 
     def prepared(self, server: Any = None) -> list[str]:
         """Every prepared transaction on ``server``, by default the sink's (current primary)."""
@@ -1449,6 +1580,10 @@ class _Trial:
                 killed,
                 f"driver {driver.pid} and its groups killed" if killed else "exited before",
             )
+        if kind == "kill_workers":  # a real-time trial: Spark retries the tasks in the epoch
+            if driver is None or not driver.alive():
+                return False, "no driver running"
+            return realtime.kill_python_workers(driver.pid, driver.alive)
         if kind == "query_stop":
             if driver is None or not driver.alive():
                 return False, "no driver running"
@@ -1686,8 +1821,18 @@ class _Trial:
             fault.detail = f"fired {fired} time(s)"
 
     # -------------------------------------------------------------- event loop
+    def trigger(self, n: int, fault: Fault, event: dict[str, Any]) -> None:
+        """Start fault ``n`` on a thread of its own: its point was reached at ``event``."""
+        self.triggered.add(n)
+        self.at[n] = event
+        self.note(name="fault_triggered", fault=n, kind=fault.kind, at=event)
+        thread = threading.Thread(target=self.fire, args=(n, fault), name=f"fault-{n}", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
     def poll_events(self) -> None:
         """Read new events; start the faults whose point was reached."""
+        self.arm_due_pauses()
         events, self.offset = read_events(self.events, self.offset)
         for event in events:
             self.seen.append(event)
@@ -1696,20 +1841,57 @@ class _Trial:
                 number = str(event["pause"]).lstrip("f").split("h")[0]
                 if number.isdigit() and int(number) not in self.triggered:
                     go(self.control, str(event["pause"]))
-            if event.get("src") not in ("driver", "task"):
+            if event.get("name") == "paused" and self.open:
+                # A real-time hook fault triggers where a task waits at its armed pause.
+                number = str(event.get("pause", "")).removeprefix("f")
+                if number.isdigit() and int(number) in self.armed:
+                    n = int(number)
+                    if n not in self.triggered:
+                        self.trigger(n, self.plan.faults[n], dict(event.get("at") or {}))
+            if event.get("src") not in ("driver", "task") or not self.open:
                 continue
             for n, fault in enumerate(self.plan.faults):
-                if fault.kind == "task_failure" or n in self.triggered:
+                if fault.kind == "task_failure" or n in self.triggered or "after" in fault.params:
                     continue
                 if matches(fault.point, event):
-                    self.triggered.add(n)
-                    self.at[n] = event
-                    self.note(name="fault_triggered", fault=n, kind=fault.kind, at=event)
-                    thread = threading.Thread(
-                        target=self.fire, args=(n, fault), name=f"fault-{n}", daemon=True
-                    )
-                    thread.start()
-                    self.threads.append(thread)
+                    self.trigger(n, fault, event)
+
+    # -------------------------------------------------------------- real-time faults
+    def start_clock(self, started: float) -> None:
+        """The production began at ``started`` (wall clock): set a real-time trial's faults going.
+
+        A fault at a time fires ``delay`` seconds later (its thread sleeps); a hook fault's pause
+        is armed ``after`` seconds later (:meth:`arm_due_pauses`).
+        """
+        for n, fault in enumerate(self.plan.faults):
+            if "after" in fault.params:
+                self.arm_due[n] = started + float(fault.params["after"])
+            elif fault.point.get("src") == "clock":
+                self.trigger(n, fault, {"src": "clock", "name": "production", "t": started})
+
+    def arm_due_pauses(self) -> None:
+        """Arm the hook faults' pauses whose time has come (``control/arm-f<n>``)."""
+        now = time.time()
+        for n, due in self.arm_due.items():
+            if n not in self.armed and now >= due and self.open:
+                Path(self.control, f"arm-f{n}").touch()
+                self.armed.add(n)
+                self.note(name="fault_armed", fault=n, kind=self.plan.faults[n].kind)
+
+    def faults_done(self) -> bool:
+        """Whether every fault that triggered has finished acting."""
+        return all(not thread.is_alive() for thread in self.threads)
+
+    def close_faults(self) -> int:
+        """Let no fault trigger any more (the trial ends); return how many never triggered."""
+        self.open = False
+        left = 0
+        for n, fault in enumerate(self.plan.faults):
+            if n not in self.triggered:
+                left += 1
+                go(self.control, f"f{n}")  # an armed pause not reached: nothing may wait there
+                fault.detail = "not reached before the end of the trial"
+        return left
 
     def wait_faults(self, timeout: float = 120) -> None:
         """Wait for the faults in flight (a restart must be over before the next run)."""
@@ -1723,6 +1905,185 @@ class _Trial:
             go(self.control, f"f{n}")
         for pause_id in self.pause_ids:
             go(self.control, pause_id)
+
+
+def _request_stop(trial: _Trial, why: str) -> None:
+    """Ask the driver for a clean ``query.stop()`` and an exit (``control/stop``)."""
+    tmp = trial.control / "stop.tmp"
+    tmp.write_text("stop")
+    tmp.replace(trial.control / "stop")
+    trial.note(name="harness_stop", why=why)
+
+
+def _check_input(bootstrap: str, topic: str, ids: list[int]) -> str:
+    """Say what is wrong with a real-time trial's input topic (each id once); empty if nothing."""
+    try:
+        counts = _kafka_counts(bootstrap, topic)
+    except Exception as exc:
+        return f"could not read the input topic: {exc!r}"
+    wanted = collections.Counter({(i, str(i)): 1 for i in ids})
+    if counts == wanted:
+        return ""
+    missing = sum(1 for k in wanted if k not in counts)
+    extra = sum(n for k, n in counts.items() if k not in wanted) + sum(
+        n - 1 for k, n in counts.items() if k in wanted and n > 1
+    )
+    return f"the input topic holds {sum(counts.values())} rows: {missing} missing, {extra} extra"
+
+
+def _visible(target: Target, expected: dict[int, str]) -> int:
+    """How many expected ``(key, value)`` the target shows (-1 if it cannot be read now)."""
+    try:
+        counts = target.counts()
+    except Exception:
+        return -1
+    return sum(1 for k, v in expected.items() if counts.get((k, v), 0) > 0)
+
+
+def _drive_realtime(
+    trial: _Trial,
+    result: TrialResult,
+    target: Target,
+    source: dict[str, Any],
+    start_run: Callable[[], Driver],
+    finish_run: Callable[..., int | None],
+    deadline: float,
+    max_runs: int,
+) -> None:
+    """Run a real-time trial's driver until its rows are in, restarting it after every exit.
+
+    The phases (:mod:`tests.chaos.realtime`): ``faults`` -- the first burst a second after the
+    first query started, the faults' clock from its first commit, the bursts between, the faults;
+    ``drain`` -- once those bursts are produced, every fault has acted (or the rest were given
+    up) and the query runs again, the last burst, until every row is visible but the last of
+    each partition (which
+    waits in the JVM for the epoch's end); ``stopping`` -- a clean stop, mid-epoch; ``final`` --
+    the query started once more from its checkpoint (the epoch is replayed: its committed prefix
+    skipped), until every row is visible and an epoch has passed; ``final-stopping`` -- its
+    clean stop, after which the trial is ``finished``. A run that exits otherwise is started
+    again in the same phase (a stop that did not end cleanly: back to ``drain``, or ``final``).
+    """
+    plan = trial.plan
+    rt = realtime
+    ids = input_ids(plan)
+    expected = expected_output(plan)
+    bursts = [ids[b * plan.rows : (b + 1) * plan.rows] for b in range(plan.batches)]
+    producer = rt.Producer(
+        source["bootstrap"],
+        source["topic"],
+        bursts,
+        plan.topic_partitions,
+        plan.rate,
+        plan.burst_pauses,
+        trial.events,
+    )
+    phase = "faults"
+    poll_every = 2.0 if target.is_kafka else 1.0
+    clock = False
+    while True:
+        if result.runs >= max_runs:
+            result.notes.append(f"gave up after {max_runs} driver runs")
+            break
+        if time.monotonic() > deadline:
+            result.timed_out = True
+            break
+        first_event = len(trial.seen)
+        driver = start_run()
+        last_scan = last_poll = 0.0
+        query_started: float | None = None
+        stop_asked: float | None = None
+        while driver.alive():
+            trial.poll_events()
+            now = time.monotonic()
+            if now - last_scan > 1.0:
+                driver.scan()
+                last_scan = now
+            if now > deadline:
+                result.timed_out = True
+                driver.kill()
+                break
+            run_events = trial.seen[first_event:]
+            if query_started is None and any(e.get("name") == "query_started" for e in run_events):
+                query_started = now
+            if query_started is not None and not producer.is_alive() and producer.done_at is None:
+                time.sleep(1.0)  # into a running query
+                producer.start()
+            committed = any(e.get("name") == "commit_with_marker_done" for e in run_events)
+            if committed and not producer.ready.is_set():
+                producer.ready.set()  # a task committed: its Python worker is up
+            # The last burst goes into a live query: one that committed, or has run a while.
+            live = query_started is not None and (committed or now - query_started > 5.0)
+            if not clock and producer.clock_at is not None:
+                trial.start_clock(producer.clock_at)
+                clock = True
+            if (
+                phase == "faults"
+                and clock
+                and live
+                and producer.middle_done_at is not None
+                and trial.faults_done()
+                and (
+                    len(trial.triggered) == len(plan.faults)
+                    or now - producer.middle_done_at > plan.epoch_seconds + rt.SETTLE_SECONDS
+                )
+            ):
+                left = trial.close_faults()
+                trial.note(name="drain", faults_not_reached=left)
+                producer.final.set()
+                phase = "drain"
+            if (
+                phase == "drain"
+                and producer.done_at is not None
+                and query_started is not None
+                and now - last_poll > poll_every
+            ):
+                last_poll = now
+                # Every row but the last of each partition: that one waits in Spark's JVM for the
+                # partition's next row or the epoch's end.
+                if _visible(target, expected) >= len(expected) - plan.topic_partitions:
+                    if producer.last_row_at is not None:
+                        result.visible_after = round(time.time() - producer.last_row_at, 1)
+                    _request_stop(trial, "every row is visible but the last of each partition")
+                    phase, stop_asked = "stopping", now
+            if phase == "final" and query_started is not None and now - last_poll > poll_every:
+                last_poll = now
+                ran = now - query_started
+                done = ran > plan.epoch_seconds + rt.FINAL_RUN_MARGIN
+                waited_enough = ran > plan.epoch_seconds + rt.FINAL_RUN_WAIT
+                if done and (waited_enough or _visible(target, expected) == len(expected)):
+                    _request_stop(trial, "the final run went past an epoch")
+                    phase, stop_asked = "final-stopping", now
+            if stop_asked is not None and now - stop_asked > 120:
+                result.notes.append(f"run {result.runs - 1}: no exit 120 s after a clean stop")
+                driver.kill()
+                break
+            time.sleep(0.1)
+        code = finish_run(driver, wait_faults=False)  # faults in flight go on over restarts
+        if result.timed_out:
+            break
+        if code == EXIT_NONDETERMINISTIC:
+            result.nondeterministic = True
+            break
+        if phase == "stopping":
+            phase = "final" if code == EXIT_STOPPED else "drain"
+            if code == EXIT_STOPPED:
+                result.left_by_stop = len(expected) - _visible(target, expected)
+        elif phase == "final-stopping":
+            if code == EXIT_STOPPED:
+                result.finished = True
+                break
+            phase = "final"
+    trial.close_faults()
+    producer.final.set()
+    producer.ready.set()
+    if producer.is_alive():
+        producer.join(timeout=60)
+    if producer.errors:
+        result.input_problem = f"production failed: {'; '.join(producer.errors[:3])}"
+    elif producer.done_at is not None:
+        result.input_problem = _check_input(source["bootstrap"], source["topic"], ids)
+    else:
+        result.notes.append("the production never began (no query started)")
 
 
 def run_trial(
@@ -1785,32 +2146,77 @@ def run_trial(
         "bad_rows": {str(k): kind for k, kind in sorted(plan.bad_rows.items())},
         "rules": trial.install_rules(),
         "pauses": [
-            {**f.point, "id": f"f{n}"}
+            # A real-time hook fault's pause holds nothing until the harness arms it.
+            {**f.point, "id": f"f{n}", **({"armed": True} if "after" in f.params else {})}
             for n, f in enumerate(plan.faults)
             if f.sync and f.kind != "task_failure"
         ]
         + ha.holds(plan.faults),
+        # A real-time trial (tests.chaos.realtime): the trigger and the master of its query.
+        "realtime": {
+            "epoch_seconds": plan.epoch_seconds,
+            "commit_interval": realtime.COMMIT_INTERVAL,
+            "cores": plan.topic_partitions,
+            "task_attempts": realtime.TASK_ATTEMPTS,
+        }
+        if plan.realtime
+        else None,
     }
     trial.pause_ids = [p["id"] for p in spec["pauses"]]
     (work / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
     deadline = started + timeout
+
+    def start_run() -> Driver:
+        """Start the next driver run."""
+        with contextlib.suppress(FileNotFoundError):
+            (trial.control / "stop").unlink()
+        spec["run"] = result.runs
+        spec["target"].update(target.refresh())  # after a failover: the promoted server
+        spec_path = work / f"spec-{result.runs}.json"
+        spec_path.write_text(json.dumps(spec, indent=1))
+        driver = Driver(spec_path, work / f"driver-{result.runs}.log")
+        trial.driver = driver
+        result.runs += 1
+        return driver
+
+    def finish_run(driver: Driver, *, wait_faults: bool = True) -> int | None:
+        """Reap an exited (or killed) run; return its exit code."""
+        code = driver.popen.poll()
+        if wait_faults:
+            trial.wait_faults()
+        driver.kill()  # what is left of its groups (the JVM, Python workers)
+        trial.poll_events()
+        survivors = driver.leftovers()
+        if survivors:
+            result.notes.append(f"run {result.runs}: processes survived: {survivors}")
+        result.log_findings += scan_log(driver.log_path)
+        result.bound_errors += network_bound_errors(driver.log_path)
+        result.exit_codes.append(code)
+        say(f"  run {result.runs - 1}: exit {code}")
+        removed = clear_interrupted_offset_write(driver.log_path, Path(spec["checkpoint"]))
+        if removed:
+            result.spark_tmp_cleared += 1
+            result.notes.append(
+                f"run {result.runs - 1}: Spark refused its checkpoint "
+                f"(STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY): removed {removed}, the "
+                "temporary file of an interrupted first offset write, as docs/operations.md "
+                "tells an operator to"
+            )
+        return code
+
     try:
-        while True:
+        if plan.realtime:
+            _drive_realtime(
+                trial, result, target, spec["source"], start_run, finish_run, deadline, max_runs
+            )
+        while not plan.realtime:
             if result.runs >= max_runs:
                 result.notes.append(f"gave up after {max_runs} driver runs")
                 break
             if time.monotonic() > deadline:
                 result.timed_out = True
                 break
-            with contextlib.suppress(FileNotFoundError):
-                (trial.control / "stop").unlink()
-            spec["run"] = result.runs
-            spec["target"].update(target.refresh())  # after a failover: the promoted server
-            spec_path = work / f"spec-{result.runs}.json"
-            spec_path.write_text(json.dumps(spec, indent=1))
-            driver = Driver(spec_path, work / f"driver-{result.runs}.log")
-            trial.driver = driver
-            result.runs += 1
+            driver = start_run()
             last_scan = 0.0
             while driver.alive():
                 trial.poll_events()
@@ -1823,26 +2229,7 @@ def run_trial(
                     driver.kill()
                     break
                 time.sleep(0.1)
-            code = driver.popen.poll()
-            trial.wait_faults()
-            driver.kill()  # what is left of its groups (the JVM, Python workers)
-            trial.poll_events()
-            survivors = driver.leftovers()
-            if survivors:
-                result.notes.append(f"run {result.runs}: processes survived: {survivors}")
-            result.log_findings += scan_log(driver.log_path)
-            result.bound_errors += network_bound_errors(driver.log_path)
-            result.exit_codes.append(code)
-            say(f"  run {result.runs - 1}: exit {code}")
-            removed = clear_interrupted_offset_write(driver.log_path, Path(spec["checkpoint"]))
-            if removed:
-                result.spark_tmp_cleared += 1
-                result.notes.append(
-                    f"run {result.runs - 1}: Spark refused its checkpoint "
-                    f"(STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY): removed {removed}, the "
-                    "temporary file of an interrupted first offset write, as docs/operations.md "
-                    "tells an operator to"
-                )
+            code = finish_run(driver)
             if result.timed_out:
                 break
             if code == EXIT_DONE:
@@ -1960,8 +2347,13 @@ def _check(result: TrialResult, target: Target) -> None:
         problems.append(f"LEFTOVERS({len(result.leftovers)})")
     if result.nondeterministic and not allowed_stop:
         problems.append("NONDETERMINISTIC-NOT-ALLOWED")
+    if result.input_problem:
+        problems.append("INPUT-PROBLEM")  # the harness's production: the check proves nothing
     if result.timed_out:
         problems.append("TIMEOUT")
+    elif plan.realtime and not result.nondeterministic:
+        if not result.finished:
+            problems.append("UNFINISHED")  # no clean stop after every row was visible
     elif not result.exit_codes or result.exit_codes[-1] not in (EXIT_DONE, EXIT_NONDETERMINISTIC):
         problems.append("UNFINISHED")  # every run failed: gave up after max_runs
     if problems:
@@ -2061,6 +2453,44 @@ def _ha_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def _realtime_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
+    """The rows of the real-time trials: epochs, rows produced, how they ended."""
+    rt = [r for r in results if r.plan.realtime]
+    if not rt:
+        return []
+    epochs = [r.plan.epoch_seconds for r in rt]
+    produced = sum(r.plan.batches * r.plan.rows for r in rt)
+    visible = [r.visible_after for r in rt if r.visible_after is not None]
+    seen = f"{min(visible):.1f}-{max(visible):.1f} s" if visible else "-"
+    faults = [f for r in rt for f in r.plan.faults]
+    at_hook = [f for f in faults if "after" in f.params]
+    return [
+        (
+            "real-time trials",
+            f"{len(rt)} (epochs of {min(epochs)}-{max(epochs)} s), {produced} rows produced "
+            "while their queries ran",
+        ),
+        (
+            "  faults at a hook / at a time, fired",
+            f"{sum(f.fired for f in at_hook)}/{len(at_hook)}, "
+            f"{sum(f.fired for f in faults) - sum(f.fired for f in at_hook)}/"
+            f"{len(faults) - len(at_hook)}",
+        ),
+        (
+            "  every row but a partition's last visible after the last was produced",
+            f"{seen} (in {len(visible)} trials)",
+        ),
+        (
+            "  rows the clean stop left to the final run",
+            ", ".join(str(r.left_by_stop) for r in rt if r.left_by_stop is not None) or "-",
+        ),
+        (
+            "  clean stop, then a final run stopped cleanly",
+            f"{sum(r.finished for r in rt)} of {len(rt)}",
+        ),
+    ]
 
 
 def _bad_rows_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
@@ -2181,6 +2611,7 @@ def summarize(
         rows.append(("partitions", partitions))
     rows += _partition_rows(results)
     rows += _ha_rows(results)
+    rows += _realtime_rows(results)
     width = max(len(k) for k, _ in rows)
     header = f"| {'what'.ljust(width)} | count |\n|{'-' * (width + 2)}|-------|\n"
     table = header + "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)

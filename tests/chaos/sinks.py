@@ -147,6 +147,10 @@ _CLASSES: dict[str, type[Any]] = {
     "pg-markers-ha": ChaosPostgresMarkerSink,
     "maria-coordinated-ha": ChaosMariaDBTwoPhaseSink,
     "maria-markers-ha": ChaosMariaDBMarkerSink,
+    # The real-time trials (tests/chaos/realtime.py): the markers sinks, in real-time mode.
+    "pg-markers-rt": ChaosPostgresMarkerSink,
+    "maria-markers-rt": ChaosMariaDBMarkerSink,
+    "kafka-rt": ChaosKafkaSink,
 }
 
 
