@@ -199,7 +199,7 @@ def write_stream(
     arrow_batch_rows
         Real-time mode only: rows of a partition that cross from Spark's JVM to
         Python together (default 1: each row as it arrives). More is faster
-        under load (100: about 3x the rows per second), but a row then waits
+        under load (100: about 4x the rows per second), but a row then waits
         until that many rows of its partition have arrived, or the epoch ends
         (``docs/realtime.md``).
 
