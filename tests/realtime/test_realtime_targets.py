@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from tests.chaos.realtime import kill_python_workers, python_workers
 from tests.integration.kafka.kafka_support import read_all
 from twophase._pyspark import installed_version
 
@@ -39,8 +40,6 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-#: How a PySpark worker process names its module (``python -m pyspark.daemon``, ...).
-_WORKER_MODULES = (b"pyspark.daemon", b"pyspark.worker")
 
 
 def _produce(bootstrap: str, topic: str, keys: range, rate: float = 200.0) -> None:
@@ -80,14 +79,8 @@ class _Driver:
             time.sleep(0.2)
 
     def python_workers(self) -> list[int]:
-        """The PySpark worker processes of this driver's JVM (forked by its daemon).
-
-        The daemon runs in a session of its own, so they are found by parent, not by group.
-        """
-        children = _children()
-        jvms = children.get(self.process.pid, [])
-        daemons = [d for jvm in jvms for d in children.get(jvm, []) if _is_worker(d)]
-        return [w for d in daemons for w in children.get(d, []) if _is_worker(w)]
+        """The PySpark worker processes of this driver's JVM (the chaos harness's finder)."""
+        return python_workers(self.process.pid)
 
     def kill(self) -> None:
         os.killpg(self.process.pid, signal.SIGKILL)
@@ -102,39 +95,6 @@ class _Driver:
                 os.killpg(self.process.pid, signal.SIGKILL)
         assert code == 0, self.text()[-3000:]
         self.stop_file.unlink()
-
-
-def _children() -> dict[int, list[int]]:
-    """Every process's children, by parent pid (from ``/proc``)."""
-    found: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            found.setdefault(parent, []).append(int(entry.name))
-    return found
-
-
-def _is_worker(pid: int) -> bool:
-    with contextlib.suppress(OSError):
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        return b"python" in command.split(b"\0", 1)[0] and any(
-            module in command for module in _WORKER_MODULES
-        )
-    return False
-
-
-def _dead(pid: int) -> bool:
-    """Whether ``pid`` is gone or a zombie its parent has not reaped yet."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _wait_until(read: Callable[[], list[str]], count: int, seconds: float, what: str) -> float:
@@ -229,13 +189,9 @@ def test_real_time_rows_are_visible_inside_the_epoch_and_exactly_once_through_ki
     assert took < 5, f"the rows took {took:.1f} s after the last was produced"
 
     # The Python workers SIGKILLed between two commits: Spark retries the tasks in the epoch.
-    workers = driver.python_workers()
-    assert workers, "no PySpark worker found to kill"
     _produce(bootstrap, source, range(200, 300))
-    for pid in workers:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    assert all(_dead(pid) for pid in workers), "a worker survived its SIGKILL"
+    killed, what = kill_python_workers(driver.process.pid, lambda: driver.process.poll() is None)
+    assert killed, what
     _produce(bootstrap, source, range(300, 500))
     _wait_until(read, 498, 60, "after the workers were killed")
 

@@ -35,6 +35,8 @@ def test_the_realtime_sinks_come_last_and_are_drawn_only_when_named() -> None:
 def test_a_realtime_plan_is_a_passthrough_over_kafka_with_faults_in_its_window(sink: str) -> None:
     low, high = realtime.EPOCH_SECONDS
     kinds = set(realtime.fault_kinds(sink, DATABASE.get(sink)))
+    counts: set[int] = set()
+    drawn: set[str] = set()
     for index in range(100):
         plan = draw_plan(11, index, [sink], network_partitions=True, bad_rows=1.0)
         assert plan.realtime
@@ -46,9 +48,10 @@ def test_a_realtime_plan_is_a_passthrough_over_kafka_with_faults_in_its_window(s
         assert len(plan.burst_pauses) == plan.batches - 2
         assert realtime.RATES[0] <= plan.rate <= realtime.RATES[1]
         assert plan.bad_rows == {}  # neither bad rows nor partitions, even when asked
-        assert 1 <= len(plan.faults) <= 3
+        counts.add(len(plan.faults))
         span = plan.production_seconds
         for fault in plan.faults:
+            drawn.add(fault.kind)
             assert fault.kind in kinds
             if "after" in fault.params:  # at a hook of one partition, armed within the window
                 assert fault.sync
@@ -63,6 +66,8 @@ def test_a_realtime_plan_is_a_passthrough_over_kafka_with_faults_in_its_window(s
         assert expected_output(plan) == {
             b * 1000 + i: f"p{b * 1000 + i}" for b in range(plan.batches) for i in range(plan.rows)
         }
+    assert counts == {1, 2, 3}, "a trial draws one to three faults, each count in 100 plans"
+    assert drawn == kinds, f"never drawn in 100 plans: {sorted(kinds - drawn)}"
 
 
 def test_a_realtime_trial_is_the_same_for_the_same_seed_and_index() -> None:
